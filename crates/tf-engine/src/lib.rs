@@ -1,0 +1,1 @@
+//! Streams, rounds of batched rows, per-stream state, the keyed sampler.

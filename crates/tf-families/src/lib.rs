@@ -1,0 +1,1 @@
+//! Model families: config validation with named refusals, tensor maps and forward plans.

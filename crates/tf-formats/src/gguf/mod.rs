@@ -1,0 +1,5 @@
+//! GGUF v2/v3: header, metadata, tensor infos, and the ggml block formats.
+
+mod types;
+
+pub use types::{GgmlType, MetaValue};

@@ -1,0 +1,1 @@
+//! Operators under the kernel contract: a reference implementation and fast CPU versions.
