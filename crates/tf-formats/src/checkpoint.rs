@@ -1,0 +1,1 @@
+//! One checkpoint, whatever its format: canonical tensor entries, config and data access.

@@ -1,0 +1,1 @@
+//! config.json, generation_config.json and tokenizer_config.json.

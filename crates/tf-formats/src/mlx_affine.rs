@@ -1,0 +1,1 @@
+//! MLX affine quantization: packing layout, per-module settings, reference dequantizer.

@@ -1,0 +1,1 @@
+//! sha256 pins of a checkpoint's files.

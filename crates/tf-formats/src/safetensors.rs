@@ -1,0 +1,1 @@
+//! safetensors files, single or sharded through model.safetensors.index.json.

@@ -1,0 +1,1 @@
+//! Matrix products over packed (quantized) weights.

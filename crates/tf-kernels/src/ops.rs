@@ -1,0 +1,1 @@
+//! Element-wise and attention operators: norms, RoPE, attention, SwiGLU, embedding rows.
