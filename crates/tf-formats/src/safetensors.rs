@@ -1,1 +1,0 @@
-//! safetensors files, single or sharded through model.safetensors.index.json.
