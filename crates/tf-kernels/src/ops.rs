@@ -1,1 +1,0 @@
-//! Element-wise and attention operators: norms, RoPE, attention, SwiGLU, embedding rows.
