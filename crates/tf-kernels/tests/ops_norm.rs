@@ -62,7 +62,10 @@ fn rms_norm_contract_real_and_odd_widths() {
 fn rms_norm_zero_centred_gain_is_one_plus_w() {
     check_width(64, NormWeightKind::ZeroCentred);
     let w = [0.5f32, -1.0, 0.0];
-    assert_eq!(norm_gain(&w, NormWeightKind::ZeroCentred), vec![1.5, 0.0, 1.0]);
+    assert_eq!(
+        norm_gain(&w, NormWeightKind::ZeroCentred),
+        vec![1.5, 0.0, 1.0]
+    );
     assert_eq!(norm_gain(&w, NormWeightKind::Gain), w.to_vec());
 }
 

@@ -26,13 +26,21 @@ pub fn silu_mul_fused(
     n_rows: usize,
     out: &mut [f32],
 ) -> Result<(), OpError> {
-    check_len("silu_mul_fused", "gate_up", n_rows * 2 * width, gate_up.len())?;
+    check_len(
+        "silu_mul_fused",
+        "gate_up",
+        n_rows * 2 * width,
+        gate_up.len(),
+    )?;
     check_len("silu_mul_fused", "out", n_rows * width, out.len())?;
     if width == 0 {
         return Ok(());
     }
     let isa = Isa::active();
-    for (gu, o) in gate_up.chunks_exact(2 * width).zip(out.chunks_exact_mut(width)) {
+    for (gu, o) in gate_up
+        .chunks_exact(2 * width)
+        .zip(out.chunks_exact_mut(width))
+    {
         let (g, u) = gu.split_at(width);
         simd::silu_mul(isa, g, u, o);
     }

@@ -26,7 +26,9 @@ pub enum OpError {
         detail: String,
     },
     /// A query position has no key in the cache (the cache must hold keys 0..=q_pos).
-    #[error("attention: query position {q_pos} needs {needed} cached keys, cache holds {cache_len}")]
+    #[error(
+        "attention: query position {q_pos} needs {needed} cached keys, cache holds {cache_len}"
+    )]
     PositionBeyondCache {
         /// The query's absolute position.
         q_pos: usize,

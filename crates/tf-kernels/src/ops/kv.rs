@@ -83,7 +83,10 @@ impl LayerKv {
         if k.len() % w != 0 {
             return Err(OpError::Shape {
                 op: "kv_cache.append",
-                detail: format!("k has {} elements, not a multiple of row width {w}", k.len()),
+                detail: format!(
+                    "k has {} elements, not a multiple of row width {w}",
+                    k.len()
+                ),
             });
         }
         check_len("kv_cache.append", "v", k.len(), v.len())?;
@@ -105,12 +108,14 @@ impl LayerKv {
 
     /// Key of `kv_head` at position `pos` (`head_dim` elements); `None` past the end.
     pub fn key(&self, pos: usize, kv_head: usize) -> Option<&[f32]> {
-        self.slot(pos, kv_head).map(|o| &self.k[o..o + self.head_dim])
+        self.slot(pos, kv_head)
+            .map(|o| &self.k[o..o + self.head_dim])
     }
 
     /// Value of `kv_head` at position `pos` (`head_dim` elements); `None` past the end.
     pub fn value(&self, pos: usize, kv_head: usize) -> Option<&[f32]> {
-        self.slot(pos, kv_head).map(|o| &self.v[o..o + self.head_dim])
+        self.slot(pos, kv_head)
+            .map(|o| &self.v[o..o + self.head_dim])
     }
 
     fn slot(&self, pos: usize, kv_head: usize) -> Option<usize> {

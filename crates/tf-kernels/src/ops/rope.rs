@@ -144,7 +144,8 @@ pub fn yarn_correction_range(
     truncate: bool,
 ) -> (f64, f64) {
     let corr = |rot: f64| {
-        (dim as f64 * (original_max_position_embeddings as f64 / (rot * 2.0 * std::f64::consts::PI)).ln())
+        (dim as f64
+            * (original_max_position_embeddings as f64 / (rot * 2.0 * std::f64::consts::PI)).ln())
             / (2.0 * theta.ln())
     };
     let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));

@@ -11,7 +11,10 @@ fn rows_check(op: &'static str, x: &[f32], width: usize, out: &[f32]) -> Result<
     if width == 0 || x.len() % width != 0 {
         return Err(OpError::Shape {
             op,
-            detail: format!("length {} is not a positive multiple of width {width}", x.len()),
+            detail: format!(
+                "length {} is not a positive multiple of width {width}",
+                x.len()
+            ),
         });
     }
     check_len(op, "out", x.len(), out.len())

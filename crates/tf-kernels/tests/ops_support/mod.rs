@@ -6,7 +6,10 @@ pub fn rms_norm(x: &[f32], g: &[f32], eps: f32) -> Vec<f64> {
     let n = x.len() as f64;
     let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
     let r = 1.0 / (ss / n + eps as f64).sqrt();
-    x.iter().zip(g).map(|(&v, &w)| w as f64 * v as f64 * r).collect()
+    x.iter()
+        .zip(g)
+        .map(|(&v, &w)| w as f64 * v as f64 * r)
+        .collect()
 }
 
 /// `x / (1 + e^-x)` in f64.
@@ -16,7 +19,11 @@ pub fn silu(x: f64) -> f64 {
 
 /// Mamba2 grouped gated RMSNorm of one row in f64.
 pub fn rms_norm_gated(x: &[f32], z: &[f32], g: &[f32], eps: f32, groups: usize) -> Vec<f64> {
-    let h: Vec<f64> = x.iter().zip(z).map(|(&a, &b)| a as f64 * silu(b as f64)).collect();
+    let h: Vec<f64> = x
+        .iter()
+        .zip(z)
+        .map(|(&a, &b)| a as f64 * silu(b as f64))
+        .collect();
     let gs = h.len() / groups;
     let mut out = Vec::with_capacity(h.len());
     for (hg, gg) in h.chunks(gs).zip(g.chunks(gs)) {

@@ -58,7 +58,11 @@ pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
     if n > full {
         let ta = padded_tail(&a[full..n], 0.0);
         let tb = padded_tail(&b[full..n], 0.0);
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(ta.as_ptr()), _mm256_loadu_ps(tb.as_ptr()), lo);
+        lo = _mm256_fmadd_ps(
+            _mm256_loadu_ps(ta.as_ptr()),
+            _mm256_loadu_ps(tb.as_ptr()),
+            lo,
+        );
         hi = _mm256_fmadd_ps(
             _mm256_loadu_ps(ta.as_ptr().add(W)),
             _mm256_loadu_ps(tb.as_ptr().add(W)),
@@ -148,7 +152,10 @@ pub unsafe fn scale_mul(x: &[f32], r: f32, w: &[f32], out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn exp8(x: __m256) -> __m256 {
     let n = _mm256_sub_ps(
-        _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _mm256_set1_ps(ROUND_MAGIC)),
+        _mm256_add_ps(
+            _mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
+            _mm256_set1_ps(ROUND_MAGIC),
+        ),
         _mm256_set1_ps(ROUND_MAGIC),
     );
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);

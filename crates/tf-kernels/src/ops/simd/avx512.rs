@@ -144,7 +144,10 @@ pub unsafe fn scale_mul(x: &[f32], r: f32, w: &[f32], out: &mut [f32]) {
 #[target_feature(enable = "avx512f")]
 unsafe fn exp16(x: __m512) -> __m512 {
     let n = _mm512_sub_ps(
-        _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), _mm512_set1_ps(ROUND_MAGIC)),
+        _mm512_add_ps(
+            _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+            _mm512_set1_ps(ROUND_MAGIC),
+        ),
         _mm512_set1_ps(ROUND_MAGIC),
     );
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
@@ -180,7 +183,10 @@ pub unsafe fn exp_shifted(x: &[f32], shift: f32, out: &mut [f32]) {
     }
     if n > full {
         let m = tail_mask(n - full);
-        let v = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x.as_ptr().add(full)), vs));
+        let v = exp16(_mm512_sub_ps(
+            _mm512_maskz_loadu_ps(m, x.as_ptr().add(full)),
+            vs,
+        ));
         _mm512_mask_storeu_ps(out.as_mut_ptr().add(full), m, v);
     }
 }

@@ -56,7 +56,7 @@ pub fn max(x: &[f32]) -> f32 {
     for (i, &v) in x.iter().enumerate() {
         acc[i % LANES] = max_op(acc[i % LANES], v);
     }
-    fold16(acc, |lo, hi| max_op(lo, hi))
+    fold16(acc, max_op)
 }
 
 /// `y[i] = fma(a, x[i], y[i])`.
