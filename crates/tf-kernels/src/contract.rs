@@ -257,7 +257,9 @@ pub fn check<R>(
     let max_n = cfg.batch_sizes.iter().copied().max().unwrap_or(1);
     let spare = 13;
     let mut rng = Rng::new(cfg.seed);
-    let pool: Vec<R> = (0..max_n + spare).map(|i| (op.gen_row)(&mut rng, i)).collect();
+    let pool: Vec<R> = (0..max_n + spare)
+        .map(|i| (op.gen_row)(&mut rng, i))
+        .collect();
     let mut report = Report {
         max_abs_err: 0.0,
         max_tol_ratio: 0.0,
@@ -318,8 +320,15 @@ pub fn check<R>(
     let rows = &pool[..max_n];
     let a = call(run, rows, w, &mut report.calls)?;
     let b = call(run, rows, w, &mut report.calls)?;
-    if let Some(index) = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits()) {
-        return Err(Failure::NotRepeatable { n_rows: max_n, index });
+    if let Some(index) = a
+        .iter()
+        .zip(&b)
+        .position(|(x, y)| x.to_bits() != y.to_bits())
+    {
+        return Err(Failure::NotRepeatable {
+            n_rows: max_n,
+            index,
+        });
     }
     Ok(report)
 }
