@@ -1,1 +1,0 @@
-//! MLX affine quantization: packing layout, per-module settings, reference dequantizer.
