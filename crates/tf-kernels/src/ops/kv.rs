@@ -80,7 +80,7 @@ impl LayerKv {
     /// Appends `n` positions: `k` and `v` hold `n * row_width` elements each, position-major.
     pub fn append(&mut self, k: &[f32], v: &[f32]) -> Result<(), OpError> {
         let w = self.row_width();
-        if k.len() % w != 0 {
+        if !k.len().is_multiple_of(w) {
             return Err(OpError::Shape {
                 op: "kv_cache.append",
                 detail: format!(

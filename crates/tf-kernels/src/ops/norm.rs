@@ -114,7 +114,7 @@ pub fn rms_norm_gated(
 ) -> Result<(), OpError> {
     const OP: &str = "rms_norm_gated";
     let width = gain.len();
-    if width == 0 || n_groups == 0 || width % n_groups != 0 {
+    if width == 0 || n_groups == 0 || !width.is_multiple_of(n_groups) {
         return Err(OpError::Shape {
             op: OP,
             detail: format!("width {width} must be a positive multiple of n_groups {n_groups}"),

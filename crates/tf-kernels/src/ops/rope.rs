@@ -160,7 +160,7 @@ impl Rope {
     /// Builds the `inv_freq` table; refuses bad dimensions or scaling parameters.
     pub fn new(cfg: RopeConfig) -> Result<Rope, OpError> {
         let dim = cfg.rotary_dim;
-        if cfg.head_dim == 0 || dim == 0 || dim % 2 != 0 || dim > cfg.head_dim {
+        if cfg.head_dim == 0 || dim == 0 || !dim.is_multiple_of(2) || dim > cfg.head_dim {
             return Err(bad(
                 "rotary_dim",
                 dim as f64,

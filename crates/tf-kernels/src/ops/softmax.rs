@@ -8,7 +8,7 @@ use super::error::{check_len, OpError};
 use super::simd::{self, Isa};
 
 fn rows_check(op: &'static str, x: &[f32], width: usize, out: &[f32]) -> Result<(), OpError> {
-    if width == 0 || x.len() % width != 0 {
+    if width == 0 || !x.len().is_multiple_of(width) {
         return Err(OpError::Shape {
             op,
             detail: format!(

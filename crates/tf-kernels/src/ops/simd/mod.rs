@@ -9,7 +9,6 @@ pub mod portable;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::incompatible_msrv)] // AVX-512 intrinsics are stable since Rust 1.89.
 mod avx512;
 
 use std::sync::OnceLock;
