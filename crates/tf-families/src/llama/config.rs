@@ -99,18 +99,19 @@ impl LlamaConfig {
                 format!("{kv_heads} does not divide num_attention_heads {heads}"),
             ));
         }
-        let head_dim =
-            match f.opt_u64("head_dim")? {
-                Some(0) => return Err(Refusal::bad("head_dim", "must be positive")),
-                Some(d) => d,
-                None if hidden_size % heads == 0 => hidden_size / heads,
-                None => return Err(Refusal::bad(
+        let head_dim = match f.opt_u64("head_dim")? {
+            Some(0) => return Err(Refusal::bad("head_dim", "must be positive")),
+            Some(d) => d,
+            None if hidden_size % heads == 0 => hidden_size / heads,
+            None => {
+                return Err(Refusal::bad(
                     "num_attention_heads",
                     format!(
                         "{heads} does not divide hidden_size {hidden_size} and head_dim is absent"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         if head_dim % 2 != 0 {
             return Err(Refusal::bad(
                 "head_dim",
@@ -225,12 +226,14 @@ fn parse_scaling(v: &Value, field: &str) -> Result<Option<RopeScaling>, Refusal>
             mscale_all_dim: s.opt_f64("mscale_all_dim")?.unwrap_or(0.0),
             attention_factor: s.opt_f64("attention_factor")?,
         },
-        other => return Err(Refusal::bad(
-            format!("{field}.rope_type"),
-            format!(
+        other => {
+            return Err(Refusal::bad(
+                format!("{field}.rope_type"),
+                format!(
                 "'{other}' is not supported (supported: default, linear, dynamic, llama3, yarn)"
             ),
-        )),
+            ))
+        }
     }))
 }
 
