@@ -374,8 +374,9 @@ impl Progress for FileProgress {
     }
 
     fn finish(&mut self) {
-        if let Some(bar) = &self.bar {
+        if let Some(bar) = self.bar.take() {
             bar.finish();
+            eprintln!(); // keep each finished file's bar on its own line
         }
     }
 }
