@@ -1,1 +1,0 @@
-//! Matrix products over packed (quantized) weights.
