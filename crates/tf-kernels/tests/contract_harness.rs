@@ -110,7 +110,7 @@ fn each_failure_kind_is_reported() {
         for (r, o) in rows.iter().zip(out.chunks_exact_mut(W)) {
             prefix_row(r, o);
         }
-        if calls.get() % 2 == 0 && rows.len() == 100 {
+        if calls.get().is_multiple_of(2) && rows.len() == 100 {
             out[5] = f32::from_bits(out[5].to_bits() ^ 1);
         }
     };

@@ -246,7 +246,7 @@ fn rope_contract(name: &str, cfg: RopeConfig, max_pos: usize) {
     let rope = Rope::new(cfg.clone()).unwrap();
     let (inv, att) = reference_inv_freq(&cfg);
     let gen = move |r: &mut Rng, i: usize| {
-        let pos = if i % 2 == 0 {
+        let pos = if i.is_multiple_of(2) {
             r.below(64)
         } else {
             r.below(max_pos)
@@ -356,4 +356,38 @@ fn rope_refuses_bad_configs() {
     assert!(!bad(|c| c.rotary_dim = 2));
     let rope = Rope::new(smollm()).unwrap();
     assert!(rope.apply(&mut [0.0; 63], 1, 3).is_err());
+}
+
+#[test]
+fn rope_scaling_from_hf_json() {
+    use serde_json::json;
+    let parse = |v: serde_json::Value| RopeScaling::from_hf_json(Some(&v), 131072);
+    assert_eq!(
+        RopeScaling::from_hf_json(None, 8192).unwrap(),
+        RopeScaling::None
+    );
+    assert_eq!(parse(json!(null)).unwrap(), RopeScaling::None);
+    assert_eq!(
+        parse(json!({"rope_type": "default"})).unwrap(),
+        RopeScaling::None
+    );
+    assert_eq!(
+        parse(json!({"type": "linear", "factor": 2.0})).unwrap(),
+        RopeScaling::Linear { factor: 2.0 }
+    );
+    let l3 = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192});
+    assert_eq!(parse(l3).unwrap(), llama3().scaling);
+    let y = json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768});
+    assert_eq!(parse(y).unwrap(), yarn().scaling);
+    // yarn without factor: max_position_embeddings / original.
+    match parse(json!({"rope_type": "yarn", "original_max_position_embeddings": 4096})).unwrap() {
+        RopeScaling::Yarn { factor, .. } => assert_eq!(factor, 32.0),
+        other => panic!("{other:?}"),
+    }
+    // Named refusals.
+    let e = parse(json!({"rope_type": "dynamic", "factor": 2.0})).unwrap_err();
+    assert!(e.to_string().contains("dynamic"), "{e}");
+    assert!(parse(json!({"rope_type": "linear"})).is_err());
+    assert!(parse(json!({"rope_type": "llama3", "factor": "8"})).is_err());
 }

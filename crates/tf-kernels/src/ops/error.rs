@@ -47,6 +47,14 @@ pub enum OpError {
         /// The rule it breaks.
         why: &'static str,
     },
+    /// A `rope_scaling` type this crate does not implement.
+    #[error(
+        "rope: unsupported rope_type `{rope_type}` (supported: default, linear, llama3, yarn)"
+    )]
+    UnsupportedRopeType {
+        /// The `rope_type` (or legacy `type`) string from config.json.
+        rope_type: String,
+    },
     /// A scalar operator parameter is outside its valid range (e.g. eps < 0, cap <= 0).
     #[error("{op}: invalid parameter `{param}` = {value}: {why}")]
     Param {

@@ -11,6 +11,7 @@ pub mod error;
 pub mod kv;
 pub mod norm;
 pub mod rope;
+pub mod rope_config;
 pub mod simd;
 pub mod softmax;
 
