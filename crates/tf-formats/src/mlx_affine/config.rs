@@ -66,9 +66,17 @@ impl QuantizationConfig {
     /// mx.quantize's defaults (4 and 64). A `quantization_config` naming a `quant_method`
     /// (gptq, awq, fp8, ...) and any mode other than "affine" are refused by name.
     pub fn from_config(config_json: &Value) -> Result<Option<Self>, MlxError> {
+        match config_json {
+            Value::Object(map) => Self::from_config_map(map),
+            _ => Ok(None),
+        }
+    }
+
+    /// [`Self::from_config`] on the config's top-level object.
+    pub fn from_config_map(config: &Map<String, Value>) -> Result<Option<Self>, MlxError> {
         let (key, q) = match (
-            config_json.get("quantization"),
-            config_json.get("quantization_config"),
+            config.get("quantization"),
+            config.get("quantization_config"),
         ) {
             (Some(q), _) => ("quantization", q),
             (None, Some(q)) => ("quantization_config", q),

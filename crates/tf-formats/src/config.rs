@@ -1,1 +1,0 @@
-//! config.json, generation_config.json and tokenizer_config.json.
