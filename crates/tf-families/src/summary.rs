@@ -78,6 +78,8 @@ pub struct Summary {
     pub planned_bytes: u64,
     /// Tensors present but unused.
     pub ignored_tensors: usize,
+    /// Whether the output head reuses the embedding table.
+    pub head_tied: bool,
     /// Formats served by a slower kernel path, if any.
     pub slow_formats: Vec<String>,
     /// Per-stream memory at the requested context.
@@ -135,6 +137,11 @@ pub fn summarize(plan: &ModelPlan, tensors: &[TensorEntry], context: u64) -> Sum
             .map(|t| t.format.storage_bytes(t.elements()))
             .sum(),
         ignored_tensors: plan.ignored().len(),
+        head_tied: match plan {
+            ModelPlan::Llama(p) => p.lm_head.is_none(),
+            ModelPlan::NemotronH(p) => p.lm_head.is_none(),
+            ModelPlan::MuseSpark(_) => false,
+        },
         slow_formats: slow.into_iter().collect(),
         memory: memory(plan, context),
     }
@@ -307,6 +314,9 @@ impl fmt::Display for Summary {
                 count(c.params),
                 bytes(c.bytes)
             )?;
+        }
+        if self.head_tied {
+            writeln!(f, "  {:<19} tied to the embedding", "head")?;
         }
         if !self.slow_formats.is_empty() {
             writeln!(f, "slow paths  {}", self.slow_formats.join(", "))?;

@@ -119,6 +119,7 @@ fn bolt_like_puzzle_summary() {
     assert_eq!(class("embedding").formats, vec!["mlx-affine-4bit-g64"]);
     assert_eq!(class("router").formats, vec!["F32"]);
     assert_eq!(class("head").params, 131072 * 4096);
+    assert!(!s.head_tied);
 
     let b = STATE_ELEMENT_BYTES;
     let mm = &s.memory;
