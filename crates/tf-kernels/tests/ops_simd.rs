@@ -137,3 +137,44 @@ fn contract_silu_close_to_f64() {
     assert_eq!(portable::silu(-200.0), -0.0);
     assert_eq!(portable::silu(200.0), 200.0);
 }
+
+#[test]
+fn row_primitives_equal_portable_on_every_isa() {
+    let mut rng = Rng::new(21);
+    // Widths around the 8/16/64-element blocks; strides larger than the width (GQA layouts).
+    for width in [1usize, 7, 8, 15, 16, 37, 64, 65, 100, 128, 130] {
+        for rows in [0usize, 1, 3, 17, 64] {
+            let stride = width * 3 + 1;
+            let base = rng.vec_normal(rows.max(1) * stride, 1.0);
+            let q = rng.vec_normal(width, 1.0);
+            let p = rng.vec_uniform(rows, 0.0, 1.0);
+            let init = rng.vec_normal(width, 1.0);
+            let mut want_s = vec![0.0; rows];
+            portable::dot_rows(&q, &base, stride, 0.125, &mut want_s);
+            let mut want_a = init.clone();
+            portable::axpy_rows(&p, &base, stride, &mut want_a);
+            // The row forms equal the one-row primitives (same order, same fmas).
+            for j in 0..rows {
+                let d = portable::dot(&q, &base[j * stride..][..width]) * 0.125;
+                assert_eq!(want_s[j].to_bits(), d.to_bits());
+            }
+            for &isa in &Isa::available() {
+                let k = isa.kind();
+                let mut s = vec![0.0; rows];
+                simd::dot_rows(isa, &q, &base, stride, 0.125, &mut s);
+                assert_eq!(
+                    bits(&s),
+                    bits(&want_s),
+                    "dot_rows {k:?} w={width} rows={rows}"
+                );
+                let mut a = init.clone();
+                simd::axpy_rows(isa, &p, &base, stride, &mut a);
+                assert_eq!(
+                    bits(&a),
+                    bits(&want_a),
+                    "axpy_rows {k:?} w={width} rows={rows}"
+                );
+            }
+        }
+    }
+}

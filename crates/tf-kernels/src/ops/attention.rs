@@ -138,10 +138,8 @@ pub fn attend(
         .enumerate()
     {
         let kvh = h / group;
-        for (j, s) in scratch.scores.iter_mut().enumerate() {
-            let k = &keys[j * row_w + kvh * hd..][..hd];
-            *s = simd::dot(isa, q, k) * params.scale;
-        }
+        let scale = params.scale;
+        simd::dot_rows(isa, q, &keys[kvh * hd..], row_w, scale, &mut scratch.scores);
         if let Some(cap) = params.softcap {
             for s in scratch.scores.iter_mut() {
                 *s = softcap(*s, cap);
@@ -151,10 +149,13 @@ pub fn attend(
         simd::exp_shifted(isa, &scratch.scores, m, &mut scratch.probs);
         let l = simd::sum(isa, &scratch.probs);
         scratch.acc.fill(0.0);
-        for (j, &p) in scratch.probs.iter().enumerate() {
-            let v = &values[j * row_w + kvh * hd..][..hd];
-            simd::axpy(isa, p, v, &mut scratch.acc);
-        }
+        simd::axpy_rows(
+            isa,
+            &scratch.probs,
+            &values[kvh * hd..],
+            row_w,
+            &mut scratch.acc,
+        );
         for (o, &a) in out.iter_mut().zip(&scratch.acc) {
             *o = a / l;
         }

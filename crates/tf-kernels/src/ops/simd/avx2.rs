@@ -43,6 +43,7 @@ unsafe fn fold_max(lo: __m256, hi: __m256) -> f32 {
     _mm_cvtss_f32(s1)
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -208,4 +209,48 @@ pub unsafe fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
         i += W;
     }
     portable::silu_mul(&gate[full..n], &up[full..n], &mut out[full..n]);
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_rows(q: &[f32], base: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    let n = q.len();
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot(q, &base[j * stride..][..n]) * scale;
+    }
+}
+
+/// Keeps up to eight 8-lane accumulators in registers across all rows (full 8-lane chunks only;
+/// the remainder goes through `portable::axpy_rows`); equals `portable::axpy_rows` bit for bit.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn axpy_rows(p: &[f32], base: &[f32], stride: usize, acc: &mut [f32]) {
+    let n = acc.len();
+    let rows = p.len();
+    if rows > 0 {
+        assert!(base.len() >= (rows - 1) * stride + n);
+    }
+    const BLOCK: usize = 8 * W;
+    let full = n / W * W;
+    let mut start = 0;
+    while start < full {
+        let chunks = ((full - start) / W).min(BLOCK / W);
+        let pa = acc.as_mut_ptr().add(start);
+        let mut a: [__m256; 8] = [_mm256_setzero_ps(); 8];
+        for (c, r) in a.iter_mut().enumerate().take(chunks) {
+            *r = _mm256_loadu_ps(pa.add(c * W));
+        }
+        for (j, &pj) in p.iter().enumerate() {
+            let vp = _mm256_set1_ps(pj);
+            let pv = base.as_ptr().add(j * stride + start);
+            for (c, r) in a.iter_mut().enumerate().take(chunks) {
+                *r = _mm256_fmadd_ps(vp, _mm256_loadu_ps(pv.add(c * W)), *r);
+            }
+        }
+        for (c, r) in a.iter().enumerate().take(chunks) {
+            _mm256_storeu_ps(pa.add(c * W), *r);
+        }
+        start += chunks * W;
+    }
+    if full < n {
+        portable::axpy_rows(p, &base[full.min(base.len())..], stride, &mut acc[full..]);
+    }
 }

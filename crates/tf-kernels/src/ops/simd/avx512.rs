@@ -42,6 +42,7 @@ unsafe fn fold_max(acc: __m512) -> f32 {
     _mm_cvtss_f32(s1)
 }
 
+#[inline]
 #[target_feature(enable = "avx512f")]
 pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -223,5 +224,79 @@ pub unsafe fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
             _mm512_maskz_loadu_ps(m, up.as_ptr().add(full)),
         );
         _mm512_mask_storeu_ps(out.as_mut_ptr().add(full), m, v);
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+pub unsafe fn dot_rows(q: &[f32], base: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    let n = q.len();
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot(q, &base[j * stride..][..n]) * scale;
+    }
+}
+
+/// Keeps up to four 16-lane accumulators in registers across all rows; each lane still sees
+/// `fma(p[j], v[j], acc)` for `j` ascending, so the result equals `portable::axpy_rows`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn axpy_rows(p: &[f32], base: &[f32], stride: usize, acc: &mut [f32]) {
+    let n = acc.len();
+    let rows = p.len();
+    if rows > 0 {
+        assert!(base.len() >= (rows - 1) * stride + n);
+    }
+    const BLOCK: usize = 4 * LANES;
+    let mut start = 0;
+    while start < n {
+        let width = (n - start).min(BLOCK);
+        let masks: [__mmask16; 4] = std::array::from_fn(|c| {
+            let lo = c * LANES;
+            if width >= lo + LANES {
+                0xFFFF
+            } else if width > lo {
+                tail_mask(width - lo)
+            } else {
+                0
+            }
+        });
+        let pa = acc.as_mut_ptr().add(start);
+        if width == BLOCK {
+            // Four full registers: the common head_dim 64 / 128 case, no masks in the loop.
+            let (mut a0, mut a1, mut a2, mut a3) = (
+                _mm512_loadu_ps(pa),
+                _mm512_loadu_ps(pa.add(LANES)),
+                _mm512_loadu_ps(pa.add(2 * LANES)),
+                _mm512_loadu_ps(pa.add(3 * LANES)),
+            );
+            for (j, &pj) in p.iter().enumerate() {
+                let vp = _mm512_set1_ps(pj);
+                let pv = base.as_ptr().add(j * stride + start);
+                a0 = _mm512_fmadd_ps(vp, _mm512_loadu_ps(pv), a0);
+                a1 = _mm512_fmadd_ps(vp, _mm512_loadu_ps(pv.add(LANES)), a1);
+                a2 = _mm512_fmadd_ps(vp, _mm512_loadu_ps(pv.add(2 * LANES)), a2);
+                a3 = _mm512_fmadd_ps(vp, _mm512_loadu_ps(pv.add(3 * LANES)), a3);
+            }
+            _mm512_storeu_ps(pa, a0);
+            _mm512_storeu_ps(pa.add(LANES), a1);
+            _mm512_storeu_ps(pa.add(2 * LANES), a2);
+            _mm512_storeu_ps(pa.add(3 * LANES), a3);
+            start += width;
+            continue;
+        }
+        let mut a: [__m512; 4] =
+            std::array::from_fn(|c| _mm512_maskz_loadu_ps(masks[c], pa.add(c * LANES)));
+        for (j, &pj) in p.iter().enumerate() {
+            let vp = _mm512_set1_ps(pj);
+            let pv = base.as_ptr().add(j * stride + start);
+            for c in 0..4 {
+                if masks[c] != 0 {
+                    let v = _mm512_maskz_loadu_ps(masks[c], pv.add(c * LANES));
+                    a[c] = _mm512_fmadd_ps(vp, v, a[c]);
+                }
+            }
+        }
+        for c in 0..4 {
+            _mm512_mask_storeu_ps(pa.add(c * LANES), masks[c], a[c]);
+        }
+        start += width;
     }
 }

@@ -132,3 +132,28 @@ pub fn silu_mul(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) {
     let n = gate.len().min(up.len()).min(out.len());
     dispatch!(isa, silu_mul(&gate[..n], &up[..n], &mut out[..n]))
 }
+
+/// Checks that `rows` rows of `width` elements at `stride` fit in `base_len` elements.
+fn rows_fit(rows: usize, width: usize, stride: usize, base_len: usize) -> bool {
+    rows == 0 || (rows - 1) * stride + width <= base_len
+}
+
+/// `out[j] = dot(q, base[j*stride ..][..q.len()]) * scale` for `j < out.len()` (attention scores).
+/// Panics if the rows do not fit in `base` (callers pass cache slices they sized).
+pub fn dot_rows(isa: Isa, q: &[f32], base: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    assert!(
+        rows_fit(out.len(), q.len(), stride, base.len()),
+        "dot_rows: rows exceed base"
+    );
+    dispatch!(isa, dot_rows(q, base, stride, scale, out))
+}
+
+/// `acc[d] = fma(p[j], base[j*stride + d], acc[d])` for `j` ascending (attention's weighted sum).
+/// Panics if the rows do not fit in `base`.
+pub fn axpy_rows(isa: Isa, p: &[f32], base: &[f32], stride: usize, acc: &mut [f32]) {
+    assert!(
+        rows_fit(p.len(), acc.len(), stride, base.len()),
+        "axpy_rows: rows exceed base"
+    );
+    dispatch!(isa, axpy_rows(p, base, stride, acc))
+}

@@ -139,3 +139,18 @@ pub fn exp(x: f32) -> f32 {
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + exp(-x))
 }
+
+/// `out[j] = dot(q, base[j*stride ..][..q.len()]) * scale` for each `j` (attention scores).
+pub fn dot_rows(q: &[f32], base: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot(q, &base[j * stride..][..q.len()]) * scale;
+    }
+}
+
+/// `acc[d] = fma(p[j], base[j*stride + d], acc[d])` for `j` ascending (attention's weighted sum).
+pub fn axpy_rows(p: &[f32], base: &[f32], stride: usize, acc: &mut [f32]) {
+    let n = acc.len();
+    for (j, &pj) in p.iter().enumerate() {
+        axpy(pj, &base[j * stride..][..n], acc);
+    }
+}
