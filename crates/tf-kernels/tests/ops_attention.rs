@@ -5,7 +5,7 @@ use tf_kernels::contract::{
     assert_catches, assert_contract, CheckConfig, Failure, Rng, RowOp, Tolerance,
 };
 use tf_kernels::ops::simd::portable;
-use tf_kernels::ops::{attend, AttnParams, AttnScratch, KvCache, LayerKv};
+use tf_kernels::ops::{attend, attend_rows, AttnParams, AttnRow, AttnScratch, KvCache, LayerKv};
 
 /// One query row: which stream, at which absolute position, and the query.
 #[derive(Clone, Debug)]
@@ -77,11 +77,17 @@ fn make_streams(p: &AttnParams, seed: u64) -> Vec<LayerKv> {
 }
 
 fn run_rows(p: &AttnParams, streams: &[LayerKv], rows: &[Row], out: &mut [f32]) {
-    let w = p.n_heads * p.head_dim;
+    let q: Vec<f32> = rows.iter().flat_map(|r| r.q.clone()).collect();
+    let batch: Vec<AttnRow> = rows
+        .iter()
+        .map(|r| AttnRow {
+            cache: &streams[r.stream],
+            q_pos: r.pos,
+        })
+        .collect();
+    // One scratch reused across the call: stale contents must not leak between rows.
     let mut scratch = AttnScratch::new();
-    for (row, o) in rows.iter().zip(out.chunks_exact_mut(w)) {
-        attend(&row.q, &streams[row.stream], row.pos, p, o, &mut scratch).unwrap();
-    }
+    attend_rows(&q, &batch, p, out, &mut scratch).unwrap();
 }
 
 fn contract_for(name: &str, p: AttnParams, cfg: &CheckConfig) {

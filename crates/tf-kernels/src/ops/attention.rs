@@ -162,3 +162,33 @@ pub fn attend(
     }
     Ok(())
 }
+
+/// One row of a batched attention call: its stream's layer cache and its absolute position.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnRow<'a> {
+    /// The row's own stream's cache for this layer.
+    pub cache: &'a LayerKv,
+    /// The row's absolute position.
+    pub q_pos: usize,
+}
+
+/// [`attend`] for `rows.len()` query rows (`q` and `out` are `rows.len() * n_heads * head_dim`),
+/// each over its own stream's cache; every row is computed exactly as alone.
+pub fn attend_rows(
+    q: &[f32],
+    rows: &[AttnRow<'_>],
+    params: &AttnParams,
+    out: &mut [f32],
+    scratch: &mut AttnScratch,
+) -> Result<(), OpError> {
+    let w = params.n_heads * params.head_dim;
+    check_len("attention", "q", rows.len() * w, q.len())?;
+    check_len("attention", "out", rows.len() * w, out.len())?;
+    if w == 0 {
+        return params.validate();
+    }
+    for ((qr, or), row) in q.chunks_exact(w).zip(out.chunks_exact_mut(w)).zip(rows) {
+        attend(qr, row.cache, row.q_pos, params, or, scratch)?;
+    }
+    Ok(())
+}
