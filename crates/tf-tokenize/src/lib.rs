@@ -7,6 +7,7 @@ mod gguf_vocab;
 mod hf_files;
 mod pre_tokenizer;
 mod stream;
+pub mod template;
 mod tokenizer;
 
 pub use error::{Result, TokenizerError};
@@ -14,4 +15,5 @@ pub use gguf_vocab::{GgufVocab, TokenType};
 pub use hf_files::{pick_template, templates_from_config_value, HfConfig, NamedTemplate};
 pub use pre_tokenizer::BpePreTokenizer;
 pub use stream::StreamDecoder;
+pub use template::{ChatMessage, ChatRequest, ChatTemplate, MessageContent, TemplateError};
 pub use tokenizer::{Tokenizer, VocabKind};
