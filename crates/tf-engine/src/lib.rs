@@ -1,4 +1,6 @@
 //! Streams, rounds of batched rows, per-stream state, the keyed sampler.
 
+pub mod generate;
 pub mod sampler;
+pub mod score;
 pub mod stop;

@@ -1,0 +1,73 @@
+//! The interface every family's forward pass implements.
+
+use crate::error::ModelError;
+use tf_kernels::ops::KvCache;
+
+/// One token of one stream in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    /// Index of the stream's state in the `states` slice of the call.
+    pub stream: usize,
+    /// Absolute position of the token in its stream (0-based).
+    pub pos: usize,
+    /// The token id.
+    pub token: u32,
+    /// Whether the caller wants this row's logits.
+    pub logits: bool,
+}
+
+/// Everything one stream carries between rounds.
+#[derive(Debug, Clone)]
+pub struct StreamState {
+    /// Attention keys and values, one layer cache per attention layer.
+    pub kv: KvCache,
+    /// Tokens consumed so far (the next row's position).
+    pub len: usize,
+}
+
+impl StreamState {
+    /// Rolls the stream back to its first `len` tokens (a rejected draft, a resumed prefix).
+    pub fn truncate(&mut self, len: usize) {
+        self.kv.truncate(len);
+        self.len = self.len.min(len);
+    }
+
+    /// Bytes held by the state.
+    pub fn bytes(&self) -> usize {
+        self.kv.bytes()
+    }
+}
+
+/// Facts about a loaded model the engine needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// The family ("llama", ...).
+    pub family: &'static str,
+    /// Rows of the logits.
+    pub vocab_size: usize,
+    /// Longest stream the model accepts.
+    pub context: usize,
+    /// KV (and state) bytes one more token of a stream costs.
+    pub state_bytes_per_token: usize,
+    /// Bytes of weights read from the checkpoint.
+    pub weight_bytes: usize,
+}
+
+/// A loaded model: a forward pass over rounds of rows.
+pub trait Model: Send {
+    /// Facts about the model.
+    fn info(&self) -> &ModelInfo;
+
+    /// A fresh, empty stream state.
+    fn new_state(&self) -> StreamState;
+
+    /// Runs one round. Each row must continue its stream (`row.pos == states[row.stream].len`
+    /// at the time the row is reached; a stream's rows come in ascending position). Logits of the
+    /// rows with `logits == true` are written to `logits`, `vocab_size` each, in row order.
+    fn forward(
+        &mut self,
+        rows: &[Row],
+        states: &mut [&mut StreamState],
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError>;
+}
