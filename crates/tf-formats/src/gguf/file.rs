@@ -152,7 +152,10 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
-    /// The bytes of a tensor's data (zero-copy); empty if `info` does not lie in this file.
+    /// The bytes of a tensor's data (zero-copy): `info.offset .. info.offset + info.n_bytes`.
+    ///
+    /// Infos from [`GgufFile::tensors`] always lie in the file; for a range outside it (an
+    /// info from another file) this returns an empty slice rather than panicking.
     pub fn tensor_data(&self, info: &GgufTensorInfo) -> &[u8] {
         let range = usize::try_from(info.offset)
             .ok()
