@@ -5,6 +5,13 @@ Outputs (committed):
   crates/tf-tokenize/tests/data/smollm2_refs.json   texts -> ids for the real default model
   crates/tf-tokenize/tests/data/spm_tiny.gguf       a tiny llama-SPM vocabulary (no tensors)
   crates/tf-tokenize/tests/data/spm_tiny_refs.json  texts -> ids for that vocabulary
+  crates/tf-tokenize/tests/data/pre_<name>.gguf     a tiny byte-level vocabulary whose merges cross
+                                                    word boundaries, one file per pre-tokenizer
+  crates/tf-tokenize/tests/data/pre_refs.json       texts -> ids for each of those
+  crates/tf-tokenize/tests/data/hf_bytelevel/       a tokenizer.json (+ config files) trained here
+  crates/tf-tokenize/tests/data/hf_spm/             the SPM fixture as a Llama-style tokenizer.json
+  crates/tf-tokenize/tests/data/hf_refs.json        texts -> ids for those two, from the Python
+                                                    `tokenizers` package (tests our loading path)
 
 References, most independent first:
   * llama.cpp's `llama-tokenize` on the same GGUF, when a build is found (--llama-tokenize or
@@ -361,6 +368,141 @@ def spm_reference(sp, tokens, types, text):
     return ids
 
 
+# ------------------------------------------- pre-tokenizer fixtures (synthetic vocabularies)
+
+PRE_NAMES = ["default", "gpt-2", "smollm", "llama-bpe", "qwen2"]
+# Control tokens, as real vocabularies mark them. (llama.cpp would also promote a normal-typed
+# `<|im_end|>` to control by its name; we do not copy that heuristic.)
+CONTROL_NAMES = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def train_cross_boundary_bpe():
+    """A byte-level BPE trained with no pre-split, so its merges cross spaces, digits and
+    newlines: encoding then depends on where the pre-tokenizer cuts."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=700,
+        special_tokens=CONTROL_NAMES,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = SPM_CORPUS + [t for t in TEXTS if t] * 3
+    tok.train_from_iterator(corpus, trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+    tokens = [t for t, _ in vocab]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return tokens, merges
+
+
+def write_bpe_gguf(path, tokens, merges, pre):
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_block_count(1)
+    w.add_feed_forward_length(16)
+    w.add_head_count(1)
+    w.add_head_count_kv(1)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(8)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in CONTROL_NAMES else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(0)
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def build_pre_fixtures(llama_bin):
+    tokens, merges = train_cross_boundary_bpe()
+    doc = {"texts": TEXTS, "vocabularies": {}}
+    for pre in PRE_NAMES:
+        path = os.path.join(DATA, f"pre_{pre}.gguf")
+        write_bpe_gguf(path, tokens, merges, pre)
+        v = read_vocab(path)
+        refs = {"python-llama.cpp-bpe": [PyBpe(v).encode(t) for t in TEXTS]}
+        if llama_bin:
+            refs["llama.cpp"] = [llama_tokenize(llama_bin, path, t) for t in TEXTS]
+        if not agree(f"pre_{pre}", refs, TEXTS):
+            sys.exit(1)
+        ids = refs[list(refs)[0]]
+        doc["vocabularies"][pre] = {"file": os.path.basename(path), "references": sorted(refs), "ids": ids}
+        print(f"pre_{pre}: {len(tokens)} tokens, {len(merges)} merges, references {sorted(refs)}")
+    # The families must actually split differently on these texts, or the test proves little.
+    distinct = {json.dumps(d["ids"]) for d in doc["vocabularies"].values()}
+    assert len(distinct) == len(PRE_NAMES), "pre-tokenizer fixtures do not tell the families apart"
+    with open(os.path.join(DATA, "pre_refs.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+        f.write("\n")
+
+
+# ------------------------------------------------------ tokenizer.json fixtures
+
+HF_TEMPLATE_DEFAULT = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+HF_TEMPLATE_TOOLS = "{{ tools | tojson }}\n" + HF_TEMPLATE_DEFAULT
+
+
+def build_hf_fixtures(spm_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    doc = {}
+    # A byte-level BPE tokenizer.json, trained here.
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(SPM_CORPUS, trainer)
+    d = os.path.join(DATA, "hf_bytelevel")
+    os.makedirs(d, exist_ok=True)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token": "<|im_start|>", "eos_token": {"content": "<|im_end|>", "special": True},
+                   "chat_template": [{"name": "default", "template": HF_TEMPLATE_DEFAULT},
+                                     {"name": "tool_use", "template": HF_TEMPLATE_TOOLS}]}, f, indent=1)
+    with open(os.path.join(d, "generation_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"eos_token_id": [2, 0]}, f)
+    doc["hf_bytelevel"] = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
+
+    # The SPM fixture as transformers writes a Llama tokenizer.json.
+    from transformers.integrations.gguf import gguf_tokenizer_mapping as m
+
+    v = read_vocab(spm_path)
+    dct = {"tokenizer_type": "llama", "tokens": v["tokens"], "token_type": v["types"], "scores": v["scores"]}
+    hf = m.add_gguf_special_tokens(m.select_tokenizer_builder("llama", "llama")(dct), dct)
+    backend = hf.backend_tokenizer
+    d = os.path.join(DATA, "hf_spm")
+    os.makedirs(d, exist_ok=True)
+    backend.save(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "chat_template": HF_TEMPLATE_DEFAULT}, f, indent=1)
+    doc["hf_spm"] = [backend.encode(t, add_special_tokens=False).ids for t in SPM_TEXTS]
+    doc["hf_spm_with_specials"] = backend.encode("Hello world", add_special_tokens=True).ids
+    doc["hf_spm_decoded"] = [backend.decode(ids, skip_special_tokens=False) for ids in doc["hf_spm"]]
+    doc["texts"] = TEXTS
+    doc["spm_texts"] = SPM_TEXTS
+    with open(os.path.join(DATA, "hf_refs.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+        f.write("\n")
+    print(f"hf fixtures: byte-level {tok.get_vocab_size()} tokens, spm {backend.get_vocab_size()} tokens")
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -436,6 +578,9 @@ def main():
         f.write("\n")
     print(f"spm_tiny: {len(tokens)} pieces, {len(SPM_TEXTS)} texts, references {sorted(refs)}; "
           f"transformers disagrees on {len(tf_disagree)}")
+
+    build_pre_fixtures(args.llama_tokenize if have_llama else None)
+    build_hf_fixtures(spm_path)
 
 
 if __name__ == "__main__":
