@@ -7,6 +7,8 @@ Runs under pytest, or standalone (`python3 scripts/fidelity/test_compare.py`, pr
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import sys
 import tempfile
@@ -36,7 +38,9 @@ def _run(ref: np.ndarray, ours: np.ndarray, *flags: str, tokens=True) -> tuple[i
         rp, op, jp = Path(d) / "ref.safetensors", Path(d) / "ours.npy", Path(d) / "s.json"
         save_logits(rp, ref, _tokens() if tokens else None)
         save_logits(op, ours)
-        rc = compare.main(["--ref", str(rp), "--ours", str(op), "--json", str(jp), *flags])
+        sink = io.StringIO()  # keep compare's report out of the test runner's output
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            rc = compare.main(["--ref", str(rp), "--ours", str(op), "--json", str(jp), *flags])
         import json
 
         summary = json.loads(jp.read_text()) if jp.exists() else {}
