@@ -151,6 +151,9 @@ fn all_types_file_matches_its_json() {
     assert_eq!((q4k.ty, q4k.n_bytes), (GgmlType::Q4K, 2 * 144));
     let values = dequantize(q4k.ty, f.tensor_data(q4k), q4k.n_elements() as usize).unwrap();
     assert_eq!(values.len(), 512);
+    assert_eq!(f.dequantize_tensor(q4k).unwrap(), values);
+    let embd = f.tensor("embd.weight").unwrap();
+    assert_eq!(f.dequantize_tensor(embd).unwrap().len(), 15);
 }
 
 #[test]

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 
+use super::dequant::dequantize;
 use super::error::GgufError;
 use super::reader::Cursor;
 use super::types::{GgmlType, MetaValue};
@@ -164,6 +165,15 @@ impl GgufFile {
         range
             .and_then(|r| self.backing.bytes().get(r))
             .unwrap_or(&[])
+    }
+
+    /// A whole tensor dequantized to f32 by the reference dequantizer (see [`dequantize`]).
+    pub fn dequantize_tensor(&self, info: &GgufTensorInfo) -> Result<Vec<f32>, GgufError> {
+        let n = usize::try_from(info.n_elements()).map_err(|_| GgufError::ShapeOverflow {
+            tensor: info.name.clone(),
+            dims: info.dims.clone(),
+        })?;
+        dequantize(info.ty, self.tensor_data(info), n)
     }
 
     /// The whole file's bytes.
