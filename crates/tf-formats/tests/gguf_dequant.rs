@@ -33,8 +33,16 @@ fn load(stem: &str) -> Vector {
     let n_bytes = u32_at(&bytes, 16) as usize;
     let n_elements = u32_at(&bytes, 20) as usize;
     assert_eq!(n_bytes, n_blocks * ty.type_size(), "{stem}: byte count");
-    assert_eq!(n_elements, n_blocks * ty.block_size(), "{stem}: element count");
-    assert_eq!(bytes.len(), 24 + n_bytes + 4 * n_elements, "{stem}: file length");
+    assert_eq!(
+        n_elements,
+        n_blocks * ty.block_size(),
+        "{stem}: element count"
+    );
+    assert_eq!(
+        bytes.len(),
+        24 + n_bytes + 4 * n_elements,
+        "{stem}: file length"
+    );
     let raw = bytes[24..24 + n_bytes].to_vec();
     let expected = bytes[24 + n_bytes..]
         .chunks_exact(4)
@@ -201,9 +209,10 @@ fn size_errors_are_named() {
     ));
     assert!(matches!(
         dequantize(GgmlType::Q8_1, &[0u8; 36], 32),
-        Err(GgufError::UnsupportedDequant {
-            ty: GgmlType::Q8_1
-        })
+        Err(GgufError::UnsupportedDequant { ty: GgmlType::Q8_1 })
     ));
-    assert_eq!(dequantize(GgmlType::Q4_0, &[], 0).unwrap(), Vec::<f32>::new());
+    assert_eq!(
+        dequantize(GgmlType::Q4_0, &[], 0).unwrap(),
+        Vec::<f32>::new()
+    );
 }
