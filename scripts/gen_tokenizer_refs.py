@@ -3,6 +3,7 @@
 
 Outputs (committed):
   crates/tf-tokenize/tests/data/smollm2_refs.json   texts -> ids for the real default model
+  crates/tf-tokenize/tests/data/smollm2_fuzz_refs.json  seeded random strings -> ids, same model
   crates/tf-tokenize/tests/data/spm_tiny.gguf       a tiny llama-SPM vocabulary (no tensors)
   crates/tf-tokenize/tests/data/spm_tiny_refs.json  texts -> ids for that vocabulary
   crates/tf-tokenize/tests/data/pre_<name>.gguf     a tiny byte-level vocabulary whose merges cross
@@ -79,6 +80,42 @@ SPM_TEXTS = TEXTS + [
     "unseen characters: ꙮ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ŀ",
 ]
 
+FUZZ_POOLS = [
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+    "0123456789",
+    "0123456789.,-+%$",
+    "!\"#&'()*,-./:;<=>?@[\\]^_`{|}~",
+    " \t\n\r\u00a0\u2009\u3000",
+    "   \n\n",
+    "àáâãäåæçèéêëìíîïñòóôõöøùúûüýÿßœŒ",
+    "e\u0301a\u0308o\u0303",
+    "你好世界中文字符测试一二三",
+    "ひらがなカタカナ",
+    "한국어안녕",
+    "हिन्दीاللغة",
+    "😀👍🏽❤️🇫🇷👨‍👩‍👧\ufe0f\u200d",
+    "²³¹½¼⅓ⅷ①",
+]
+FUZZ_INSERTS = ["'s", "'LL", "'Re", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "\u2581", "ſ", "ﬁ"]
+
+
+def fuzz_texts(n, seed=20241130):
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 8)):
+            if rng.random() < 0.15:
+                parts.append(rng.choice(FUZZ_INSERTS))
+            else:
+                pool = rng.choice(FUZZ_POOLS)
+                parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 9))))
+        out.append("".join(parts))
+    return out
+
+
 SPM_CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
     "The capital of France is Paris, and the capital of Japan is Tokyo.",
@@ -138,7 +175,7 @@ def llama_tokenize(binary, model, text):
         name = tmp.name
     try:
         out = subprocess.run(
-            [binary, "-m", model, "-f", name, "--ids", "--no-bos", "--log-disable"],
+            [binary, "-m", model, "-f", name, "--ids", "--no-bos", "--no-escape", "--log-disable"],
             capture_output=True,
             check=True,
         ).stdout.decode("utf-8")
@@ -553,6 +590,24 @@ def main():
         json.dump(doc, f, ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"smollm2: {len(TEXTS)} texts, references {sorted(refs)}; transformers disagrees on {len(tf_disagree)}")
+
+    # --- seeded random strings on the same model
+    fuzz = fuzz_texts(300)
+    refs = {"python-llama.cpp-bpe": [PyBpe(v).encode(t) for t in fuzz]}
+    if have_llama:
+        refs["llama.cpp"] = [llama_tokenize(args.llama_tokenize, args.model, t) for t in fuzz]
+    if not agree("smollm2_fuzz", refs, fuzz):
+        sys.exit(1)
+    doc = {
+        "model": os.path.basename(args.model),
+        "sha256": doc["sha256"],
+        "references": sorted(refs),
+        "cases": [{"text": t, "ids": ids} for t, ids in zip(fuzz, refs[list(refs)[0]])],
+    }
+    with open(os.path.join(DATA, "smollm2_fuzz_refs.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+        f.write("\n")
+    print(f"smollm2_fuzz: {len(fuzz)} texts, references {sorted(refs)}")
 
     # --- the tiny SPM fixture
     spm_path = os.path.join(DATA, "spm_tiny.gguf")

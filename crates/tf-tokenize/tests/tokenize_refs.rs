@@ -5,11 +5,11 @@ mod common;
 
 use common::*;
 
-#[test]
-fn smollm2_matches_reference_ids_and_round_trips() {
-    let Some(tok) = real_tokenizer() else { return };
-    let cases = ref_cases("smollm2_refs.json");
-    assert!(cases.len() >= 25);
+/// Every case's ids equal ours; byte-level BPE is lossless, so decode gives back the text
+/// (specials included), and our byte-wise decode equals the backend's decoder.
+fn check_byte_level_refs(tok: &tf_tokenize::Tokenizer, refs: &str, min_cases: usize) {
+    let cases = ref_cases(refs);
+    assert!(cases.len() >= min_cases);
     let mut failures = Vec::new();
     for (text, want) in &cases {
         let got = tok.encode(text, false).unwrap();
@@ -17,7 +17,6 @@ fn smollm2_matches_reference_ids_and_round_trips() {
             failures.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
             continue;
         }
-        // Byte-level BPE is lossless: decode gives back the text, specials included.
         assert_eq!(&tok.decode(&got, false).unwrap(), text);
         assert_eq!(
             tok.decode(&got, false).unwrap(),
@@ -30,6 +29,18 @@ fn smollm2_matches_reference_ids_and_round_trips() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn smollm2_matches_reference_ids_and_round_trips() {
+    let Some(tok) = real_tokenizer() else { return };
+    check_byte_level_refs(&tok, "smollm2_refs.json", 25);
+}
+
+#[test]
+fn smollm2_matches_llama_cpp_on_seeded_random_strings() {
+    let Some(tok) = real_tokenizer() else { return };
+    check_byte_level_refs(&tok, "smollm2_fuzz_refs.json", 300);
 }
 
 #[test]

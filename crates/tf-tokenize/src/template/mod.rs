@@ -30,6 +30,12 @@ pub enum TemplateError {
         /// The template's own message.
         message: String,
     },
+    /// The tokenizer carries no chat template (of the wanted name).
+    #[error("no chat template: {reason}")]
+    Missing {
+        /// What was looked for.
+        reason: String,
+    },
     /// Rendering failed for another reason (an undefined method, a type error, ...).
     #[error("chat template failed to render: {message}")]
     Render {
@@ -174,6 +180,21 @@ impl ChatTemplate {
         Ok(t)
     }
 
+    /// Compiles the tokenizer's own template: `tool_use` when `with_tools` and it has one,
+    /// else `default` (from tokenizer_config.json, chat_template.jinja or GGUF
+    /// `tokenizer.chat_template`).
+    pub fn from_tokenizer(
+        tok: &crate::Tokenizer,
+        with_tools: bool,
+    ) -> Result<ChatTemplate, TemplateError> {
+        let source = tok
+            .chat_template(with_tools)
+            .ok_or_else(|| TemplateError::Missing {
+                reason: "the tokenizer has no `default` chat template; pass one explicitly".into(),
+            })?;
+        ChatTemplate::new(source)
+    }
+
     /// Makes `strftime_now` report a fixed instant (UTC seconds since the epoch), for
     /// reproducible renders.
     pub fn with_fixed_time_utc(mut self, unix_seconds: i64) -> ChatTemplate {
@@ -275,6 +296,32 @@ mod tests {
             ChatTemplate::new("{% if %}"),
             Err(TemplateError::Syntax { .. })
         ));
+    }
+
+    #[test]
+    fn shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<ChatTemplate>();
+        assert_send_sync::<crate::Tokenizer>();
+    }
+
+    #[test]
+    fn tojson_kwargs_and_python_methods() {
+        let t = ChatTemplate::new(
+            "{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':'), sort_keys=true) }}|\
+             {{ '  a,b  '.strip().split(',') | tojson }}|{{ {'k': [1, 2.5, none, true]} | tojson }}",
+        )
+        .unwrap();
+        let mut req = ChatRequest::default();
+        req.extra.insert(
+            "x".into(),
+            serde_json::json!({"z": 1, "a": {"é": "<&>"}, "e": []}),
+        );
+        assert_eq!(
+            t.render(&req, "", "").unwrap(),
+            "{\"z\": 1, \"a\": {\"é\": \"<&>\"}, \"e\": []}|{\n  \"z\": 1,\n  \"a\": {\n    \"é\": \"<&>\"\n  },\n  \"e\": []\n}|\
+             {\"a\":{\"é\":\"<&>\"},\"e\":[],\"z\":1}|[\"a\", \"b\"]|{\"k\": [1, 2.5, null, true]}"
+        );
     }
 
     #[test]
