@@ -3,6 +3,7 @@
 //! `raise_exception`, `strftime_now`).
 
 mod pyjson;
+mod pyrepr;
 mod request;
 
 use std::sync::Arc;
@@ -165,6 +166,7 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_formatter(pyrepr::formatter);
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
         let mut t = ChatTemplate {
@@ -321,6 +323,26 @@ mod tests {
             t.render(&req, "", "").unwrap(),
             "{\"z\": 1, \"a\": {\"é\": \"<&>\"}, \"e\": []}|{\n  \"z\": 1,\n  \"a\": {\n    \"é\": \"<&>\"\n  },\n  \"e\": []\n}|\
              {\"a\":{\"é\":\"<&>\"},\"e\":[],\"z\":1}|[\"a\", \"b\"]|{\"k\": [1, 2.5, null, true]}"
+        );
+    }
+
+    #[test]
+    fn values_print_as_python_prints_them() {
+        let t = ChatTemplate::new(
+            "{{ n }}|{{ t }}|{{ f }}|{{ big }}|{{ l }}|{{ d }}|{{ u }}|{{ s }}|{{ q }}",
+        )
+        .unwrap();
+        let mut req = ChatRequest::default();
+        let extra = serde_json::json!({
+            "n": null, "t": true, "f": 1.0, "big": 1e16,
+            "l": [1, "a", null, false, 2.5, "it's"], "d": {"k": "v", "n": [1]},
+            "s": "plain", "q": ["a\nb\\", "x\"y", "both'\""]
+        });
+        req.extra = extra.as_object().unwrap().clone();
+        // The expected text is what jinja2 prints for the same values.
+        assert_eq!(
+            t.render(&req, "", "").unwrap(),
+            r#"None|True|1.0|1e+16|[1, 'a', None, False, 2.5, "it's"]|{'k': 'v', 'n': [1]}||plain|['a\nb\\', 'x"y', 'both\'"']"#
         );
     }
 
