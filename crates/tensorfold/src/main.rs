@@ -1,6 +1,9 @@
 //! `tensorfold`: an exact, receipted serving engine for language models.
 
 mod commands;
+mod model_args;
+mod safetensors_out;
+mod text;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -13,7 +16,13 @@ use std::process::ExitCode;
 /// With no MODEL, the default model (SmolLM2-135M-Instruct, Q4_1 GGUF) is used, fetched into
 /// $TENSORFOLD_HOME on first use.
 #[derive(Parser)]
-#[command(name = "tensorfold", version, about, long_about, propagate_version = true)]
+#[command(
+    name = "tensorfold",
+    version,
+    about,
+    long_about,
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,6 +44,8 @@ enum Command {
     Score(commands::score::Args),
     /// Measure prefill and decode speed.
     Bench(commands::bench::Args),
+    /// Prove exactness against a running server (concurrent == solo, ...).
+    Receipts(commands::receipts::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +58,7 @@ fn main() -> ExitCode {
         Command::Pull(a) => commands::pull::main(a),
         Command::Score(a) => commands::score::main(a),
         Command::Bench(a) => commands::bench::main(a),
+        Command::Receipts(a) => commands::receipts::main(a),
     };
     match result {
         Ok(code) => code,

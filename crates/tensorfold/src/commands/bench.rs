@@ -1,17 +1,89 @@
-//! `tensorfold models`.
+//! `tensorfold bench`: prefill and decode speed on a synthetic prompt.
 
+use crate::model_args::ModelArgs;
 use clap::Parser;
 use std::process::ExitCode;
+use tf_engine::generate::{generate, GenerateRequest};
+use tf_engine::sampler::SamplingParams;
 
-/// Arguments of `tensorfold models`.
+/// Arguments of `tensorfold bench`.
 #[derive(Parser)]
 pub struct Args {
-    /// Print JSON instead of a table.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt length (token ids spread deterministically over the vocabulary).
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens to decode after the prompt (greedy).
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Repetitions; the median of each figure is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Print one JSON object (prefill_tok_s, decode_tok_s, ttft_ms, peak_rss_bytes) on the last line.
     #[arg(long)]
     pub json: bool,
 }
 
-/// Runs `tensorfold models`.
-pub fn main(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_there_yet("models", "Foundation")
+/// Peak resident memory of this process (VmHWM), in bytes.
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Runs `tensorfold bench`.
+pub fn main(args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(args.prompt_tokens > 0, "--prompt-tokens must be at least 1");
+    anyhow::ensure!(args.repeat > 0, "--repeat must be at least 1");
+    let mut model = args.model.load()?;
+    let vocab = model.info().vocab_size as u64;
+    // A fixed, spread-out token sequence (multiplicative hashing), the same every run.
+    let prompt: Vec<u32> = (0..args.prompt_tokens as u64)
+        .map(|i| ((i * 2_654_435_761 + 17) % vocab) as u32)
+        .collect();
+    let req = GenerateRequest {
+        prompt,
+        params: SamplingParams::default(),
+        max_tokens: args.gen_tokens + 1,
+        stop_ids: Vec::new(),
+    };
+    let (mut prefill, mut decode, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.repeat {
+        let mut first = None;
+        let start = std::time::Instant::now();
+        let out = generate(model.as_mut(), &req, |_| {
+            first.get_or_insert_with(|| start.elapsed());
+            true
+        })?;
+        prefill.push(args.prompt_tokens as f64 / out.prefill_time.as_secs_f64());
+        let forwards = out.generated.len().saturating_sub(1) as f64;
+        decode.push(forwards / out.decode_time.as_secs_f64().max(1e-9));
+        ttft.push(first.map_or(0.0, |d| d.as_secs_f64() * 1e3));
+    }
+    let (p, d, t) = (median(prefill), median(decode), median(ttft));
+    let rss = peak_rss_bytes();
+    println!(
+        "prefill {p:.1} tok/s ({} tokens), decode {d:.1} tok/s ({} tokens), ttft {t:.1} ms, peak RSS {:.1} MiB",
+        args.prompt_tokens,
+        args.gen_tokens,
+        rss as f64 / (1 << 20) as f64
+    );
+    if args.json {
+        let json = serde_json::json!({
+            "prefill_tok_s": p, "decode_tok_s": d, "ttft_ms": t, "peak_rss_bytes": rss,
+            "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
+            "threads": args.model.threads,
+        });
+        println!("{json}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -22,12 +22,18 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", f.name);
         println!("  config.json model_type: {}", f.model_types.join(", "));
         if !f.gguf_architectures.is_empty() {
-            println!("  GGUF architecture:      {}", f.gguf_architectures.join(", "));
+            println!(
+                "  GGUF architecture:      {}",
+                f.gguf_architectures.join(", ")
+            );
         }
         let dense: Vec<String> = f.dense.iter().map(|d| d.to_string()).collect();
         println!("  safetensors:            {}", dense.join(", "));
         let gguf = |ts: &[tf_formats::gguf::GgmlType]| {
-            ts.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ")
+            ts.iter()
+                .map(|t| format!("{t:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         println!("  GGUF fast kernels:      {}", gguf(f.gguf_fast));
         println!("  GGUF slower kernels:    {}", gguf(f.gguf_slow));

@@ -18,5 +18,8 @@ pub struct Args {
 
 /// Runs `tensorfold serve`.
 pub fn main(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_there_yet("serve", "The server: OpenAI API, continuous batching across streams")
+    super::not_there_yet(
+        "serve",
+        "The server: OpenAI API, continuous batching across streams",
+    )
 }
