@@ -33,6 +33,7 @@ pub(crate) fn row_bytes(bytes: &[u8], row: usize, row_len: usize) -> &[u8] {
 
 /// Dequantizes row `row` of `w` into `out[..w.cols()]` (portable code). `row < w.rows()`
 /// and `out.len() >= w.cols()` are the caller's to check.
+#[inline(always)]
 pub(crate) fn decode_row_scalar(w: &PackedMatrix, row: usize, out: &mut [f32]) {
     let cols = w.cols();
     let out = &mut out[..cols];
@@ -73,6 +74,7 @@ pub(crate) fn decode_row_scalar(w: &PackedMatrix, row: usize, out: &mut [f32]) {
 }
 
 /// Q4_0: `w = d * (q - 8)` (exact: an f16 times a 4-bit integer fits f32).
+#[inline(always)]
 pub(crate) fn decode_q4_0(blk: &[u8], o: &mut [f32]) {
     let d = f16_to_f32(le16(blk, 0));
     for j in 0..16 {
@@ -83,6 +85,7 @@ pub(crate) fn decode_q4_0(blk: &[u8], o: &mut [f32]) {
 }
 
 /// Q4_1: `w = fma(d, q, m)` (= `d * q + m` rounded once, since `d * q` is exact).
+#[inline(always)]
 pub(crate) fn decode_q4_1(blk: &[u8], o: &mut [f32]) {
     let d = f16_to_f32(le16(blk, 0));
     let m = f16_to_f32(le16(blk, 2));
@@ -94,6 +97,7 @@ pub(crate) fn decode_q4_1(blk: &[u8], o: &mut [f32]) {
 }
 
 /// Q8_0: `w = d * q` (exact).
+#[inline(always)]
 pub(crate) fn decode_q8_0(blk: &[u8], o: &mut [f32]) {
     let d = f16_to_f32(le16(blk, 0));
     for j in 0..32 {
@@ -103,6 +107,7 @@ pub(crate) fn decode_q8_0(blk: &[u8], o: &mut [f32]) {
 
 /// Q4_K: per 32-element sub-block `d1 = d * sc`, `m1 = dmin * m` (both exact), then
 /// `w = fma(d1, q, -m1)` (= `d1 * q - m1` rounded once).
+#[inline(always)]
 pub(crate) fn decode_q4_k(blk: &[u8], o: &mut [f32]) {
     let d = f16_to_f32(le16(blk, 0));
     let dmin = f16_to_f32(le16(blk, 2));
@@ -122,6 +127,7 @@ pub(crate) fn decode_q4_k(blk: &[u8], o: &mut [f32]) {
 }
 
 /// Q6_K: per 16-element group `ds = d * sc` (exact), then `w = ds * q` (rounded once).
+#[inline(always)]
 pub(crate) fn decode_q6_k(blk: &[u8], o: &mut [f32]) {
     let ql = &blk[0..128];
     let qh = &blk[128..192];
@@ -148,6 +154,7 @@ pub(crate) fn decode_q6_k(blk: &[u8], o: &mut [f32]) {
 /// little-endian bit stream; `w = (scale * q) + bias` per group, two f32 operations (the
 /// product is exact for f16/bf16 scales; for f32 scales this is MLX's own f32 arithmetic).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(crate) fn decode_mlx_row(
     bits: u8,
     group_size: usize,

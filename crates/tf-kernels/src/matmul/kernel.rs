@@ -99,12 +99,15 @@ fn tile_scalar(x: &[f32], k: usize, tile: &[f32], out: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) use x86::hsum512;
+
+#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
     /// Canonical tree over a zmm (lanes l+8, then l+4, l+2, l+1).
     #[inline(always)]
-    unsafe fn hsum512(a: __m512) -> f32 {
+    pub(crate) unsafe fn hsum512(a: __m512) -> f32 {
         let lo = _mm512_castps512_ps256(a);
         let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
         hsum256_pair(lo, hi)

@@ -5,6 +5,8 @@
 //! or SIMD level. Threads split output columns `j`; each `(i, j)` sum uses the canonical
 //! arithmetic documented in `kernel` and docs/kernels.md.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod decode;
 mod kernel;
 mod level;
@@ -74,88 +76,124 @@ pub fn matmul_with_level(
     }
     let n_panels = rows.div_ceil(panel);
     let n_tasks = n_panels.min(pool.threads() * 4);
-    let out = SharedOut(y.as_mut_ptr());
+    let out = Out {
+        ptr: y.as_mut_ptr(),
+        stride: rows,
+    };
     let out = &out;
     pool.run(n_tasks, |t| {
         let (p0, p1) = (t * n_panels / n_tasks, (t + 1) * n_panels / n_tasks);
         let j0 = p0 * panel;
         let j1 = (p1 * panel).min(rows);
-        // SAFETY: tasks own disjoint column ranges [j0, j1) of every output row; `y` is
-        // borrowed mutably for the duration of `pool.run`.
-        let mut put = |i: usize, j: usize, v: f32| unsafe { *out.0.add(i * rows + j) = v };
-        columns(level, w, x, n, kp, panel, j0, j1, &mut put);
+        TILE.with(|tile| {
+            let mut tile = tile.borrow_mut();
+            if tile.len() < panel * kp {
+                tile.resize(panel * kp, 0.0);
+            }
+            #[cfg(target_arch = "x86_64")]
+            if level == SimdLevel::Avx512
+                && avx512::columns(w, x, n, &mut tile, kp, panel, j0, j1, out)
+            {
+                return;
+            }
+            columns(level, w, x, n, &mut tile, kp, panel, j0, j1, out);
+        });
     });
     Ok(())
 }
 
-/// Raw output pointer shared by tasks that write disjoint elements.
-struct SharedOut(*mut f32);
-// SAFETY: tasks write disjoint indices (see `matmul_with_level`).
-unsafe impl Sync for SharedOut {}
-unsafe impl Send for SharedOut {}
+/// The output matrix, shared by tasks that write disjoint columns.
+pub(crate) struct Out {
+    ptr: *mut f32,
+    stride: usize,
+}
+// SAFETY: tasks write disjoint elements (each owns a column range of every row), and the
+// `&mut [f32]` it points into is borrowed for the whole `pool.run` call.
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// Writes `y[i, j]`. Callers pass `i < n`, `j` inside their own column range.
+    #[inline(always)]
+    pub(crate) fn put(&self, i: usize, j: usize, v: f32) {
+        // SAFETY: see the `Sync` impl; indices are within `n * rows` by construction.
+        unsafe { *self.ptr.add(i * self.stride + j) = v }
+    }
+}
 
 thread_local! {
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Computes output columns `[j0, j1)` for all `n` rows, panel by panel.
+/// Decodes a weight row at `level` (scalar code; at AVX2 compiled with FMA/F16C enabled).
+fn decode_row(level: SimdLevel, w: &PackedMatrix, row: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if level != SimdLevel::Scalar && level.is_supported() {
+        /// SAFETY: caller checked AVX2/FMA/F16C support.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn with_fma(w: &PackedMatrix, row: usize, out: &mut [f32]) {
+            decode::decode_row_scalar(w, row, out)
+        }
+        // SAFETY: the level (AVX2 or AVX-512, both including FMA and F16C) is supported.
+        unsafe { with_fma(w, row, out) };
+        return;
+    }
+    let _ = level;
+    decode::decode_row_scalar(w, row, out)
+}
+
+/// Computes output columns `[j0, j1)` for all `n` rows, panel by panel, through the tile.
 #[allow(clippy::too_many_arguments)]
 fn columns(
     level: SimdLevel,
     w: &PackedMatrix,
     x: &[f32],
     n: usize,
+    tile: &mut [f32],
     kp: usize,
     panel: usize,
     j0: usize,
     j1: usize,
-    put: &mut dyn FnMut(usize, usize, f32),
+    out: &Out,
 ) {
     let k = w.cols();
     let (rmax, cmax) = kernel::blocking(level);
-    TILE.with(|tile| {
-        let mut tile = tile.borrow_mut();
-        if tile.len() < panel * kp {
-            tile.resize(panel * kp, 0.0);
+    let mut sums = [0f32; kernel::MAX_R * kernel::MAX_C];
+    let mut jp = j0;
+    while jp < j1 {
+        let pc = panel.min(j1 - jp);
+        for c in 0..pc {
+            let row = &mut tile[c * kp..(c + 1) * kp];
+            decode_row(level, w, jp + c, row);
+            row[k..].fill(0.0);
         }
-        let mut sums = [0f32; kernel::MAX_R * kernel::MAX_C];
-        let mut jp = j0;
-        while jp < j1 {
-            let pc = panel.min(j1 - jp);
-            for c in 0..pc {
-                let row = &mut tile[c * kp..(c + 1) * kp];
-                decode::decode_row_scalar(w, jp + c, row);
-                row[k..].fill(0.0);
-            }
-            let mut i0 = 0;
-            while i0 < n {
-                let r = rmax.min(n - i0);
-                let xr = &x[i0 * k..(i0 + r) * k];
-                let mut c0 = 0;
-                while c0 < pc {
-                    let c = cmax.min(pc - c0);
-                    kernel::tile_dot(
-                        level,
-                        xr,
-                        k,
-                        r,
-                        &tile[c0 * kp..(c0 + c) * kp],
-                        kp,
-                        c,
-                        &mut sums,
-                    );
-                    for rr in 0..r {
-                        for cc in 0..c {
-                            put(i0 + rr, jp + c0 + cc, sums[rr * c + cc]);
-                        }
+        let mut i0 = 0;
+        while i0 < n {
+            let r = rmax.min(n - i0);
+            let xr = &x[i0 * k..(i0 + r) * k];
+            let mut c0 = 0;
+            while c0 < pc {
+                let c = cmax.min(pc - c0);
+                kernel::tile_dot(
+                    level,
+                    xr,
+                    k,
+                    r,
+                    &tile[c0 * kp..(c0 + c) * kp],
+                    kp,
+                    c,
+                    &mut sums,
+                );
+                for rr in 0..r {
+                    for cc in 0..c {
+                        out.put(i0 + rr, jp + c0 + cc, sums[rr * c + cc]);
                     }
-                    c0 += c;
                 }
-                i0 += r;
+                c0 += c;
             }
-            jp += pc;
+            i0 += r;
         }
-    });
+        jp += pc;
+    }
 }
 
 /// Dequantizes weight row `row` into `out` (`out.len() == cols`): the exact values the

@@ -1,0 +1,495 @@
+//! AVX-512 paths: per-format decoders that dequantize 32 weights into two registers with
+//! exactly the scalar decoders' arithmetic, a fused decode-and-multiply kernel for few rows,
+//! and row decoding into the L1 tile for many rows. Everything unsafe here is reached only
+//! through `columns`, which the dispatcher calls after checking AVX-512 support.
+
+use super::decode::{le16, q4k_scale_min};
+use super::kernel;
+use super::weights::{FloatType, PackedMatrix, WeightData};
+use super::{Out, SimdLevel};
+use std::arch::x86_64::*;
+use tf_formats::gguf::GgmlType;
+
+/// Rows at most for which the fused kernel is used (more rows go through the tile).
+pub(super) const FUSED_MAX_N: usize = 4;
+
+/// A format's decoder: the 32 weights `[32u, 32u + 32)` of a weight row.
+trait Unit: Sync {
+    /// Per-row state (base pointers) computed once per row.
+    type Row: Copy;
+    /// SAFETY: `j` is a row of the matrix.
+    unsafe fn row(&self, j: usize) -> Self::Row;
+    /// SAFETY: AVX-512F/BW, F16C and FMA are available; `u < cols / 32`.
+    unsafe fn unit(&self, r: Self::Row, u: usize) -> (__m512, __m512);
+}
+
+#[inline(always)]
+unsafe fn f16x2(p: *const u8) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)))
+}
+
+#[inline(always)]
+unsafe fn u8x16(p: *const u8) -> __m512i {
+    _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// Rows of equal-sized blocks.
+struct Blocks<'a> {
+    bytes: &'a [u8],
+    row_bytes: usize,
+}
+
+impl Blocks<'_> {
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> *const u8 {
+        self.bytes.as_ptr().add(j * self.row_bytes)
+    }
+}
+
+/// Q4_0: `d * (q - 8)`.
+struct Q40<'a>(Blocks<'a>);
+/// Q4_1: `fma(q, d, m)`.
+struct Q41<'a>(Blocks<'a>);
+/// Q8_0: `d * q`.
+struct Q80<'a>(Blocks<'a>);
+
+impl Unit for Q40<'_> {
+    type Row = *const u8;
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> *const u8 {
+        self.0.row(j)
+    }
+    #[inline(always)]
+    unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
+        let blk = r.add(u * 18);
+        let d = _mm512_broadcastss_ps(f16x2(blk));
+        let q = u8x16(blk.add(2));
+        let eight = _mm512_set1_epi32(8);
+        let lo = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0xF)), eight);
+        let hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+        (
+            _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d),
+            _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d),
+        )
+    }
+}
+
+impl Unit for Q41<'_> {
+    type Row = *const u8;
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> *const u8 {
+        self.0.row(j)
+    }
+    #[inline(always)]
+    unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
+        let blk = r.add(u * 20);
+        let dm = f16x2(blk);
+        let d = _mm512_broadcastss_ps(dm);
+        let m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+        let q = u8x16(blk.add(4));
+        let lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0xF)));
+        let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
+        (_mm512_fmadd_ps(lo, d, m), _mm512_fmadd_ps(hi, d, m))
+    }
+}
+
+impl Unit for Q80<'_> {
+    type Row = *const u8;
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> *const u8 {
+        self.0.row(j)
+    }
+    #[inline(always)]
+    unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
+        let blk = r.add(u * 34);
+        let d = _mm512_broadcastss_ps(f16x2(blk));
+        let q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(2) as *const __m128i));
+        let q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(18) as *const __m128i));
+        (
+            _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d),
+            _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d),
+        )
+    }
+}
+
+/// Q4_K (256-element blocks, 32-element sub-blocks with 6-bit scale and min).
+struct Q4K<'a>(Blocks<'a>);
+
+impl Unit for Q4K<'_> {
+    type Row = *const u8;
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> *const u8 {
+        self.0.row(j)
+    }
+    #[inline(always)]
+    unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
+        let blk = std::slice::from_raw_parts(r.add((u / 8) * 144), 144);
+        let s = u % 8;
+        let dm = f16x2(blk.as_ptr());
+        let (sc, mn) = q4k_scale_min(s, &blk[4..16]);
+        let d1 = _mm_cvtss_f32(dm) * sc as f32;
+        let m1 = _mm_cvtss_f32(_mm_movehdup_ps(dm)) * mn as f32;
+        let (d1, negm) = (_mm512_set1_ps(d1), _mm512_set1_ps(-m1));
+        let q = blk.as_ptr().add(16 + 32 * (s / 2));
+        let sh = _mm_cvtsi32_si128(4 * (s % 2) as i32);
+        let mask = _mm512_set1_epi32(0xF);
+        let q0 = _mm512_and_si512(_mm512_srl_epi32(u8x16(q), sh), mask);
+        let q1 = _mm512_and_si512(_mm512_srl_epi32(u8x16(q.add(16)), sh), mask);
+        (
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), d1, negm),
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), d1, negm),
+        )
+    }
+}
+
+/// Q6_K (256-element blocks, 16-element groups with an 8-bit scale).
+struct Q6K<'a>(Blocks<'a>);
+
+impl Unit for Q6K<'_> {
+    type Row = *const u8;
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> *const u8 {
+        self.0.row(j)
+    }
+    #[inline(always)]
+    unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
+        let blk = std::slice::from_raw_parts(r.add((u / 8) * 210), 210);
+        let (h, qq) = ((u % 8) / 4, u % 4);
+        let d = super::weights::f16_to_f32(le16(blk, 208));
+        let ql = blk.as_ptr().add(64 * h + (qq & 1) * 32);
+        let qh = blk.as_ptr().add(128 + 32 * h);
+        let shl = _mm_cvtsi32_si128(4 * (qq >> 1) as i32);
+        let shh = _mm_cvtsi32_si128(2 * qq as i32);
+        let half = |c: usize| {
+            let lv = _mm512_and_si512(
+                _mm512_srl_epi32(u8x16(ql.add(16 * c)), shl),
+                _mm512_set1_epi32(0xF),
+            );
+            let hv = _mm512_and_si512(
+                _mm512_srl_epi32(u8x16(qh.add(16 * c)), shh),
+                _mm512_set1_epi32(3),
+            );
+            let q = _mm512_sub_epi32(
+                _mm512_or_si512(lv, _mm512_slli_epi32(hv, 4)),
+                _mm512_set1_epi32(32),
+            );
+            let ds = d * (blk[192 + 8 * h + 2 * qq + c] as i8) as f32;
+            _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(ds))
+        };
+        (half(0), half(1))
+    }
+}
+
+/// MLX affine 4- and 8-bit (`BITS`) with a group size that is a multiple of 32.
+struct Mlx<'a, const BITS: usize> {
+    group_size: usize,
+    scale_ty: FloatType,
+    words: &'a [u8],
+    scales: &'a [u8],
+    biases: &'a [u8],
+    cols: usize,
+}
+
+impl<const BITS: usize> Unit for Mlx<'_, BITS> {
+    /// (packed words of the row, index of the row's first group)
+    type Row = (*const u8, usize);
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> (*const u8, usize) {
+        (
+            self.words.as_ptr().add(j * self.cols * BITS / 8),
+            j * (self.cols / self.group_size),
+        )
+    }
+    #[inline(always)]
+    unsafe fn unit(&self, (p, g0): (*const u8, usize), u: usize) -> (__m512, __m512) {
+        let g = g0 + 32 * u / self.group_size;
+        let s = _mm512_set1_ps(self.scale_ty.read(self.scales, g));
+        let b = _mm512_set1_ps(self.scale_ty.read(self.biases, g));
+        let p = p.add(u * 4 * BITS);
+        let (q0, q1) = if BITS == 8 {
+            (u8x16(p), u8x16(p.add(16)))
+        } else {
+            // Element e is nibble e % 2 of byte e / 2: duplicate bytes, shift odd lanes by 4.
+            let dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+            let sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+            let mask = _mm512_set1_epi32(0xF);
+            let nib = |q: *const u8| {
+                let v = _mm_shuffle_epi8(_mm_loadl_epi64(q as *const __m128i), dup);
+                _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(v), sh), mask)
+            };
+            (nib(p), nib(p.add(8)))
+        };
+        (
+            _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q0), s), b),
+            _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q1), s), b),
+        )
+    }
+}
+
+/// Dense rows (a multiple of 32 columns) of f32 / f16 / bf16 (`T` = 0 / 1 / 2).
+struct Dense<'a, const T: u8> {
+    bytes: &'a [u8],
+    cols: usize,
+}
+
+impl<const T: u8> Unit for Dense<'_, T> {
+    type Row = *const u8;
+    #[inline(always)]
+    unsafe fn row(&self, j: usize) -> *const u8 {
+        let size = if T == 0 { 4 } else { 2 };
+        self.bytes.as_ptr().add(j * self.cols * size)
+    }
+    #[inline(always)]
+    unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
+        match T {
+            0 => {
+                let p = r.add(128 * u) as *const f32;
+                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+            }
+            1 => {
+                let p = r.add(64 * u);
+                (
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)),
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32) as *const __m256i)),
+                )
+            }
+            _ => {
+                let p = r.add(64 * u);
+                let w = |q: *const u8| {
+                    let v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(q as *const __m256i));
+                    _mm512_castsi512_ps(_mm512_slli_epi32(v, 16))
+                };
+                (w(p), w(p.add(32)))
+            }
+        }
+    }
+}
+
+/// Computes output columns `[j0, j1)` for all `n` rows with the AVX-512 decoders. Returns
+/// false (doing nothing) when the format has no AVX-512 decoder here.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn columns(
+    w: &PackedMatrix,
+    x: &[f32],
+    n: usize,
+    tile: &mut [f32],
+    kp: usize,
+    panel: usize,
+    j0: usize,
+    j1: usize,
+    out: &Out,
+) -> bool {
+    assert!(SimdLevel::Avx512.is_supported());
+    let (rows, cols) = (w.rows(), w.cols());
+    assert!(x.len() >= n * cols && j1 <= rows && tile.len() >= panel * kp && kp >= cols);
+    if cols % 32 != 0 {
+        return false;
+    }
+    let a = Args {
+        x,
+        n,
+        k: cols,
+        tile,
+        kp,
+        panel,
+        j0,
+        j1,
+        out,
+    };
+    // SAFETY (all arms): AVX-512 support asserted above; the decoders' buffers were validated
+    // against (rows, cols) by `PackedMatrix::new`, and only rows < `rows` are decoded.
+    match *w.data() {
+        WeightData::Gguf { ty, bytes } => {
+            let blocks = Blocks {
+                bytes,
+                row_bytes: cols / ty.block_size() * ty.type_size(),
+            };
+            match ty {
+                GgmlType::Q4_0 => unsafe { run(&Q40(blocks), a) },
+                GgmlType::Q4_1 => unsafe { run(&Q41(blocks), a) },
+                GgmlType::Q8_0 => unsafe { run(&Q80(blocks), a) },
+                GgmlType::Q4K => unsafe { run(&Q4K(blocks), a) },
+                GgmlType::Q6K => unsafe { run(&Q6K(blocks), a) },
+                _ => return false,
+            }
+        }
+        WeightData::MlxAffine {
+            bits,
+            group_size,
+            scale_ty,
+            words,
+            scales,
+            biases,
+        } if (bits == 4 || bits == 8) && group_size % 32 == 0 => {
+            if bits == 4 {
+                unsafe {
+                    run(
+                        &Mlx::<4> {
+                            group_size,
+                            scale_ty,
+                            words,
+                            scales,
+                            biases,
+                            cols,
+                        },
+                        a,
+                    )
+                }
+            } else {
+                unsafe {
+                    run(
+                        &Mlx::<8> {
+                            group_size,
+                            scale_ty,
+                            words,
+                            scales,
+                            biases,
+                            cols,
+                        },
+                        a,
+                    )
+                }
+            }
+        }
+        WeightData::Dense { ty, bytes } => match ty {
+            FloatType::F32 => unsafe { run(&Dense::<0> { bytes, cols }, a) },
+            FloatType::F16 => unsafe { run(&Dense::<1> { bytes, cols }, a) },
+            FloatType::BF16 => unsafe { run(&Dense::<2> { bytes, cols }, a) },
+        },
+        _ => return false,
+    }
+    true
+}
+
+struct Args<'a> {
+    x: &'a [f32],
+    n: usize,
+    k: usize,
+    tile: &'a mut [f32],
+    kp: usize,
+    panel: usize,
+    j0: usize,
+    j1: usize,
+    out: &'a Out,
+}
+
+/// SAFETY: AVX-512 available; `a` consistent with the decoder's matrix (checked by caller).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+unsafe fn run<D: Unit>(d: &D, a: Args) {
+    let Args {
+        x,
+        n,
+        k,
+        tile,
+        kp,
+        panel,
+        j0,
+        j1,
+        out,
+    } = a;
+    let units = k / 32;
+    if n <= FUSED_MAX_N {
+        let mut sums = [0f32; 4 * FUSED_MAX_N];
+        let mut j = j0;
+        while j < j1 {
+            // Past the range end, repeat the last row (its results are discarded).
+            let rows = [
+                d.row(j),
+                d.row((j + 1).min(j1 - 1)),
+                d.row((j + 2).min(j1 - 1)),
+                d.row((j + 3).min(j1 - 1)),
+            ];
+            match n {
+                1 => fused::<D, 1>(d, rows, x.as_ptr(), k, sums.as_mut_ptr()),
+                2 => fused::<D, 2>(d, rows, x.as_ptr(), k, sums.as_mut_ptr()),
+                3 => fused::<D, 3>(d, rows, x.as_ptr(), k, sums.as_mut_ptr()),
+                _ => fused::<D, 4>(d, rows, x.as_ptr(), k, sums.as_mut_ptr()),
+            }
+            for i in 0..n {
+                for c in 0..4.min(j1 - j) {
+                    out.put(i, j + c, sums[i * 4 + c]);
+                }
+            }
+            j += 4;
+        }
+        return;
+    }
+    let (rmax, cmax) = kernel::blocking(SimdLevel::Avx512);
+    let mut sums = [0f32; kernel::MAX_R * kernel::MAX_C];
+    let mut jp = j0;
+    while jp < j1 {
+        let pc = panel.min(j1 - jp);
+        for c in 0..pc {
+            let t = tile.as_mut_ptr().add(c * kp);
+            let row = d.row(jp + c);
+            for u in 0..units {
+                let (w0, w1) = d.unit(row, u);
+                _mm512_storeu_ps(t.add(32 * u), w0);
+                _mm512_storeu_ps(t.add(32 * u + 16), w1);
+            }
+            tile[c * kp + k..(c + 1) * kp].fill(0.0);
+        }
+        let mut i0 = 0;
+        while i0 < n {
+            let r = rmax.min(n - i0);
+            let xr = &x[i0 * k..(i0 + r) * k];
+            let mut c0 = 0;
+            while c0 < pc {
+                let c = cmax.min(pc - c0);
+                kernel::tile_dot(
+                    SimdLevel::Avx512,
+                    xr,
+                    k,
+                    r,
+                    &tile[c0 * kp..(c0 + c) * kp],
+                    kp,
+                    c,
+                    &mut sums,
+                );
+                for rr in 0..r {
+                    for cc in 0..c {
+                        out.put(i0 + rr, jp + c0 + cc, sums[rr * c + cc]);
+                    }
+                }
+                c0 += c;
+            }
+            i0 += r;
+        }
+        jp += pc;
+    }
+}
+
+/// Fused decode-and-multiply: `R` activation rows by 4 weight rows, canonical arithmetic.
+/// SAFETY: AVX-512 available; `x` has `R` rows of `k` (a multiple of 32); rows in range;
+/// `out` has `4 * R` slots.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+unsafe fn fused<D: Unit, const R: usize>(
+    d: &D,
+    rows: [D::Row; 4],
+    x: *const f32,
+    k: usize,
+    out: *mut f32,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    for u in 0..k / 32 {
+        let w = [
+            d.unit(rows[0], u),
+            d.unit(rows[1], u),
+            d.unit(rows[2], u),
+            d.unit(rows[3], u),
+        ];
+        for (r, a) in acc.iter_mut().enumerate() {
+            let x0 = _mm512_loadu_ps(x.add(r * k + 32 * u));
+            let x1 = _mm512_loadu_ps(x.add(r * k + 32 * u + 16));
+            for (c, ac) in a.iter_mut().enumerate() {
+                *ac = _mm512_fmadd_ps(x0, w[c].0, *ac);
+                *ac = _mm512_fmadd_ps(x1, w[c].1, *ac);
+            }
+        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        for (c, ac) in a.iter().enumerate() {
+            *out.add(4 * r + c) = kernel::hsum512(*ac);
+        }
+    }
+}
