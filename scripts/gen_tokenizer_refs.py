@@ -435,7 +435,12 @@ def train_cross_boundary_bpe():
     return tokens, merges
 
 
-def write_bpe_gguf(path, tokens, merges, pre):
+# Names llama.cpp re-types as control whatever the file says (its end-of-turn / end-of-
+# generation names that occur in these fixtures).
+PROMOTED_BY_NAME = ["<|im_end|>", "<|endoftext|>"]
+
+
+def write_bpe_gguf(path, tokens, merges, pre, types=None):
     w = gguf.GGUFWriter(path, "llama")
     w.add_context_length(64)
     w.add_embedding_length(8)
@@ -448,7 +453,7 @@ def write_bpe_gguf(path, tokens, merges, pre):
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
-    w.add_token_types([3 if t in CONTROL_NAMES else 1 for t in tokens])
+    w.add_token_types(types if types is not None else [3 if t in CONTROL_NAMES else 1 for t in tokens])
     w.add_token_merges(merges)
     w.add_bos_token_id(0)
     w.add_eos_token_id(0)
@@ -477,6 +482,20 @@ def build_pre_fixtures(llama_bin):
     # The families must actually split differently on these texts, or the test proves little.
     distinct = {json.dumps(d["ids"]) for d in doc["vocabularies"].values()}
     assert len(distinct) == len(PRE_NAMES), "pre-tokenizer fixtures do not tell the families apart"
+    # The same vocabulary with every token typed normal: llama.cpp still matches <|im_end|> and
+    # <|endoftext|> whole (it re-types them by name), but not <|im_start|>.
+    path = os.path.join(DATA, "mislabeled_gpt-2.gguf")
+    write_bpe_gguf(path, tokens, merges, "gpt-2", types=[1] * len(tokens))
+    v = read_vocab(path)
+    v["types"] = [3 if t in PROMOTED_BY_NAME else ty for t, ty in zip(v["tokens"], v["types"])]
+    refs = {"python-llama.cpp-bpe": [PyBpe(v).encode(t) for t in TEXTS]}
+    if llama_bin:
+        refs["llama.cpp"] = [llama_tokenize(llama_bin, path, t) for t in TEXTS]
+    if not agree("mislabeled", refs, TEXTS):
+        sys.exit(1)
+    doc["mislabeled"] = {"file": os.path.basename(path), "references": sorted(refs),
+                         "ids": refs[list(refs)[0]]}
+    print(f"mislabeled_gpt-2: references {sorted(refs)}")
     with open(os.path.join(DATA, "pre_refs.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False)
         f.write("\n")

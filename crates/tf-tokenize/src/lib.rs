@@ -5,6 +5,7 @@ mod error;
 mod gguf_build;
 mod gguf_vocab;
 mod hf_files;
+mod llama_cpp_fixups;
 mod pre_tokenizer;
 mod stream;
 pub mod template;

@@ -7,8 +7,9 @@ use tf_formats::gguf::MetaValue;
 use crate::byte_level::spelling_to_bytes;
 use crate::error::{backend, Result, TokenizerError};
 use crate::gguf_build::{build_byte_level, build_spm, byte_piece, Built, SPM_SPACE};
-use crate::gguf_vocab::{GgufVocab, TokenType};
+use crate::gguf_vocab::GgufVocab;
 use crate::hf_files::{HfConfig, NamedTemplate};
+use crate::llama_cpp_fixups::repair;
 use crate::pre_tokenizer::BpePreTokenizer;
 
 /// Which kind of vocabulary a tokenizer came from.
@@ -49,20 +50,6 @@ pub struct Tokenizer {
     add_eos: bool,
     templates: Vec<NamedTemplate>,
 }
-
-/// Control tokens that end a turn in common chat formats (llama.cpp's end-of-generation set).
-const END_OF_GENERATION: &[&str] = &[
-    "<|endoftext|>",
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<|eom_id|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|end_of_text|>",
-    "<|return|>",
-    "<|call|>",
-    "<EOT>",
-];
 
 impl Tokenizer {
     /// Loads a Hugging Face tokenizer.json; a tokenizer_config.json and generation_config.json
@@ -150,28 +137,40 @@ impl Tokenizer {
         Tokenizer::from_gguf_vocab(&GgufVocab::from_metadata(get)?)
     }
 
-    /// Builds from a parsed GGUF vocabulary.
+    /// Builds from a parsed GGUF vocabulary. Token types are first repaired by name as
+    /// llama.cpp repairs them (see `llama_cpp_fixups`), so both match the same text whole.
     pub fn from_gguf_vocab(vocab: &GgufVocab) -> Result<Tokenizer> {
-        let (built, kind, add_bos_default, strip, defaults) = match vocab.model.as_str() {
+        let n = vocab.tokens.len();
+        let in_range = |id: u32| ((id as usize) < n).then_some(id);
+        // llama.cpp's defaults when the file names no BOS/EOS.
+        let (bos_default, eos_default) = if vocab.model == "llama" {
+            (1, 2)
+        } else {
+            (11, 11)
+        };
+        let bos = vocab.bos.or_else(|| in_range(bos_default));
+        let eos = vocab.eos.or_else(|| in_range(eos_default));
+        let repaired = repair(vocab, eos);
+        let mut fixed = vocab.clone();
+        fixed.token_types = repaired.token_types;
+        let (built, kind, add_bos_default, strip) = match vocab.model.as_str() {
             "gpt2" => {
                 let pre = BpePreTokenizer::from_gguf_name(vocab.pre.as_deref())?;
-                let built = build_byte_level(vocab, pre)?;
+                let built = build_byte_level(&fixed, pre)?;
                 (
                     built,
                     VocabKind::GgufByteLevelBpe(pre),
                     pre.default_add_bos(),
                     false,
-                    (11, 11),
                 )
             }
             "llama" => {
                 let prefix = vocab.add_space_prefix.unwrap_or(true);
                 (
-                    build_spm(vocab, prefix)?,
+                    build_spm(&fixed, prefix)?,
                     VocabKind::GgufSentencePiece,
                     true,
                     prefix,
-                    (1, 2),
                 )
             }
             other => {
@@ -185,16 +184,6 @@ impl Tokenizer {
             bytes,
             special,
         } = built;
-        let n = vocab.tokens.len();
-        let in_range = |id: u32| ((id as usize) < n).then_some(id);
-        let bos = vocab.bos.or_else(|| in_range(defaults.0));
-        let eos = vocab.eos.or_else(|| in_range(defaults.1));
-        let mut eos_ids: Vec<u32> = [eos, vocab.eot, vocab.eom].into_iter().flatten().collect();
-        for (id, (t, ty)) in vocab.tokens.iter().zip(&vocab.token_types).enumerate() {
-            if *ty == TokenType::Control && END_OF_GENERATION.contains(&t.as_str()) {
-                eos_ids.push(id as u32);
-            }
-        }
         let templates = vocab
             .chat_template
             .iter()
@@ -203,7 +192,7 @@ impl Tokenizer {
                 source: s.clone(),
             })
             .collect();
-        let mut tok = Tokenizer {
+        Ok(Tokenizer {
             inner,
             kind,
             spellings: vocab.tokens.clone(),
@@ -215,14 +204,12 @@ impl Tokenizer {
             backend_adds_specials: false,
             bos,
             eos,
-            eos_ids,
+            eos_ids: repaired.eog,
             pad: vocab.pad,
             add_bos: vocab.add_bos.unwrap_or(add_bos_default) && bos.is_some(),
             add_eos: vocab.add_eos.unwrap_or(false) && eos.is_some(),
             templates,
-        };
-        tok.dedup_eos();
-        Ok(tok)
+        })
     }
 
     fn dedup_eos(&mut self) {

@@ -83,3 +83,32 @@ fn unknown_pre_tokenizer_and_model_are_refused_by_name() {
         Err(TokenizerError::UnsupportedModel { model }) if model == "rwkv"
     ));
 }
+
+#[test]
+fn mislabeled_end_tokens_are_repaired_as_llama_cpp_repairs_them() {
+    let text = std::fs::read_to_string(data("pre_refs.json")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let texts: Vec<&str> = doc["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let v = &doc["mislabeled"];
+    let tok = gguf_tokenizer(&data(v["file"].as_str().unwrap()));
+    for (text, want) in texts.iter().zip(v["ids"].as_array().unwrap()) {
+        let want: Vec<u32> = want
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(tok.encode(text, false).unwrap(), want, "{text:?}");
+    }
+    let im_end = tok.token_id("<|im_end|>").unwrap();
+    let im_start = tok.token_id("<|im_start|>").unwrap();
+    assert!(tok.is_special(im_end) && tok.eos_ids().contains(&im_end));
+    // Planted control: a name llama.cpp does not repair stays an ordinary piece.
+    assert!(!tok.is_special(im_start));
+    assert_ne!(tok.encode("<|im_start|>", false).unwrap(), vec![im_start]);
+}

@@ -50,7 +50,11 @@ fn smollm2_facts() {
     assert_eq!(tok.bos_id(), Some(1));
     assert_eq!(tok.eos_id(), Some(2));
     assert!(!tok.add_bos());
-    assert_eq!(tok.eos_ids(), &[2, 0]);
+    assert_eq!(
+        tok.eos_ids(),
+        &[2, 0, 4],
+        "eos, <|endoftext|>, <reponame> (a FIM repo marker)"
+    );
     assert_eq!(tok.token_id("<|im_start|>"), Some(1));
     assert_eq!(tok.token_id("Ġcapital"), Some(3575));
     assert_eq!(tok.token_to_piece(3575).as_deref(), Some(" capital"));
