@@ -102,3 +102,76 @@ pub struct ChatRequest {
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub extra: Map<String, Value>,
 }
+
+impl ChatRequest {
+    /// Turns each tool call's `function.arguments` JSON string into the object it encodes:
+    /// OpenAI clients send a string, while Hugging Face templates expect a mapping (they
+    /// write `arguments | tojson`). A string that is not a JSON object is left as it is.
+    pub fn parse_tool_call_arguments(&mut self) {
+        for call in self
+            .messages
+            .iter_mut()
+            .filter_map(|m| m.tool_calls.as_mut())
+            .flatten()
+        {
+            let slot = match call.get_mut("function") {
+                Some(f) => f.get_mut("arguments"),
+                None => call.get_mut("arguments"),
+            };
+            if let Some(args) = slot {
+                if let Some(parsed) = args
+                    .as_str()
+                    .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                    .filter(Value::is_object)
+                {
+                    *args = parsed;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tool_call_arguments_strings_become_objects() {
+        let mut req: ChatRequest = serde_json::from_value(json!({
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1, \"b\": [2]}"}},
+                    {"id": "b", "type": "function", "function": {"name": "g", "arguments": "not json"}},
+                    {"id": "c", "type": "function", "function": {"name": "h", "arguments": "[1]"}}
+                ]}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(req.messages[1].content, None);
+        req.parse_tool_call_arguments();
+        let calls = req.messages[1].tool_calls.as_ref().unwrap();
+        assert_eq!(calls[0]["function"]["arguments"], json!({"x": 1, "b": [2]}));
+        // Key order is kept (templates print it).
+        assert_eq!(
+            serde_json::to_string(&calls[0]["function"]["arguments"]).unwrap(),
+            r#"{"x":1,"b":[2]}"#
+        );
+        assert_eq!(calls[1]["function"]["arguments"], json!("not json"));
+        assert_eq!(calls[2]["function"]["arguments"], json!("[1]"));
+    }
+
+    #[test]
+    fn template_view_drops_absent_fields_and_aliases_reasoning() {
+        let m = ChatMessage {
+            role: "assistant".into(),
+            content: Some(MessageContent::Text("x".into())),
+            reasoning_content: Some("why".into()),
+            ..ChatMessage::default()
+        };
+        let v = m.to_template_value();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["thinking", "role", "content", "reasoning_content"]);
+    }
+}
