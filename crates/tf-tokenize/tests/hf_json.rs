@@ -94,3 +94,34 @@ fn missing_file_is_a_named_load_error() {
         "{err:?}"
     );
 }
+
+#[test]
+fn backend_decoder_mode_streams_by_prefix_and_holds_back_partial_characters() {
+    // A decoder chain we do not model byte-wise makes decode and streaming use the backend.
+    let text = std::fs::read_to_string(data("hf_bytelevel").join("tokenizer.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["decoder"] = serde_json::json!({"type": "Sequence", "decoders": [
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+        {"type": "Fuse"}
+    ]});
+    let tok =
+        Tokenizer::from_hf_json_str(&json.to_string(), &tf_tokenize::HfConfig::default()).unwrap();
+    let r = refs();
+    let mut held_back = false;
+    for text in r["texts"].as_array().unwrap() {
+        let text = text.as_str().unwrap();
+        let ids = tok.encode(text, false).unwrap();
+        assert_eq!(tok.decode(&ids, false).unwrap(), text);
+        let mut d = StreamDecoder::new(&tok, false);
+        let mut out = String::new();
+        for &id in &ids {
+            let delta = d.push(id).unwrap();
+            assert!(!delta.contains('\u{FFFD}'), "{text:?}");
+            held_back |= delta.is_empty();
+            out += &delta;
+        }
+        out += &d.finish().unwrap();
+        assert_eq!(out, text);
+    }
+    assert!(held_back);
+}
