@@ -2,5 +2,6 @@
 
 pub mod generate;
 pub mod sampler;
+pub mod scheduler;
 pub mod score;
 pub mod stop;

