@@ -12,7 +12,7 @@ use tf_engine::score::{score, ScoreMode};
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A JSON file holding a list of token ids.
+    /// A JSON file holding a list of token ids (or an object with the list under "ids").
     #[arg(long)]
     pub tokens: PathBuf,
     /// How the sequence is fed: full (one round), serial (one token per round) or chunk:N.
@@ -28,7 +28,7 @@ pub struct Args {
 pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.tokens)
         .with_context(|| format!("reading {}", args.tokens.display()))?;
-    let tokens: Vec<u32> = serde_json::from_str(&text).with_context(|| {
+    let tokens = parse_token_ids(&text).with_context(|| {
         format!(
             "{} must hold a JSON list of token ids",
             args.tokens.display()
@@ -53,4 +53,11 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         args.out.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Token ids from a JSON list, or from an object's "ids" list.
+fn parse_token_ids(text: &str) -> anyhow::Result<Vec<u32>> {
+    let value: serde_json::Value = serde_json::from_str(text)?;
+    let list = value.get("ids").unwrap_or(&value);
+    Ok(serde_json::from_value(list.clone())?)
 }
