@@ -1,0 +1,3 @@
+//! Reply parsing: splitting generated text into content, reasoning and tool calls.
+
+pub mod parser;
