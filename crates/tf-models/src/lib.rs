@@ -9,6 +9,7 @@ mod error;
 mod llama;
 mod load;
 mod model;
+mod nemotron_h;
 mod weights;
 
 pub use error::ModelError;

@@ -242,7 +242,11 @@ impl Model for Llama {
     fn new_state(&self) -> StreamState {
         let kv = KvCache::new(self.layers.len(), self.attn.n_kv_heads, self.attn.head_dim)
             .expect("validated attention shape");
-        StreamState { kv, len: 0 }
+        StreamState {
+            kv,
+            len: 0,
+            mamba: Vec::new(),
+        }
     }
 
     fn forward(

@@ -3,6 +3,7 @@
 use crate::error::ModelError;
 use crate::llama::Llama;
 use crate::model::Model;
+use crate::nemotron_h::NemotronH;
 use std::path::Path;
 use std::sync::Arc;
 use tf_families::ModelPlan;
@@ -30,6 +31,7 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Box<dyn Model>, ModelErro
         .map_err(|refusal| ModelError::Refused { refusal })?;
     match &plan {
         ModelPlan::Llama(p) => Ok(Box::new(Llama::new(ck, p, opts.threads)?)),
+        ModelPlan::NemotronH(p) => Ok(Box::new(NemotronH::new(ck, p, opts.threads)?)),
         other => Err(ModelError::NotYetRunnable {
             family: other.family(),
         }),

@@ -1,7 +1,7 @@
 //! The interface every family's forward pass implements.
 
 use crate::error::ModelError;
-use tf_kernels::ops::KvCache;
+use tf_kernels::ops::{KvCache, MambaState};
 
 /// One token of one stream in a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,18 +23,31 @@ pub struct StreamState {
     pub kv: KvCache,
     /// Tokens consumed so far (the next row's position).
     pub len: usize,
+    /// Recurrent state (conv and SSM) of each Mamba layer, in layer order; empty for families
+    /// without recurrent layers.
+    pub mamba: Vec<MambaState>,
 }
 
 impl StreamState {
     /// Rolls the stream back to its first `len` tokens (a rejected draft, a resumed prefix).
+    ///
+    /// Recurrent (Mamba) state holds no history and cannot be rolled back: truncating such a
+    /// stream to fewer tokens than it holds restarts it from empty (`len` becomes 0; the caller
+    /// must feed the prefix again, and a row at any other position is refused as a gap).
     pub fn truncate(&mut self, len: usize) {
+        if len < self.len && !self.mamba.is_empty() {
+            self.kv.truncate(0);
+            self.mamba.iter_mut().for_each(MambaState::clear);
+            self.len = 0;
+            return;
+        }
         self.kv.truncate(len);
         self.len = self.len.min(len);
     }
 
     /// Bytes held by the state.
     pub fn bytes(&self) -> usize {
-        self.kv.bytes()
+        self.kv.bytes() + self.mamba.iter().map(MambaState::bytes).sum::<usize>()
     }
 }
 

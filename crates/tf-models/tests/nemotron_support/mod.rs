@@ -1,0 +1,128 @@
+//! Shared helpers of the Nemotron-H fixture tests: fixture paths, reference logits, scoring
+//! in any chunking, and the fidelity metrics (top-1, max |Δ| over the logits' spread, KL).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use tf_formats::safetensors::SafetensorsCheckpoint;
+use tf_models::{load, LoadOptions, Model, Row};
+
+/// The committed fixtures and their weight forms.
+pub const FIXTURES: &[(&str, &[&str])] = &[
+    ("latent_grouped", &["f32_hf", "q4g64", "q6g32"]),
+    ("plain_moe", &["f32_hf", "f32_mlx", "q4g64", "q6g32"]),
+    ("puzzle", &["f32_hf", "q4g64"]),
+];
+
+/// `fixtures/nemotron_h` in the repository.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/nemotron_h")
+}
+
+/// The scored token sequence of a fixture.
+pub fn tokens(fixture: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(root().join(fixture).join("tokens.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A fixture's checkpoint directory.
+pub fn dir(fixture: &str, form: &str) -> PathBuf {
+    root().join(fixture).join(form)
+}
+
+/// Loads a fixture form.
+pub fn model(fixture: &str, form: &str, threads: usize) -> Box<dyn Model> {
+    load(&dir(fixture, form), &LoadOptions { threads })
+        .unwrap_or_else(|e| panic!("{fixture}/{form} loads: {e}"))
+}
+
+/// One reference tensor (`logits_full`, `logits_serial`, `logits_chunk5`) as f32.
+pub fn reference(fixture: &str, form: &str, name: &str) -> Vec<f32> {
+    let st = SafetensorsCheckpoint::open(&dir(fixture, form).join("reference.safetensors"))
+        .unwrap();
+    let t = st.tensor(name).unwrap();
+    t.data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// Teacher-forced logits of `tokens` on a fresh stream, fed in chunks of `chunk`.
+pub fn score(m: &mut dyn Model, tokens: &[u32], chunk: usize) -> Vec<f32> {
+    let mut state = m.new_state();
+    let mut all = Vec::new();
+    let mut logits = Vec::new();
+    for (c, part) in tokens.chunks(chunk).enumerate() {
+        let rows: Vec<Row> = part
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| Row {
+                stream: 0,
+                pos: c * chunk + i,
+                token,
+                logits: true,
+            })
+            .collect();
+        m.forward(&rows, &mut [&mut state], &mut logits).unwrap();
+        all.extend_from_slice(&logits);
+    }
+    all
+}
+
+/// Fidelity of `ours` against `reference`, both `[T, vocab]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Fidelity {
+    /// Positions whose argmax agrees.
+    pub top1: f64,
+    /// max over positions of max |Δlogit| / (max - min of the reference row).
+    pub rel: f64,
+    /// KL(ref ‖ ours) mean, p99 and max over positions (nats).
+    pub kl_mean: f64,
+    pub kl_p99: f64,
+    pub kl_max: f64,
+}
+
+fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn log_softmax(v: &[f32]) -> Vec<f64> {
+    let m = v.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+    let s: f64 = v.iter().map(|&x| (x as f64 - m).exp()).sum();
+    v.iter().map(|&x| x as f64 - m - s.ln()).collect()
+}
+
+/// Compares two logit matrices of rows of width `vocab`.
+pub fn fidelity(reference: &[f32], ours: &[f32], vocab: usize) -> Fidelity {
+    assert_eq!(reference.len(), ours.len());
+    let t = reference.len() / vocab;
+    let (mut agree, mut rel, mut kls) = (0usize, 0f64, Vec::with_capacity(t));
+    for (r, o) in reference.chunks_exact(vocab).zip(ours.chunks_exact(vocab)) {
+        agree += usize::from(argmax(r) == argmax(o));
+        let hi = r.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let lo = r.iter().fold(f32::INFINITY, |a, &b| a.min(b));
+        let d = r
+            .iter()
+            .zip(o)
+            .map(|(&a, &b)| (a as f64 - b as f64).abs())
+            .fold(0.0, f64::max);
+        rel = rel.max(d / (hi - lo) as f64);
+        let (lr, lq) = (log_softmax(r), log_softmax(o));
+        let kl: f64 = lr.iter().zip(&lq).map(|(&a, &b)| a.exp() * (a - b)).sum();
+        kls.push(kl.max(0.0));
+    }
+    kls.sort_by(f64::total_cmp);
+    let p99 = kls[((kls.len() as f64 * 0.99).ceil() as usize).clamp(1, kls.len()) - 1];
+    Fidelity {
+        top1: agree as f64 / t as f64,
+        rel,
+        kl_mean: kls.iter().sum::<f64>() / t as f64,
+        kl_p99: p99,
+        kl_max: *kls.last().unwrap(),
+    }
+}
