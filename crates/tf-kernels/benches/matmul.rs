@@ -50,6 +50,13 @@ fn main() {
         .collect();
     for &t in &threads {
         let pool = Pool::new(t);
+        let (iters, start) = (20_000u32, Instant::now());
+        for _ in 0..iters {
+            pool.run(t, |task| {
+                std::hint::black_box(task);
+            });
+        }
+        println!("threads={t} empty pool.run({t} tasks): {:.2} us per call", start.elapsed().as_secs_f64() * 1e6 / iters as f64);
         for &n in &ns {
             let mut step_s = 0.0;
             for (s, w) in SHAPES.iter().zip(&weights) {

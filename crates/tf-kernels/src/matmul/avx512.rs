@@ -33,6 +33,21 @@ unsafe fn u8x16(p: *const u8) -> __m512i {
     _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
 }
 
+/// `[0.0, 1.0, ..., 15.0]`: the 4-bit codes, for building per-block lookup tables.
+#[inline(always)]
+unsafe fn iota16() -> __m512 {
+    _mm512_setr_ps(
+        0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12., 13., 14., 15.,
+    )
+}
+
+/// The f16 pair at `p` widened and spread: (`[p[0]; 16]`, `[p[1]; 16]`).
+#[inline(always)]
+unsafe fn f16_pair_splat(p: *const u8) -> (__m512, __m512) {
+    let v = _mm512_cvtph_ps(_mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32)));
+    (_mm512_moveldup_ps(v), _mm512_movehdup_ps(v))
+}
+
 /// Rows of equal-sized blocks.
 struct Blocks<'a> {
     bytes: &'a [u8],
@@ -63,13 +78,13 @@ impl Unit for Q40<'_> {
     unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
         let blk = r.add(u * 18);
         let d = _mm512_broadcastss_ps(f16x2(blk));
+        // The block's 16 possible weights d * (q - 8), then a lookup by nibble (the
+        // permutation reads only the low 4 bits of each index lane).
+        let t = _mm512_mul_ps(_mm512_sub_ps(iota16(), _mm512_set1_ps(8.0)), d);
         let q = u8x16(blk.add(2));
-        let eight = _mm512_set1_epi32(8);
-        let lo = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0xF)), eight);
-        let hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
         (
-            _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d),
-            _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d),
+            _mm512_permutexvar_ps(q, t),
+            _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), t),
         )
     }
 }
@@ -83,13 +98,15 @@ impl Unit for Q41<'_> {
     #[inline(always)]
     unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
         let blk = r.add(u * 20);
-        let dm = f16x2(blk);
-        let d = _mm512_broadcastss_ps(dm);
-        let m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+        // The block's 16 possible weights fma(q, d, m), then a lookup by nibble (the
+        // permutation reads only the low 4 bits of each index lane).
+        let (d, m) = f16_pair_splat(blk);
+        let t = _mm512_fmadd_ps(iota16(), d, m);
         let q = u8x16(blk.add(4));
-        let lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0xF)));
-        let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
-        (_mm512_fmadd_ps(lo, d, m), _mm512_fmadd_ps(hi, d, m))
+        (
+            _mm512_permutexvar_ps(q, t),
+            _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), t),
+        )
     }
 }
 
