@@ -432,6 +432,9 @@ unsafe fn run<D: Unit>(d: &D, a: Args) {
         return;
     }
     let (rmax, cmax) = kernel::blocking(SimdLevel::Avx512);
+    // Activation rows per block: keep them and the tile within ~40 KiB of L1 (a loop-order
+    // choice from the shape, never from n; it does not change any sum's arithmetic).
+    let rmax = ((40 * 1024 - (panel * kp * 4).min(40 * 1024)) / (k * 4)).clamp(2, rmax);
     let mut sums = [0f32; kernel::MAX_R * kernel::MAX_C];
     let mut jp = j0;
     while jp < j1 {
