@@ -9,6 +9,7 @@ mod error;
 mod llama;
 mod load;
 mod model;
+pub mod muse_spark;
 mod nemotron_h;
 mod weights;
 

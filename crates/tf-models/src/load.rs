@@ -31,9 +31,11 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Box<dyn Model>, ModelErro
         .map_err(|refusal| ModelError::Refused { refusal })?;
     match &plan {
         ModelPlan::Llama(p) => Ok(Box::new(Llama::new(ck, p, opts.threads)?)),
+        ModelPlan::MuseSpark(p) => Ok(Box::new(crate::muse_spark::MuseSpark::new(
+            ck,
+            p,
+            opts.threads,
+        )?)),
         ModelPlan::NemotronH(p) => Ok(Box::new(NemotronH::new(ck, p, opts.threads)?)),
-        other => Err(ModelError::NotYetRunnable {
-            family: other.family(),
-        }),
     }
 }
