@@ -10,8 +10,11 @@ use super::{Out, SimdLevel};
 use std::arch::x86_64::*;
 use tf_formats::gguf::GgmlType;
 
-/// Rows at most for which the fused kernel is used (more rows go through the tile).
-pub(super) const FUSED_MAX_N: usize = 4;
+/// Rows at most for which the fused kernel is used (more rows go through the tile); the
+/// kernel takes up to `FUSED_R` rows per pass, re-decoding the weights for each pass.
+pub(super) const FUSED_MAX_N: usize = 8;
+/// Activation rows per fused pass.
+const FUSED_R: usize = 4;
 
 /// A format's decoder: the 32 weights `[32u, 32u + 32)` of a weight row.
 trait Unit: Sync {
@@ -406,7 +409,7 @@ unsafe fn run<D: Unit>(d: &D, a: Args) {
     } = a;
     let units = k / 32;
     if n <= FUSED_MAX_N {
-        let mut sums = [0f32; 4 * FUSED_MAX_N];
+        let mut sums = [0f32; 4 * FUSED_R];
         let mut j = j0;
         while j < j1 {
             // Past the range end, repeat the last row (its results are discarded).
@@ -416,16 +419,22 @@ unsafe fn run<D: Unit>(d: &D, a: Args) {
                 d.row((j + 2).min(j1 - 1)),
                 d.row((j + 3).min(j1 - 1)),
             ];
-            match n {
-                1 => fused::<D, 1>(d, rows, x.as_ptr(), k, sums.as_mut_ptr()),
-                2 => fused::<D, 2>(d, rows, x.as_ptr(), k, sums.as_mut_ptr()),
-                3 => fused::<D, 3>(d, rows, x.as_ptr(), k, sums.as_mut_ptr()),
-                _ => fused::<D, 4>(d, rows, x.as_ptr(), k, sums.as_mut_ptr()),
-            }
-            for i in 0..n {
-                for c in 0..4.min(j1 - j) {
-                    out.put(i, j + c, sums[i * 4 + c]);
+            let mut i0 = 0;
+            while i0 < n {
+                let r = FUSED_R.min(n - i0);
+                let xp = x[i0 * k..].as_ptr();
+                match r {
+                    1 => fused::<D, 1>(d, rows, xp, k, sums.as_mut_ptr()),
+                    2 => fused::<D, 2>(d, rows, xp, k, sums.as_mut_ptr()),
+                    3 => fused::<D, 3>(d, rows, xp, k, sums.as_mut_ptr()),
+                    _ => fused::<D, 4>(d, rows, xp, k, sums.as_mut_ptr()),
                 }
+                for i in 0..r {
+                    for c in 0..4.min(j1 - j) {
+                        out.put(i0 + i, j + c, sums[i * 4 + c]);
+                    }
+                }
+                i0 += r;
             }
             j += 4;
         }
