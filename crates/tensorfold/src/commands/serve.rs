@@ -1,25 +1,125 @@
-//! `tensorfold serve`.
+//! `tensorfold serve`: the OpenAI-compatible server.
 
+use anyhow::Context;
 use clap::Parser;
 use std::process::ExitCode;
+use tf_engine::generate::PREFILL_CHUNK;
+use tf_engine::scheduler::{system_budget_bytes, SchedulerConfig};
+use tf_server::{ModelText, Server, ServerOptions};
 
-/// Arguments of `tensorfold serve`.
+/// Serve a model over the OpenAI-compatible HTTP API.
+///
+/// Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+/// GET /metrics (Prometheus). Streams share rounds (continuous batching), and a reply's tokens
+/// are the same however many others ran beside it; every reply carries
+/// `tensorfold.token_sha` so runs can be compared (`tensorfold receipts concurrency`).
+///
+/// Examples:
+///   tensorfold serve                                  # the default model on 127.0.0.1:8080
+///   tensorfold serve model.gguf --port 9000 --parallel 4
+///   curl http://127.0.0.1:8080/v1/chat/completions -H 'content-type: application/json' \
+///     -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":32}'
+///
+/// Memory: admission counts the weights, each stream's KV cache grown to its own limit
+/// (prompt + max_tokens) and one round's workspace, within total memory minus
+/// TENSORFOLD_MEMORY_RESERVE_GIB (default 1).
 #[derive(Parser)]
+#[command(verbatim_doc_comment)]
 pub struct Args {
     /// Model to serve (GGUF file, safetensors directory, or owner/name); default model if omitted.
     pub model: Option<String>,
     /// Address to bind; keep 127.0.0.1 unless you mean to expose the server.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
-    /// Port to listen on.
+    /// Port to listen on (0 picks a free one, printed at start).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
+    /// Most streams generating at once; more wait in a queue.
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    /// Most requests waiting for a slot; beyond it requests get 429.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Context length to serve (at most the model's own; smaller saves memory per stream).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Cap on max_tokens per request (also the default when a request gives none).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Worker threads for the kernels (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Accept only requests with `Authorization: Bearer KEY` on /v1 (repeat for several keys).
+    #[arg(long = "api-key", env = "TENSORFOLD_API_KEY")]
+    pub api_keys: Vec<String>,
+    /// The model id clients see (default: the model file or directory name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Prompt rows per prefill chunk (a fixed grid; smaller keeps running replies moving).
+    #[arg(long, default_value_t = PREFILL_CHUNK)]
+    pub prefill_chunk: usize,
+    /// Planted control for receipts tests: mixes streams' logits within a round so that
+    /// concurrent != solo. Never use it to serve.
+    #[arg(long, hide = true)]
+    pub planted_crosstalk: bool,
+}
+
+/// The scheduler configuration these arguments ask for.
+pub fn scheduler_config(args: &Args) -> anyhow::Result<SchedulerConfig> {
+    anyhow::ensure!(args.parallel > 0, "--parallel must be at least 1");
+    anyhow::ensure!(args.prefill_chunk > 0, "--prefill-chunk must be at least 1");
+    Ok(SchedulerConfig {
+        parallel: args.parallel,
+        queue: args.queue,
+        prefill_chunk: args.prefill_chunk,
+        round_prefill_tokens: args.prefill_chunk,
+        memory_budget_bytes: system_budget_bytes().unwrap_or(u64::MAX),
+        context: args.context,
+        planted_crosstalk: args.planted_crosstalk,
+    })
+}
+
+/// Loads the model and starts a server (not waiting for it).
+pub fn start(args: &Args, log: bool) -> anyhow::Result<Server> {
+    let path = tf_hub::resolve_model(args.model.as_deref(), true)?;
+    let text = ModelText::load(&path)?;
+    let mut opts = tf_models::LoadOptions::default();
+    if let Some(t) = args.threads {
+        anyhow::ensure!(t > 0, "--threads must be at least 1");
+        opts.threads = t;
+    }
+    let model =
+        tf_models::load(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        let stem = path
+            .file_stem()
+            .or(path.file_name())
+            .map(|s| s.to_string_lossy().into_owned());
+        stem.unwrap_or_else(|| "model".into())
+    });
+    let server = Server::start(
+        model,
+        text,
+        ServerOptions {
+            addr: format!("{}:{}", args.host, args.port),
+            name,
+            api_keys: args.api_keys.clone(),
+            max_tokens: args.max_tokens,
+            scheduler: scheduler_config(args)?,
+            log_requests: log,
+            live_display: log,
+        },
+    )?;
+    Ok(server)
 }
 
 /// Runs `tensorfold serve`.
-pub fn main(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_there_yet(
-        "serve",
-        "The server: OpenAI API, continuous batching across streams",
-    )
+pub fn main(args: Args) -> anyhow::Result<ExitCode> {
+    let server = start(&args, true)?;
+    eprintln!(
+        "serving on http://{} (OpenAI API at /v1; Ctrl-C to stop)",
+        server.addr()
+    );
+    server.wait()?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -77,6 +77,11 @@ impl ReplyParser {
         }
     }
 
+    /// Whether the parser is inside a think block.
+    pub fn in_reasoning(&self) -> bool {
+        self.mode == Mode::Reasoning
+    }
+
     /// Tool calls seen so far.
     pub fn tool_calls(&self) -> usize {
         self.calls
@@ -119,9 +124,7 @@ impl ReplyParser {
                     let skip = self.buf.len() - trimmed.len() + THINK_OPEN.len();
                     self.buf.drain(..skip);
                     self.mode = Mode::Reasoning;
-                } else if trimmed.is_empty()
-                    || self.opts.think && THINK_OPEN.starts_with(trimmed)
-                {
+                } else if trimmed.is_empty() || self.opts.think && THINK_OPEN.starts_with(trimmed) {
                     // Wait: whitespace only, or a think tag still arriving.
                 } else {
                     self.mode = Mode::Content;
@@ -237,7 +240,9 @@ fn push(out: &mut Vec<ReplyDelta>, d: ReplyDelta) {
 fn partial_suffix(text: &str, tag: &str) -> usize {
     (1..tag.len().min(text.len() + 1))
         .rev()
-        .find(|&n| text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..]))
+        .find(|&n| {
+            text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..])
+        })
         .unwrap_or(0)
 }
 
@@ -313,10 +318,22 @@ mod tests {
         assert_eq!(
             d,
             vec![
-                ReplyDelta::ToolCallStart { index: 0, name: "a".into() },
-                ReplyDelta::ToolCallArgs { index: 0, arguments: "{}".into() },
-                ReplyDelta::ToolCallStart { index: 1, name: "b".into() },
-                ReplyDelta::ToolCallArgs { index: 1, arguments: "{\"x\":1}".into() },
+                ReplyDelta::ToolCallStart {
+                    index: 0,
+                    name: "a".into()
+                },
+                ReplyDelta::ToolCallArgs {
+                    index: 0,
+                    arguments: "{}".into()
+                },
+                ReplyDelta::ToolCallStart {
+                    index: 1,
+                    name: "b".into()
+                },
+                ReplyDelta::ToolCallArgs {
+                    index: 1,
+                    arguments: "{\"x\":1}".into()
+                },
             ]
         );
     }

@@ -39,6 +39,8 @@ pub struct SchedulerConfig {
     pub round_prefill_tokens: usize,
     /// Bytes weights, stream states and workspace may use together.
     pub memory_budget_bytes: u64,
+    /// Serve a shorter context than the model's own (None: the model's).
+    pub context: Option<usize>,
     /// Planted control for the concurrency receipt: when set, a stream's logits are mixed with
     /// another stream's in the same round, a deliberate batch-dependence the receipt must catch.
     /// Never set outside tests.
@@ -53,6 +55,7 @@ impl Default for SchedulerConfig {
             prefill_chunk: PREFILL_CHUNK,
             round_prefill_tokens: PREFILL_CHUNK,
             memory_budget_bytes: u64::MAX,
+            context: None,
             planted_crosstalk: false,
         }
     }
@@ -97,7 +100,10 @@ pub struct SchedulerHandle {
 impl Scheduler {
     /// Starts the scheduler thread, which owns `model` from now on.
     pub fn start(model: Box<dyn Model>, cfg: SchedulerConfig) -> Result<Scheduler, SubmitError> {
-        let info = model.info().clone();
+        let mut info = model.info().clone();
+        if let Some(c) = cfg.context {
+            info.context = info.context.min(c.max(2));
+        }
         let plan = MemoryPlan::new(&info, &cfg)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
