@@ -172,7 +172,16 @@ impl Pool {
             (0..n_tasks).for_each(f);
             return;
         }
-        let _one_caller = self.caller.lock().unwrap_or_else(|e| e.into_inner());
+        // One job at a time: a concurrent caller, or a task calling `run` again (nested), runs
+        // its tasks serially on its own thread instead of waiting (which could deadlock).
+        let _one_caller = match self.caller.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                (0..n_tasks).for_each(f);
+                return;
+            }
+        };
         let mut start = 0;
         while start < n_tasks {
             let count = (n_tasks - start).min(MAX_TASKS);
