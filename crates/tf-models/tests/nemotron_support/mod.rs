@@ -37,8 +37,8 @@ pub fn model(fixture: &str, form: &str, threads: usize) -> Box<dyn Model> {
 
 /// One reference tensor (`logits_full`, `logits_serial`, `logits_chunk5`) as f32.
 pub fn reference(fixture: &str, form: &str, name: &str) -> Vec<f32> {
-    let st = SafetensorsCheckpoint::open(&dir(fixture, form).join("reference.safetensors"))
-        .unwrap();
+    let st =
+        SafetensorsCheckpoint::open(&dir(fixture, form).join("reference.safetensors")).unwrap();
     let t = st.tensor(name).unwrap();
     t.data
         .chunks_exact(4)
@@ -125,4 +125,62 @@ pub fn fidelity(reference: &[f32], ours: &[f32], vocab: usize) -> Fidelity {
         kl_p99: p99,
         kl_max: *kls.last().unwrap(),
     }
+}
+
+/// The bar every fixture must meet against each of mlx-lm's float32 references.
+pub const MAX_REL: f64 = 1e-5;
+/// Largest per-position KL(ref ‖ ours) allowed (nats).
+pub const MAX_KL: f64 = 1e-10;
+
+/// Whether a fidelity result meets the bar (all positions agree on top-1, `rel <= MAX_REL`,
+/// `kl_max <= MAX_KL`).
+pub fn passes(f: &Fidelity) -> bool {
+    f.top1 == 1.0 && f.rel <= MAX_REL && f.kl_max <= MAX_KL
+}
+
+/// A scratch copy of a fixture form, mutated: `edit_config` changes config.json, and each
+/// `(tensor, factor, add)` maps a float32 tensor's values `v -> v * factor + add`.
+pub fn mutated(
+    fixture: &str,
+    form: &str,
+    tag: &str,
+    edit_config: &dyn Fn(&mut serde_json::Value),
+    tensors: &[(&str, f32, f32)],
+) -> PathBuf {
+    let out = std::env::temp_dir().join(format!(
+        "tf-nemotron-{}-{fixture}-{form}-{tag}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&out).unwrap();
+    let src = dir(fixture, form);
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit_config(&mut cfg);
+    std::fs::write(out.join("config.json"), cfg.to_string()).unwrap();
+    let mut bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let hlen = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + hlen]).unwrap();
+    for &(name, factor, add) in tensors {
+        let t = &header[name];
+        assert_eq!(t["dtype"], "F32", "{name} must be a float32 tensor");
+        let off = t["data_offsets"].as_array().unwrap();
+        let (a, b) = (
+            off[0].as_u64().unwrap() as usize,
+            off[1].as_u64().unwrap() as usize,
+        );
+        for c in bytes[8 + hlen + a..8 + hlen + b].chunks_exact_mut(4) {
+            let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * factor + add;
+            c.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(out.join("model.safetensors"), bytes).unwrap();
+    out
+}
+
+/// Fidelity of the model at `path` against a fixture form's serial reference.
+pub fn fidelity_of(path: &Path, fixture: &str, form: &str) -> Fidelity {
+    let mut m = load(path, &LoadOptions { threads: 1 }).unwrap();
+    let vocab = m.info().vocab_size;
+    let ours = score(m.as_mut(), &tokens(fixture), 1);
+    fidelity(&reference(fixture, form, "logits_serial"), &ours, vocab)
 }
