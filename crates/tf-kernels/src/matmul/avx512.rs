@@ -3,11 +3,12 @@
 //! and row decoding into the L1 tile for many rows. Everything unsafe here is reached only
 //! through `columns`, which the dispatcher calls after checking AVX-512 support.
 
-use super::decode::{le16, q4k_scale_min};
+use super::decode::q4k_scale_min;
 use super::kernel;
 use super::weights::{FloatType, PackedMatrix, WeightData};
 use super::{Out, SimdLevel};
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 use tf_formats::gguf::GgmlType;
 
 /// Rows at most for which the fused kernel is used (more rows go through the tile); the
@@ -26,6 +27,29 @@ trait Unit: Sync {
     unsafe fn unit(&self, r: Self::Row, u: usize) -> (__m512, __m512);
 }
 
+/// Every f16 bit pattern widened to f32 (256 KiB, built once): a scale's conversion becomes
+/// one broadcast load, keeping the two vector ports free for the weights.
+fn f16_table() -> &'static [f32] {
+    static TABLE: OnceLock<Box<[f32]>> = OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(super::weights::f16_to_f32).collect())
+}
+
+/// The f16 at `p` (little-endian), widened through the table.
+#[inline(always)]
+unsafe fn f16_at(tab: &[f32], p: *const u8) -> f32 {
+    *tab.get_unchecked(std::ptr::read_unaligned(p as *const u16) as usize)
+}
+
+/// Element `i` of a scale/bias buffer, widened (f16 through the table).
+#[inline(always)]
+unsafe fn scale_at(tab: &[f32], ty: FloatType, bytes: &[u8], i: usize) -> f32 {
+    match ty {
+        FloatType::F16 => f16_at(tab, bytes.as_ptr().add(2 * i)),
+        _ => ty.read(bytes, i),
+    }
+}
+
+#[allow(dead_code)]
 #[inline(always)]
 unsafe fn f16x2(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)))
@@ -45,6 +69,7 @@ unsafe fn iota16() -> __m512 {
 }
 
 /// The f16 pair at `p` widened and spread: (`[p[0]; 16]`, `[p[1]; 16]`).
+#[allow(dead_code)]
 #[inline(always)]
 unsafe fn f16_pair_splat(p: *const u8) -> (__m512, __m512) {
     let v = _mm512_cvtph_ps(_mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32)));
@@ -55,6 +80,7 @@ unsafe fn f16_pair_splat(p: *const u8) -> (__m512, __m512) {
 struct Blocks<'a> {
     bytes: &'a [u8],
     row_bytes: usize,
+    f16: &'static [f32],
 }
 
 impl Blocks<'_> {
@@ -80,7 +106,7 @@ impl Unit for Q40<'_> {
     #[inline(always)]
     unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
         let blk = r.add(u * 18);
-        let d = _mm512_broadcastss_ps(f16x2(blk));
+        let d = _mm512_set1_ps(f16_at(self.0.f16, blk));
         // The block's 16 possible weights d * (q - 8), then a lookup by nibble (the
         // permutation reads only the low 4 bits of each index lane).
         let t = _mm512_mul_ps(_mm512_sub_ps(iota16(), _mm512_set1_ps(8.0)), d);
@@ -103,7 +129,8 @@ impl Unit for Q41<'_> {
         let blk = r.add(u * 20);
         // The block's 16 possible weights fma(q, d, m), then a lookup by nibble (the
         // permutation reads only the low 4 bits of each index lane).
-        let (d, m) = f16_pair_splat(blk);
+        let d = _mm512_set1_ps(f16_at(self.0.f16, blk));
+        let m = _mm512_set1_ps(f16_at(self.0.f16, blk.add(2)));
         let t = _mm512_fmadd_ps(iota16(), d, m);
         let q = u8x16(blk.add(4));
         (
@@ -122,7 +149,7 @@ impl Unit for Q80<'_> {
     #[inline(always)]
     unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
         let blk = r.add(u * 34);
-        let d = _mm512_broadcastss_ps(f16x2(blk));
+        let d = _mm512_set1_ps(f16_at(self.0.f16, blk));
         let q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(2) as *const __m128i));
         let q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(18) as *const __m128i));
         (
@@ -145,10 +172,9 @@ impl Unit for Q4K<'_> {
     unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
         let blk = std::slice::from_raw_parts(r.add((u / 8) * 144), 144);
         let s = u % 8;
-        let dm = f16x2(blk.as_ptr());
         let (sc, mn) = q4k_scale_min(s, &blk[4..16]);
-        let d1 = _mm_cvtss_f32(dm) * sc as f32;
-        let m1 = _mm_cvtss_f32(_mm_movehdup_ps(dm)) * mn as f32;
+        let d1 = f16_at(self.0.f16, blk.as_ptr()) * sc as f32;
+        let m1 = f16_at(self.0.f16, blk.as_ptr().add(2)) * mn as f32;
         let (d1, negm) = (_mm512_set1_ps(d1), _mm512_set1_ps(-m1));
         let q = blk.as_ptr().add(16 + 32 * (s / 2));
         let sh = _mm_cvtsi32_si128(4 * (s % 2) as i32);
@@ -175,7 +201,7 @@ impl Unit for Q6K<'_> {
     unsafe fn unit(&self, r: *const u8, u: usize) -> (__m512, __m512) {
         let blk = std::slice::from_raw_parts(r.add((u / 8) * 210), 210);
         let (h, qq) = ((u % 8) / 4, u % 4);
-        let d = super::weights::f16_to_f32(le16(blk, 208));
+        let d = f16_at(self.0.f16, blk.as_ptr().add(208));
         let ql = blk.as_ptr().add(64 * h + (qq & 1) * 32);
         let qh = blk.as_ptr().add(128 + 32 * h);
         let shl = _mm_cvtsi32_si128(4 * (qq >> 1) as i32);
@@ -208,6 +234,7 @@ struct Mlx<'a, const BITS: usize> {
     scales: &'a [u8],
     biases: &'a [u8],
     cols: usize,
+    f16: &'static [f32],
 }
 
 impl<const BITS: usize> Unit for Mlx<'_, BITS> {
@@ -223,8 +250,8 @@ impl<const BITS: usize> Unit for Mlx<'_, BITS> {
     #[inline(always)]
     unsafe fn unit(&self, (p, g0): (*const u8, usize), u: usize) -> (__m512, __m512) {
         let g = g0 + 32 * u / self.group_size;
-        let s = _mm512_set1_ps(self.scale_ty.read(self.scales, g));
-        let b = _mm512_set1_ps(self.scale_ty.read(self.biases, g));
+        let s = _mm512_set1_ps(scale_at(self.f16, self.scale_ty, self.scales, g));
+        let b = _mm512_set1_ps(scale_at(self.f16, self.scale_ty, self.biases, g));
         let p = p.add(u * 4 * BITS);
         let (q0, q1) = if BITS == 8 {
             (u8x16(p), u8x16(p.add(16)))
@@ -323,6 +350,7 @@ pub(super) fn columns(
             let blocks = Blocks {
                 bytes,
                 row_bytes: cols / ty.block_size() * ty.type_size(),
+                f16: f16_table(),
             };
             match ty {
                 GgmlType::Q4_0 => unsafe { run(&Q40(blocks), a) },
@@ -351,6 +379,7 @@ pub(super) fn columns(
                             scales,
                             biases,
                             cols,
+                            f16: f16_table(),
                         },
                         a,
                     )
@@ -365,6 +394,7 @@ pub(super) fn columns(
                             scales,
                             biases,
                             cols,
+                            f16: f16_table(),
                         },
                         a,
                     )
