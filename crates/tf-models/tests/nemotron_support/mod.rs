@@ -184,3 +184,57 @@ pub fn fidelity_of(path: &Path, fixture: &str, form: &str) -> Fidelity {
     let ours = score(m.as_mut(), &tokens(fixture), 1);
     fidelity(&reference(fixture, form, "logits_serial"), &ours, vocab)
 }
+
+/// A tensor of a rewritten safetensors file: dtype, shape, bytes.
+pub type RawTensor = (String, Vec<u64>, Vec<u8>);
+
+/// Rewrites a copied checkpoint's model.safetensors: `edit` gets every tensor by name and may
+/// remove, add or change them; the file is written back in sorted name order.
+pub fn rewrite_tensors(
+    dir: &Path,
+    edit: &dyn Fn(&mut std::collections::BTreeMap<String, RawTensor>),
+) {
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let hlen = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + hlen]).unwrap();
+    let data = &bytes[8 + hlen..];
+    let mut tensors = std::collections::BTreeMap::new();
+    for (name, t) in header.as_object().unwrap() {
+        if name == "__metadata__" {
+            continue;
+        }
+        let off = t["data_offsets"].as_array().unwrap();
+        let (a, b) = (
+            off[0].as_u64().unwrap() as usize,
+            off[1].as_u64().unwrap() as usize,
+        );
+        let shape = t["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        let dtype = t["dtype"].as_str().unwrap().to_string();
+        tensors.insert(name.clone(), (dtype, shape, data[a..b].to_vec()));
+    }
+    edit(&mut tensors);
+    let mut head = serde_json::Map::new();
+    head.insert("__metadata__".into(), serde_json::json!({"format": "mlx"}));
+    let mut body = Vec::new();
+    for (name, (dtype, shape, b)) in &tensors {
+        head.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [body.len(), body.len() + b.len()]}),
+        );
+        body.extend_from_slice(b);
+    }
+    let mut h = serde_json::Value::Object(head).to_string().into_bytes();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&body);
+    std::fs::write(path, out).unwrap();
+}
