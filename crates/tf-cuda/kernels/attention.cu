@@ -1,0 +1,97 @@
+// Attention of one query row over its own stream's f32 KV cache, keys in ascending position.
+//
+// One block (ATT_THREADS threads) per (row, query head). With t = key - lo (lo = 0, or the first
+// key of a sliding window), the CPU contract's two-pass arithmetic (tf_kernels ops::attention):
+//   s_t = dot16(q, k_t) * scale                  one half-warp per key, 16-lane order
+//   m   = max_t s_t                              16-lane order over t
+//   p_t = exp(s_t - m)                           the contract exp
+//   l   = sum_t p_t                              16-lane order over t
+//   acc = fmaf(p_t, v_t, acc), t ascending       one thread per head dimension
+//   out = acc / l
+// Nothing depends on the other rows of the call. Scores live in `scratch`
+// ([n, heads, capacity] floats).
+//
+// PLANT = 1 is a planted control: the query reads one key too few (keys lo..q_pos-1 and, for
+// q_pos = lo, none is skipped).
+
+#define ATT_THREADS 128
+
+template <int PLANT>
+__device__ __forceinline__ void tf_attend(const float* __restrict__ q, const float* __restrict__ kpool,
+                                          const float* __restrict__ vpool, const int* __restrict__ slots,
+                                          const int* __restrict__ pos, float* __restrict__ scratch,
+                                          float* __restrict__ out, int heads, int kv_heads,
+                                          int head_dim, int n_layers, int layer, int capacity,
+                                          float scale, int window) {
+    __shared__ float m_shared, l_shared;
+    const int i = blockIdx.x;
+    const int h = blockIdx.y;
+    const int q_pos = pos[i];
+    const int lo = window > 0 ? max(0, q_pos + 1 - window) : 0;
+    int n_keys = q_pos + 1 - lo;
+    if (PLANT == 1 && n_keys > 1) n_keys -= 1;
+    const int row_w = kv_heads * head_dim;
+    const int kvh = h / (heads / kv_heads);
+    const size_t base = (((size_t)slots[i] * n_layers + layer) * capacity + (size_t)lo) * row_w +
+                        (size_t)kvh * head_dim;
+    const float* kb = kpool + base;
+    const float* vb = vpool + base;
+    const float* qh = q + ((size_t)i * heads + h) * head_dim;
+    float* s = scratch + ((size_t)i * heads + h) * capacity;
+
+    const int lane = threadIdx.x & 15;
+    const int hw = threadIdx.x >> 4;
+    const int n_hw = ATT_THREADS / 16;
+    for (int t0 = 0; t0 < n_keys; t0 += n_hw) {
+        const int t = t0 + hw;
+        float acc = 0.0f;
+        if (t < n_keys) {
+            const float* kt = kb + (size_t)t * row_w;
+            for (int d = lane; d < head_dim; d += 16) acc = fmaf(qh[d], kt[d], acc);
+        }
+        const float dot = tf_fold16_sum(acc);
+        if (lane == 0 && t < n_keys) s[t] = dot * scale;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float m = __int_as_float(0xff800000);  // -inf
+        if (threadIdx.x < 16)
+            for (int t = threadIdx.x; t < n_keys; t += 16) m = tf_max_op(m, s[t]);
+        m = tf_fold16_max(m);
+        if (threadIdx.x == 0) m_shared = m;
+    }
+    __syncthreads();
+    const float m = m_shared;
+    for (int t = threadIdx.x; t < n_keys; t += ATT_THREADS) s[t] = tf_exp(s[t] - m);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float l = 0.0f;
+        if (threadIdx.x < 16)
+            for (int t = threadIdx.x; t < n_keys; t += 16) l = l + s[t];
+        l = tf_fold16_sum(l);
+        if (threadIdx.x == 0) l_shared = l;
+    }
+    __syncthreads();
+    const float l = l_shared;
+    float* oh = out + ((size_t)i * heads + h) * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) {
+        float acc = 0.0f;
+        const float* vd = vb + d;
+#pragma unroll 8
+        for (int t = 0; t < n_keys; t++) acc = fmaf(s[t], vd[(size_t)t * row_w], acc);
+        oh[d] = acc / l;
+    }
+}
+
+#define TF_ATTEND_ENTRY(NAME, PLANT)                                                           \
+    extern "C" __global__ void NAME(const float* q, const float* kpool, const float* vpool,    \
+                                    const int* slots, const int* pos, float* scratch,          \
+                                    float* out, int heads, int kv_heads, int head_dim,         \
+                                    int n_layers, int layer, int capacity, float scale,        \
+                                    int window) {                                              \
+        tf_attend<PLANT>(q, kpool, vpool, slots, pos, scratch, out, heads, kv_heads, head_dim, \
+                         n_layers, layer, capacity, scale, window);                            \
+    }
+
+TF_ATTEND_ENTRY(tf_attend, 0)
+TF_ATTEND_ENTRY(tf_plant_attend_short, 1)

@@ -1,0 +1,88 @@
+// Row operators: RMSNorm, RoPE, SwiGLU, residual add, the KV append, and a probe of exp.
+// Each row is computed by its own block (or element-wise), with the CPU contract's arithmetic.
+
+// RMSNorm, one block per row (blockDim a multiple of 32): the first half-warp forms
+// ss = dot(x, x) in the 16-lane order, r = 1 / sqrt(ss / n + eps), then y = g * (x * r).
+// PLANT = 1 is a planted control: the sum of squares skips the last element of the row.
+template <int PLANT>
+__device__ __forceinline__ void tf_rms_norm(const float* __restrict__ x, const float* __restrict__ g,
+                                            float* __restrict__ y, int width, float eps) {
+    __shared__ float r_shared;
+    const float* xr = x + (size_t)blockIdx.x * width;
+    float* yr = y + (size_t)blockIdx.x * width;
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        const int end = PLANT == 1 ? width - 1 : width;
+        float acc = 0.0f;
+        if (lane < 16)
+            for (int k = lane; k < end; k += 16) acc = fmaf(xr[k], xr[k], acc);
+        const float ss = tf_fold16_sum(acc);
+        if (lane == 0) r_shared = 1.0f / sqrtf(ss / (float)width + eps);
+    }
+    __syncthreads();
+    const float r = r_shared;
+    for (int k = threadIdx.x; k < width; k += blockDim.x) yr[k] = g[k] * (xr[k] * r);
+}
+
+extern "C" __global__ void tf_rms_norm(const float* x, const float* g, float* y, int width,
+                                       float eps) {
+    tf_rms_norm<0>(x, g, y, width, eps);
+}
+
+extern "C" __global__ void tf_plant_rms_norm_short(const float* x, const float* g, float* y,
+                                                   int width, float eps) {
+    tf_rms_norm<1>(x, g, y, width, eps);
+}
+
+// RoPE in place on x [n, heads * head_dim] with per-row angles cs [n, 2 * half] (cos then sin,
+// computed on the host by tf_kernels' Rope). pairing 0: (2i, 2i+1) interleaved; 1: (i, i + half).
+// A pair (a, b) becomes (a*c - b*s, b*c + a*s), every product rounded (no fma).
+extern "C" __global__ void tf_rope(float* x, const float* cs, int n, int heads, int head_dim,
+                                   int half, int pairing) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int per_row = heads * half;
+    if (t >= n * per_row) return;
+    const int i = t / per_row;
+    const int h = (t % per_row) / half;
+    const int p = t % half;
+    float* head = x + (size_t)i * heads * head_dim + (size_t)h * head_dim;
+    const int ia = pairing == 0 ? 2 * p : p;
+    const int ib = pairing == 0 ? 2 * p + 1 : p + half;
+    const float c = cs[(size_t)i * 2 * half + p];
+    const float s = cs[(size_t)i * 2 * half + half + p];
+    const float a = head[ia], b = head[ib];
+    head[ia] = a * c - b * s;
+    head[ib] = b * c + a * s;
+}
+
+// SwiGLU: out = silu(gate) * up, element-wise.
+extern "C" __global__ void tf_silu_mul(const float* gate, const float* up, float* out, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) out[t] = tf_silu(gate[t]) * up[t];
+}
+
+// Residual: acc += x, element-wise.
+extern "C" __global__ void tf_add_inplace(float* acc, const float* x, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) acc[t] = acc[t] + x[t];
+}
+
+// out = exp(x) element-wise (checks the device exp against the CPU's bit for bit).
+extern "C" __global__ void tf_exp_map(const float* x, float* out, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) out[t] = tf_exp(x[t]);
+}
+
+// KV append: row i's key and value (k, v: [n, row_w]) go to its stream slot at its position in
+// the pools laid out [slot][layer][pos][row_w]. One block per row.
+extern "C" __global__ void tf_kv_append(const float* k, const float* v, float* kpool,
+                                        float* vpool, const int* slots, const int* pos,
+                                        int n_layers, int layer, int capacity, int row_w) {
+    const int i = blockIdx.x;
+    const size_t dst =
+        (((size_t)slots[i] * n_layers + layer) * capacity + (size_t)pos[i]) * row_w;
+    for (int e = threadIdx.x; e < row_w; e += blockDim.x) {
+        kpool[dst + e] = k[(size_t)i * row_w + e];
+        vpool[dst + e] = v[(size_t)i * row_w + e];
+    }
+}

@@ -1,0 +1,214 @@
+//! The GPU handle: a CUDA context, one stream, and the compiled kernels.
+
+use crate::compile::{program_ptx, PtxOrigin};
+use crate::error::{drv, CudaError, Result};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Oldest compute capability the kernels are built for (warp shuffles with widths, fp16 cvt).
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 0);
+
+/// Every kernel entry point of the program (loaded at start; a missing one is an error).
+pub const KERNELS: [&str; 21] = [
+    "tf_matmul_f32",
+    "tf_matmul_f16",
+    "tf_matmul_bf16",
+    "tf_matmul_q4_0",
+    "tf_matmul_q4_1",
+    "tf_matmul_q8_0",
+    "tf_plant_matmul_q4_1_rowvar",
+    "tf_embed_f32",
+    "tf_embed_f16",
+    "tf_embed_bf16",
+    "tf_embed_q4_0",
+    "tf_embed_q4_1",
+    "tf_embed_q8_0",
+    "tf_rms_norm",
+    "tf_plant_rms_norm_short",
+    "tf_rope",
+    "tf_silu_mul",
+    "tf_add_inplace",
+    "tf_exp_map",
+    "tf_kv_append",
+    "tf_attend",
+];
+
+/// Planted-control kernels beyond [`KERNELS`].
+pub const PLANTED_KERNELS: [&str; 1] = ["tf_plant_attend_short"];
+
+/// Facts about the opened device.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    /// The device's name as the driver reports it.
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Total device memory in bytes.
+    pub total_memory: usize,
+    /// The NVRTC target the kernels were compiled for (`compute_90`, ...).
+    pub arch: String,
+    /// Whether the PTX came from the disk cache.
+    pub ptx_origin: PtxOrigin,
+    /// Time to obtain the PTX (compile or cache read) and load the module.
+    pub load_time: Duration,
+}
+
+/// A CUDA device with the program loaded: the context, the stream every launch goes to, and
+/// the kernels by name. Dropping it releases everything (RAII).
+pub struct Gpu {
+    stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    info: DeviceInfo,
+    _ctx: Arc<CudaContext>,
+}
+
+/// Whether the CUDA driver library can be loaded on this machine.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the library by its candidate names.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, checks its compute capability, and compiles (or reads from the
+    /// cache) and loads the kernels. Refuses by name: no driver, no NVRTC, no such device, an
+    /// unsupported compute capability.
+    pub fn open(ordinal: usize) -> Result<Gpu> {
+        if !driver_present() {
+            return Err(CudaError::NoDriver);
+        }
+        if !crate::compile::nvrtc_present() {
+            return Err(CudaError::NoNvrtc);
+        }
+        let count = CudaContext::device_count().map_err(drv("counting devices"))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(CudaError::NoDevice {
+                ordinal,
+                count: count.max(0) as usize,
+            });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(drv("creating the context"))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(drv("reading the compute capability"))?;
+        if cc < MIN_COMPUTE_CAPABILITY {
+            return Err(CudaError::GpuNotSupported {
+                found: format!("{}.{}", cc.0, cc.1),
+                need: format!("{}.{}", MIN_COMPUTE_CAPABILITY.0, MIN_COMPUTE_CAPABILITY.1),
+            });
+        }
+        // One stream, ordered launches: the driver-side event tracking is not needed.
+        // SAFETY: no other stream uses this context's buffers.
+        unsafe { ctx.disable_event_tracking() };
+        // A created stream (not the legacy default stream): graph capture needs one.
+        let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
+        let arch = format!("compute_{}{}", cc.0, cc.1);
+        let t0 = Instant::now();
+        let (ptx, ptx_origin) = program_ptx(&arch)?;
+        let module = ctx
+            .load_module(ptx)
+            .map_err(drv("loading the kernel module"))?;
+        let mut functions = HashMap::new();
+        for name in KERNELS.iter().chain(PLANTED_KERNELS.iter()) {
+            let f = module
+                .load_function(name)
+                .map_err(drv("looking up a kernel"))?;
+            functions.insert(*name, f);
+        }
+        let info = DeviceInfo {
+            name: ctx.name().map_err(drv("reading the device name"))?,
+            compute_capability: cc,
+            total_memory: ctx.total_mem().map_err(drv("reading the memory size"))?,
+            arch,
+            ptx_origin,
+            load_time: t0.elapsed(),
+        };
+        Ok(Gpu {
+            stream,
+            functions,
+            info,
+            _ctx: ctx,
+        })
+    }
+
+    /// Facts about the device.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The stream all launches go to.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The kernel `name` (one of [`KERNELS`] or [`PLANTED_KERNELS`]).
+    pub fn function(&self, name: &'static str) -> Result<&CudaFunction> {
+        self.functions.get(name).ok_or_else(|| CudaError::Shape {
+            op: "kernel lookup",
+            detail: format!("no kernel named {name}"),
+        })
+    }
+
+    /// Copies a host slice to a new device buffer.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        self.stream
+            .clone_htod(host)
+            .map_err(drv("copying to the device"))
+    }
+
+    /// A new device buffer of `len` zeroed elements.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>> {
+        self.stream
+            .alloc_zeros(len.max(1))
+            .map_err(drv("allocating device memory"))
+    }
+
+    /// Copies host data into an existing device buffer (its first `host.len()` elements).
+    pub fn write<T: DeviceRepr>(&self, host: &[T], dst: &mut CudaSlice<T>) -> Result<()> {
+        if host.len() > dst.len() {
+            return Err(CudaError::Shape {
+                op: "upload",
+                detail: format!("{} elements into a buffer of {}", host.len(), dst.len()),
+            });
+        }
+        if host.is_empty() {
+            return Ok(());
+        }
+        let mut view = dst.slice_mut(..host.len());
+        self.stream
+            .memcpy_htod(host, &mut view)
+            .map_err(drv("copying to the device"))
+    }
+
+    /// Copies the first `len` elements of a device buffer back to the host (synchronizes).
+    pub fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        src: &CudaSlice<T>,
+        len: usize,
+    ) -> Result<Vec<T>> {
+        if len > src.len() {
+            return Err(CudaError::Shape {
+                op: "download",
+                detail: format!("{len} elements from a buffer of {}", src.len()),
+            });
+        }
+        let mut out = vec![T::default(); len];
+        if len > 0 {
+            self.stream
+                .memcpy_dtoh(&src.slice(..len), &mut out)
+                .map_err(drv("copying from the device"))?;
+        }
+        self.synchronize()?;
+        Ok(out)
+    }
+
+    /// Waits for every launch so far and reports any asynchronous error.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(drv("synchronizing the stream"))
+    }
+}

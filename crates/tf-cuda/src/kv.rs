@@ -1,0 +1,104 @@
+//! The device KV cache: f32 keys and values for a fixed number of stream slots.
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use cudarc::driver::CudaSlice;
+
+/// Keys and values of `slots` streams, laid out `[slot][layer][pos][kv_heads * head_dim]` in two
+/// pools allocated once (exact f32, never compressed).
+pub struct GpuKv {
+    /// Key pool.
+    pub(crate) k: CudaSlice<f32>,
+    /// Value pool.
+    pub(crate) v: CudaSlice<f32>,
+    slots: usize,
+    layers: usize,
+    capacity: usize,
+    row_w: usize,
+}
+
+impl GpuKv {
+    /// Allocates the pools for `slots` streams of up to `capacity` positions each.
+    pub fn new(
+        gpu: &Gpu,
+        slots: usize,
+        layers: usize,
+        capacity: usize,
+        kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<GpuKv> {
+        let row_w = kv_heads * head_dim;
+        let len = slots
+            .checked_mul(layers)
+            .and_then(|x| x.checked_mul(capacity))
+            .and_then(|x| x.checked_mul(row_w))
+            .ok_or_else(|| CudaError::Shape {
+                op: "kv cache",
+                detail: format!(
+                    "{slots} slots x {layers} layers x {capacity} positions x {row_w} overflows"
+                ),
+            })?;
+        if capacity > i32::MAX as usize || slots > i32::MAX as usize {
+            return Err(CudaError::Shape {
+                op: "kv cache",
+                detail: format!("capacity {capacity} or slots {slots} exceeds i32 indexing"),
+            });
+        }
+        Ok(GpuKv {
+            k: gpu.zeros(len)?,
+            v: gpu.zeros(len)?,
+            slots,
+            layers,
+            capacity,
+            row_w,
+        })
+    }
+
+    /// Stream slots.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Layers per slot.
+    pub fn layers(&self) -> usize {
+        self.layers
+    }
+
+    /// Positions per slot.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Floats per position (`kv_heads * head_dim`).
+    pub fn row_width(&self) -> usize {
+        self.row_w
+    }
+
+    /// Device bytes of both pools.
+    pub fn bytes(&self) -> usize {
+        2 * self.k.len() * 4
+    }
+
+    /// Checks that every (slot, position) pair is inside the pools.
+    pub fn check_rows(&self, slots: &[i32], pos: &[i32]) -> Result<()> {
+        for (&s, &p) in slots.iter().zip(pos) {
+            if s < 0 || s as usize >= self.slots {
+                return Err(CudaError::Param {
+                    op: "kv cache",
+                    what: "slot",
+                    value: s as f64,
+                    why: "outside the allocated slots",
+                });
+            }
+            if p < 0 || p as usize >= self.capacity {
+                return Err(CudaError::Param {
+                    op: "kv cache",
+                    what: "position",
+                    value: p as f64,
+                    why: "outside the slot's capacity",
+                });
+            }
+        }
+        Ok(())
+    }
+}

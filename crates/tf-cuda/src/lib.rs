@@ -1,0 +1,23 @@
+//! The CUDA backend: NVRTC-compiled kernels under the kernel contract.
+//!
+//! The build needs no CUDA toolkit: `cudarc` loads libcuda and libnvrtc at run time, and a
+//! machine without them gets [`CudaError::NoDriver`] / [`CudaError::NoNvrtc`] instead of a
+//! panic. Kernels are CUDA C sources in `kernels/` compiled by NVRTC for the device's
+//! architecture on first use and cached on disk ([`compile`]). Every operator reproduces the CPU
+//! contract's arithmetic (16-lane reductions with the fixed fold tree, the contract `exp`,
+//! correctly rounded division and square root; see docs/kernels.md), so each row's result is the
+//! same whatever the number of rows in the call.
+
+pub mod compile;
+pub mod device;
+pub mod error;
+pub mod kv;
+pub mod llama;
+pub mod ops;
+pub mod suite;
+pub mod weights;
+
+pub use device::Gpu;
+pub use error::{CudaError, Result};
+pub use kv::GpuKv;
+pub use weights::{GpuFormat, GpuMatrix};

@@ -1,0 +1,109 @@
+//! Checkpoint tensors to device operands: packed matrices uploaded unchanged, small vectors
+//! (norm gains) decoded to f32 once.
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::weights::GpuMatrix;
+use cudarc::driver::CudaSlice;
+use tf_families::llama::RopeScaling as PlanRopeScaling;
+use tf_formats::checkpoint::{Checkpoint, TensorData};
+use tf_formats::TensorEntry;
+use tf_kernels::matmul::{FloatType, PackedMatrix};
+use tf_kernels::ops::RopeScaling;
+
+fn bad(e: &TensorEntry, why: String) -> CudaError {
+    CudaError::Shape {
+        op: "checkpoint tensor",
+        detail: format!("{}: {why}", e.name),
+    }
+}
+
+/// Uploads the `[rows, cols]` matrix of a 2-D entry in its stored layout.
+pub(crate) fn matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuMatrix> {
+    let [rows, cols] = e.shape[..] else {
+        return Err(bad(
+            e,
+            format!("expected a matrix, found shape {:?}", e.shape),
+        ));
+    };
+    let (rows, cols) = (rows as usize, cols as usize);
+    let m = match ck
+        .data(&e.name)
+        .ok_or_else(|| bad(e, "no data in the checkpoint".into()))?
+    {
+        TensorData::Dense { dtype, bytes } => PackedMatrix::dense(dtype, rows, cols, bytes),
+        TensorData::Gguf { ty, bytes } => PackedMatrix::gguf(ty, rows, cols, bytes),
+        TensorData::MlxAffine { bits, .. } => {
+            return Err(CudaError::UnsupportedFormat {
+                format: format!("{}: MLX affine {bits}-bit (no CUDA kernel yet)", e.name),
+            })
+        }
+    }
+    .map_err(|err| bad(e, err.to_string()))?;
+    GpuMatrix::upload(gpu, &m)
+}
+
+/// A small tensor decoded to f32 on the host.
+pub(crate) fn vector_host(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> {
+    let n = e.elements() as usize;
+    match ck
+        .data(&e.name)
+        .ok_or_else(|| bad(e, "no data in the checkpoint".into()))?
+    {
+        TensorData::Dense { dtype, bytes } => {
+            let ty =
+                FloatType::from_dtype(dtype).ok_or_else(|| bad(e, format!("stored as {dtype}")))?;
+            if bytes.len() != n * ty.size() {
+                return Err(bad(e, format!("{} bytes for {n} elements", bytes.len())));
+            }
+            Ok((0..n).map(|i| ty.read(bytes, i)).collect())
+        }
+        TensorData::Gguf { ty, bytes } => {
+            tf_formats::gguf::dequantize(ty, bytes, n).map_err(|err| bad(e, err.to_string()))
+        }
+        TensorData::MlxAffine { .. } => Err(bad(e, "a quantized vector is not supported".into())),
+    }
+}
+
+/// A small tensor decoded to f32 and uploaded.
+pub(crate) fn vector(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<CudaSlice<f32>> {
+    gpu.upload(&vector_host(ck, e)?)
+}
+
+/// The kernels' RoPE scaling for the plan's (the CPU llama forward's mapping).
+pub(crate) fn rope_scaling(s: &Option<PlanRopeScaling>) -> RopeScaling {
+    match *s {
+        None | Some(PlanRopeScaling::Dynamic { .. }) => RopeScaling::None,
+        Some(PlanRopeScaling::Linear { factor }) => RopeScaling::Linear { factor },
+        Some(PlanRopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        }) => RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings: original_max_position_embeddings as usize,
+        },
+        Some(PlanRopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            beta_fast,
+            beta_slow,
+            mscale,
+            mscale_all_dim,
+            attention_factor,
+        }) => RopeScaling::Yarn {
+            factor,
+            beta_fast,
+            beta_slow,
+            mscale: Some(mscale),
+            mscale_all_dim: Some(mscale_all_dim),
+            attention_factor,
+            original_max_position_embeddings: original_max_position_embeddings.unwrap_or(4096)
+                as usize,
+            truncate: true,
+        },
+    }
+}

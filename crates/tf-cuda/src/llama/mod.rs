@@ -1,0 +1,403 @@
+//! The llama-style decoder (llama, mistral, qwen2 without biases) on the GPU, over rounds of rows
+//! from any number of stream slots, with the CPU forward's arithmetic kernel for kernel.
+//!
+//! A round is uploaded once (tokens, slots, positions, RoPE angles computed on the host by the
+//! same `Rope` the CPU uses), then a fixed sequence of launches reads only device buffers — so
+//! the sequence for a given row count can be captured as a CUDA graph and replayed.
+
+mod load;
+
+use crate::device::Gpu;
+use crate::error::{drv, CudaError, Result};
+use crate::kv::GpuKv;
+use crate::ops::{self, AttnShape, GpuRows, Pairing};
+use crate::weights::GpuMatrix;
+use cudarc::driver::{CudaGraph, CudaSlice};
+use std::collections::HashMap;
+use tf_families::llama::LlamaPlan;
+use tf_formats::checkpoint::Checkpoint;
+use tf_kernels::ops::{Rope, RopeAngles, RopeConfig, RopePairing};
+
+/// One token of one stream slot in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuRow {
+    /// The stream's KV slot.
+    pub slot: usize,
+    /// Absolute position (must equal the slot's current length).
+    pub pos: usize,
+    /// Token id.
+    pub token: u32,
+    /// Whether the caller wants this row's logits.
+    pub logits: bool,
+}
+
+struct Layer {
+    attn_norm: CudaSlice<f32>,
+    q: GpuMatrix,
+    k: GpuMatrix,
+    v: GpuMatrix,
+    o: GpuMatrix,
+    mlp_norm: CudaSlice<f32>,
+    gate: GpuMatrix,
+    up: GpuMatrix,
+    down: GpuMatrix,
+}
+
+/// Device buffers of a round, allocated once for `max_rows`.
+struct Workspace {
+    tokens: CudaSlice<i32>,
+    cs: CudaSlice<f32>,
+    x: CudaSlice<f32>,
+    h: CudaSlice<f32>,
+    q: CudaSlice<f32>,
+    k: CudaSlice<f32>,
+    v: CudaSlice<f32>,
+    attn: CudaSlice<f32>,
+    o: CudaSlice<f32>,
+    gate: CudaSlice<f32>,
+    up: CudaSlice<f32>,
+    act: CudaSlice<f32>,
+    scratch: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+}
+
+/// Sizes of the model.
+#[derive(Debug, Clone, Copy)]
+struct Dims {
+    hidden: usize,
+    ffn: usize,
+    vocab: usize,
+    rotary: usize,
+}
+
+/// A llama-style model resident on the GPU with KV slots for `slots` streams.
+pub struct GpuLlama {
+    gpu: Gpu,
+    layers: Vec<Layer>,
+    embed: GpuMatrix,
+    head: Option<GpuMatrix>,
+    final_norm: CudaSlice<f32>,
+    rope: Rope,
+    pairing: Pairing,
+    shape: AttnShape,
+    eps: f32,
+    dims: Dims,
+    kv: GpuKv,
+    rows: GpuRows,
+    ws: Workspace,
+    lens: Vec<usize>,
+    max_rows: usize,
+    weight_bytes: usize,
+    graphs: HashMap<usize, CudaGraph>,
+}
+
+fn refuse(what: &str) -> CudaError {
+    CudaError::UnsupportedFormat {
+        format: format!("llama with {what} (no CUDA path yet)"),
+    }
+}
+
+impl GpuLlama {
+    /// Uploads the plan's weights in their stored layouts and allocates KV for `slots` streams of
+    /// `capacity` positions and workspaces for rounds of up to `max_rows` rows.
+    pub fn new(
+        gpu: Gpu,
+        ck: &Checkpoint,
+        plan: &LlamaPlan,
+        slots: usize,
+        capacity: usize,
+        max_rows: usize,
+    ) -> Result<GpuLlama> {
+        let cfg = &plan.config;
+        if plan
+            .layers
+            .iter()
+            .any(|l| l.qkv_bias.is_some() || l.o_bias.is_some() || l.mlp_bias.is_some())
+        {
+            return Err(refuse("projection biases"));
+        }
+        if plan.layers.iter().any(|l| l.qk_norm.is_some()) {
+            return Err(refuse("q/k norms"));
+        }
+        let hd = cfg.head_dim as usize;
+        let pairing = if ck.gguf_rope_permuted() || cfg.rope_traditional {
+            RopePairing::Interleaved
+        } else {
+            RopePairing::Half
+        };
+        let rope = Rope::new(RopeConfig {
+            head_dim: hd,
+            rotary_dim: hd,
+            theta: cfg.rope_theta,
+            pairing,
+            scaling: load::rope_scaling(&cfg.rope_scaling),
+        })
+        .map_err(|e| CudaError::Shape {
+            op: "rope",
+            detail: e.to_string(),
+        })?;
+        let mut layers = Vec::with_capacity(plan.layers.len());
+        for l in &plan.layers {
+            layers.push(Layer {
+                attn_norm: load::vector(&gpu, ck, &l.input_layernorm)?,
+                q: load::matrix(&gpu, ck, &l.q_proj)?,
+                k: load::matrix(&gpu, ck, &l.k_proj)?,
+                v: load::matrix(&gpu, ck, &l.v_proj)?,
+                o: load::matrix(&gpu, ck, &l.o_proj)?,
+                mlp_norm: load::vector(&gpu, ck, &l.post_attention_layernorm)?,
+                gate: load::matrix(&gpu, ck, &l.gate_proj)?,
+                up: load::matrix(&gpu, ck, &l.up_proj)?,
+                down: load::matrix(&gpu, ck, &l.down_proj)?,
+            });
+        }
+        let embed = load::matrix(&gpu, ck, &plan.embed_tokens)?;
+        let head = plan
+            .lm_head
+            .as_ref()
+            .map(|e| load::matrix(&gpu, ck, e))
+            .transpose()?;
+        let shape = AttnShape {
+            heads: cfg.num_attention_heads as usize,
+            kv_heads: cfg.num_key_value_heads as usize,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window: None,
+        };
+        let dims = Dims {
+            hidden: cfg.hidden_size as usize,
+            ffn: cfg.intermediate_size as usize,
+            vocab: head.as_ref().unwrap_or(&embed).rows(),
+            rotary: hd,
+        };
+        let weight_bytes = layers
+            .iter()
+            .map(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|m| m.storage_bytes())
+                    .sum::<usize>()
+            })
+            .sum::<usize>()
+            + head.as_ref().unwrap_or(&embed).storage_bytes();
+        let kv = GpuKv::new(&gpu, slots, layers.len(), capacity, shape.kv_heads, hd)?;
+        let (n, qw, kw) = (max_rows.max(1), shape.heads * hd, shape.kv_heads * hd);
+        let ws = Workspace {
+            tokens: gpu.zeros(n)?,
+            cs: gpu.zeros(n * dims.rotary)?,
+            x: gpu.zeros(n * dims.hidden)?,
+            h: gpu.zeros(n * dims.hidden)?,
+            q: gpu.zeros(n * qw)?,
+            k: gpu.zeros(n * kw)?,
+            v: gpu.zeros(n * kw)?,
+            attn: gpu.zeros(n * qw)?,
+            o: gpu.zeros(n * dims.hidden)?,
+            gate: gpu.zeros(n * dims.ffn)?,
+            up: gpu.zeros(n * dims.ffn)?,
+            act: gpu.zeros(n * dims.ffn)?,
+            scratch: gpu.zeros(n * shape.heads * capacity)?,
+            logits: gpu.zeros(n * dims.vocab)?,
+        };
+        Ok(GpuLlama {
+            rows: GpuRows::new(&gpu, n)?,
+            final_norm: load::vector(&gpu, ck, &plan.norm)?,
+            eps: cfg.rms_norm_eps as f32,
+            pairing: if pairing == RopePairing::Interleaved {
+                Pairing::Interleaved
+            } else {
+                Pairing::Half
+            },
+            lens: vec![0; slots],
+            gpu,
+            layers,
+            embed,
+            head,
+            rope,
+            shape,
+            dims,
+            kv,
+            ws,
+            max_rows: n,
+            weight_bytes,
+            graphs: HashMap::new(),
+        })
+    }
+
+    /// The device.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Rows of the logits.
+    pub fn vocab_size(&self) -> usize {
+        self.dims.vocab
+    }
+
+    /// Bytes of weights one decode step reads (every matrix once; the tied head once).
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Forgets slot `slot`'s tokens (its KV is overwritten by the next rows).
+    pub fn reset_slot(&mut self, slot: usize) {
+        if let Some(l) = self.lens.get_mut(slot) {
+            *l = 0;
+        }
+    }
+
+    /// Runs one round with eager launches; `logits` gets `vocab` floats for every row with
+    /// `logits == true`, in row order.
+    pub fn forward(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
+        self.round(rows, logits, false)
+    }
+
+    /// [`forward`](Self::forward) through a CUDA graph captured (on first use) for this row
+    /// count and replayed.
+    pub fn forward_graphed(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
+        self.round(rows, logits, true)
+    }
+
+    fn round(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>, graphed: bool) -> Result<()> {
+        let n = rows.len();
+        self.upload_round(rows)?;
+        if graphed {
+            if !self.graphs.contains_key(&n) {
+                let stream = self.gpu.stream().clone();
+                stream.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(drv("beginning graph capture"))?;
+                let launched = self.launch_all(n);
+                let graph = stream
+                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+                    .map_err(drv("ending graph capture"))?;
+                launched?;
+                let graph = graph.ok_or_else(|| CudaError::Shape {
+                    op: "graph capture",
+                    detail: "captured an empty graph".into(),
+                })?;
+                self.graphs.insert(n, graph);
+            }
+            self.graphs[&n]
+                .launch()
+                .map_err(drv("launching the decode graph"))?;
+        } else {
+            self.launch_all(n)?;
+        }
+        for r in rows {
+            self.lens[r.slot] = r.pos + 1;
+        }
+        // Logits of the rows that want them.
+        let vocab = self.dims.vocab;
+        let all = self.gpu.download(&self.ws.logits, n * vocab)?;
+        logits.clear();
+        for (i, r) in rows.iter().enumerate() {
+            if r.logits {
+                logits.extend_from_slice(&all[i * vocab..(i + 1) * vocab]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the rows and uploads tokens, slots, positions and RoPE angles.
+    fn upload_round(&mut self, rows: &[GpuRow]) -> Result<()> {
+        if rows.is_empty() || rows.len() > self.max_rows {
+            return Err(CudaError::Shape {
+                op: "llama round",
+                detail: format!("{} rows (1..={} allowed)", rows.len(), self.max_rows),
+            });
+        }
+        let mut next = self.lens.clone();
+        for r in rows {
+            let len = next.get_mut(r.slot).ok_or(CudaError::Param {
+                op: "llama round",
+                what: "slot",
+                value: r.slot as f64,
+                why: "no such slot",
+            })?;
+            if r.pos != *len {
+                return Err(CudaError::Param {
+                    op: "llama round",
+                    what: "position",
+                    value: r.pos as f64,
+                    why: "must continue its slot",
+                });
+            }
+            if r.token as usize >= self.embed.rows() {
+                return Err(CudaError::Param {
+                    op: "llama round",
+                    what: "token",
+                    value: r.token as f64,
+                    why: "beyond the vocabulary",
+                });
+            }
+            *len += 1;
+        }
+        let slots: Vec<usize> = rows.iter().map(|r| r.slot).collect();
+        let pos: Vec<usize> = rows.iter().map(|r| r.pos).collect();
+        self.rows.set(&self.gpu, &self.kv, &slots, &pos)?;
+        let tokens: Vec<i32> = rows.iter().map(|r| r.token as i32).collect();
+        self.gpu.write(&tokens, &mut self.ws.tokens)?;
+        let mut angles = RopeAngles::default();
+        let mut cs = Vec::with_capacity(rows.len() * self.dims.rotary);
+        for r in rows {
+            self.rope.angles_into(r.pos, &mut angles);
+            cs.extend_from_slice(&angles.cos);
+            cs.extend_from_slice(&angles.sin);
+        }
+        self.gpu.write(&cs, &mut self.ws.cs)
+    }
+
+    /// The round's launches for `n` rows; reads only device buffers (capturable).
+    fn launch_all(&mut self, n: usize) -> Result<()> {
+        let g = &self.gpu;
+        let ws = &mut self.ws;
+        let Dims { hidden, ffn, .. } = self.dims;
+        let (nh, nkv, hd) = (self.shape.heads, self.shape.kv_heads, self.shape.head_dim);
+        ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
+        for (li, l) in self.layers.iter().enumerate() {
+            ops::rms_norm(g, &ws.x, &l.attn_norm, self.eps, n, &mut ws.h)?;
+            ops::matmul(g, &l.q, &ws.h, n, &mut ws.q)?;
+            ops::matmul(g, &l.k, &ws.h, n, &mut ws.k)?;
+            ops::matmul(g, &l.v, &ws.h, n, &mut ws.v)?;
+            ops::rope(
+                g,
+                &mut ws.q,
+                &ws.cs,
+                n,
+                nh,
+                hd,
+                self.dims.rotary,
+                self.pairing,
+            )?;
+            ops::rope(
+                g,
+                &mut ws.k,
+                &ws.cs,
+                n,
+                nkv,
+                hd,
+                self.dims.rotary,
+                self.pairing,
+            )?;
+            ops::kv_append(g, &ws.k, &ws.v, &mut self.kv, &self.rows, li)?;
+            ops::attend(
+                g,
+                &ws.q,
+                &self.kv,
+                &self.rows,
+                li,
+                &self.shape,
+                &mut ws.scratch,
+                &mut ws.attn,
+            )?;
+            ops::matmul(g, &l.o, &ws.attn, n, &mut ws.o)?;
+            ops::add_inplace(g, &mut ws.x, &ws.o, n * hidden)?;
+            ops::rms_norm(g, &ws.x, &l.mlp_norm, self.eps, n, &mut ws.h)?;
+            ops::matmul(g, &l.gate, &ws.h, n, &mut ws.gate)?;
+            ops::matmul(g, &l.up, &ws.h, n, &mut ws.up)?;
+            ops::silu_mul(g, &ws.gate, &ws.up, &mut ws.act, n * ffn)?;
+            ops::matmul(g, &l.down, &ws.act, n, &mut ws.o)?;
+            ops::add_inplace(g, &mut ws.x, &ws.o, n * hidden)?;
+        }
+        ops::rms_norm(g, &ws.x, &self.final_norm, self.eps, n, &mut ws.h)?;
+        let head = self.head.as_ref().unwrap_or(&self.embed);
+        ops::matmul(g, head, &ws.h, n, &mut ws.logits)
+    }
+}

@@ -1,0 +1,527 @@
+//! Launch wrappers: each checks shapes on the host, then enqueues its kernel on the GPU's
+//! stream. Buffers may be longer than a call needs (workspaces sized for the largest round).
+
+use crate::device::Gpu;
+use crate::error::{drv, CudaError, Result};
+use crate::kv::GpuKv;
+use crate::weights::GpuMatrix;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+/// Threads per block of the row kernels.
+const THREADS: u32 = 128;
+
+fn need(op: &'static str, what: &str, len: usize, want: usize) -> Result<()> {
+    if len < want {
+        return Err(CudaError::Shape {
+            op,
+            detail: format!("{what} holds {len} elements, the call needs {want}"),
+        });
+    }
+    Ok(())
+}
+
+fn i32_of(op: &'static str, what: &'static str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| CudaError::Param {
+        op,
+        what,
+        value: v as f64,
+        why: "exceeds i32",
+    })
+}
+
+fn grid(items: usize, per_block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            (items as u64).div_ceil(per_block as u64).max(1) as u32,
+            1,
+            1,
+        ),
+        block_dim: (per_block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The rows of a round as the kernels see them: each row's stream slot and absolute position,
+/// on the host (for checks and RoPE angles) and on the device. Allocated once for `max_rows`.
+pub struct GpuRows {
+    slots_host: Vec<i32>,
+    pos_host: Vec<i32>,
+    pub(crate) slots: CudaSlice<i32>,
+    pub(crate) pos: CudaSlice<i32>,
+    max_rows: usize,
+}
+
+impl GpuRows {
+    /// Buffers for rounds of up to `max_rows` rows.
+    pub fn new(gpu: &Gpu, max_rows: usize) -> Result<GpuRows> {
+        Ok(GpuRows {
+            slots_host: Vec::with_capacity(max_rows),
+            pos_host: Vec::with_capacity(max_rows),
+            slots: gpu.zeros(max_rows)?,
+            pos: gpu.zeros(max_rows)?,
+            max_rows,
+        })
+    }
+
+    /// Sets this round's rows (`slots[i]`, `pos[i]`), checked against the cache, and uploads them.
+    pub fn set(&mut self, gpu: &Gpu, kv: &GpuKv, slots: &[usize], pos: &[usize]) -> Result<()> {
+        if slots.len() != pos.len() || slots.len() > self.max_rows {
+            return Err(CudaError::Shape {
+                op: "rows",
+                detail: format!(
+                    "{} slots and {} positions for at most {} rows",
+                    slots.len(),
+                    pos.len(),
+                    self.max_rows
+                ),
+            });
+        }
+        self.slots_host.clear();
+        self.pos_host.clear();
+        for (&s, &p) in slots.iter().zip(pos) {
+            self.slots_host.push(i32_of("rows", "slot", s)?);
+            self.pos_host.push(i32_of("rows", "position", p)?);
+        }
+        kv.check_rows(&self.slots_host, &self.pos_host)?;
+        gpu.write(&self.slots_host, &mut self.slots)?;
+        gpu.write(&self.pos_host, &mut self.pos)
+    }
+
+    /// Rows of the current round.
+    pub fn len(&self) -> usize {
+        self.slots_host.len()
+    }
+
+    /// Whether the round is empty.
+    pub fn is_empty(&self) -> bool {
+        self.slots_host.is_empty()
+    }
+}
+
+/// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n` (`x` is `[n, cols]`, `y` is `[n, rows]`).
+pub fn matmul(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    matmul_with(gpu, w.format().matmul_kernel(), w, x, n, y)
+}
+
+/// [`matmul`] through a named kernel (the planted controls use this).
+pub fn matmul_with(
+    gpu: &Gpu,
+    kernel: &'static str,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "matmul";
+    need(OP, "x", x.len(), n * w.cols())?;
+    need(OP, "y", y.len(), n * w.rows())?;
+    if n == 0 || w.rows() == 0 {
+        return Ok(());
+    }
+    let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
+    let f = gpu.function(kernel)?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(w.bytes())
+        .arg(x)
+        .arg(y)
+        .arg(&n_)
+        .arg(&rows)
+        .arg(&cols);
+    // SAFETY: the kernel's signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
+    // elements it reads and writes (checked above; the weight was validated at upload).
+    unsafe { b.launch(grid(w.rows() * 16, THREADS)) }.map_err(drv("launching matmul"))?;
+    Ok(())
+}
+
+/// `out[i, :] = W[tokens[i], :]` decoded, for `i < n`.
+pub fn embed(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    tokens: &CudaSlice<i32>,
+    n: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "embedding";
+    need(OP, "tokens", tokens.len(), n)?;
+    need(OP, "out", out.len(), n * w.cols())?;
+    if n == 0 {
+        return Ok(());
+    }
+    let cols = w.cols() as i32;
+    let f = gpu.function(w.format().embed_kernel())?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(w.bytes()).arg(tokens).arg(out).arg(&cols);
+    let cfg = LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: (u8*, i32*, f32*, i32); token ids are checked by the caller against the rows.
+    unsafe { b.launch(cfg) }.map_err(drv("launching embedding"))?;
+    Ok(())
+}
+
+/// RMSNorm of `n` rows of width `gain.len()`: `y = gain * (x * (1 / sqrt(dot(x, x) / w + eps)))`.
+pub fn rms_norm(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    rms_norm_with(gpu, "tf_rms_norm", x, gain, eps, n, y)
+}
+
+/// [`rms_norm`] through a named kernel.
+pub fn rms_norm_with(
+    gpu: &Gpu,
+    kernel: &'static str,
+    x: &CudaSlice<f32>,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "rms_norm";
+    let width = gain.len();
+    need(OP, "x", x.len(), n * width)?;
+    need(OP, "y", y.len(), n * width)?;
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(CudaError::Param {
+            op: OP,
+            what: "eps",
+            value: eps as f64,
+            why: "must be finite and >= 0",
+        });
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let w = i32_of(OP, "width", width)?;
+    let f = gpu.function(kernel)?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(x).arg(gain).arg(y).arg(&w).arg(&eps);
+    let cfg = LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: (f32*, f32*, f32*, i32, f32); lengths checked above.
+    unsafe { b.launch(cfg) }.map_err(drv("launching rms_norm"))?;
+    Ok(())
+}
+
+/// Which elements RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pairing {
+    /// `(2i, 2i + 1)` (GPT-J / GGUF llama).
+    Interleaved = 0,
+    /// `(i, i + rotary_dim / 2)` (Hugging Face `rotate_half`).
+    Half = 1,
+}
+
+/// RoPE in place on `x` (`[n, heads * head_dim]`) with per-row angles `cs` (`[n, rotary_dim]`:
+/// the row's `rotary_dim / 2` cosines, then its sines, as tf_kernels' `Rope::angles_into` gives).
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    gpu: &Gpu,
+    x: &mut CudaSlice<f32>,
+    cs: &CudaSlice<f32>,
+    n: usize,
+    heads: usize,
+    head_dim: usize,
+    rotary_dim: usize,
+    pairing: Pairing,
+) -> Result<()> {
+    const OP: &str = "rope";
+    if rotary_dim > head_dim || !rotary_dim.is_multiple_of(2) {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("rotary_dim {rotary_dim} must be even and <= head_dim {head_dim}"),
+        });
+    }
+    need(OP, "x", x.len(), n * heads * head_dim)?;
+    need(OP, "angles", cs.len(), n * rotary_dim)?;
+    let half = rotary_dim / 2;
+    if n == 0 || heads == 0 || half == 0 {
+        return Ok(());
+    }
+    let items = n * heads * half;
+    let (n_, h_, hd_, half_, p_) = (
+        i32_of(OP, "n", n)?,
+        i32_of(OP, "heads", heads)?,
+        i32_of(OP, "head_dim", head_dim)?,
+        half as i32,
+        pairing as i32,
+    );
+    i32_of(OP, "items", items)?;
+    let f = gpu.function("tf_rope")?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(x)
+        .arg(cs)
+        .arg(&n_)
+        .arg(&h_)
+        .arg(&hd_)
+        .arg(&half_)
+        .arg(&p_);
+    // SAFETY: (f32*, f32*, i32 x5); lengths checked above.
+    unsafe { b.launch(grid(items, THREADS)) }.map_err(drv("launching rope"))?;
+    Ok(())
+}
+
+/// Element-wise kernel over `len` elements with (in, in, out) or (inout, in) float buffers.
+fn elementwise(
+    gpu: &Gpu,
+    kernel: &'static str,
+    bufs: &mut [&mut CudaSlice<f32>],
+    ro: &[&CudaSlice<f32>],
+    len: usize,
+) -> Result<()> {
+    let len_ = i32_of(kernel_op(kernel), "len", len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(kernel)?;
+    let mut b = gpu.stream().launch_builder(f);
+    for r in ro {
+        b.arg(*r);
+    }
+    for w in bufs.iter_mut() {
+        b.arg(&mut **w);
+    }
+    b.arg(&len_);
+    // SAFETY: each element-wise kernel takes its read-only buffers, then its written buffer,
+    // then the length; callers checked every buffer holds `len` elements.
+    unsafe { b.launch(grid(len, 256)) }.map_err(drv("launching an element-wise kernel"))?;
+    Ok(())
+}
+
+fn kernel_op(kernel: &'static str) -> &'static str {
+    kernel.trim_start_matches("tf_")
+}
+
+/// SwiGLU: `out[e] = silu(gate[e]) * up[e]` for the first `len` elements.
+pub fn silu_mul(
+    gpu: &Gpu,
+    gate: &CudaSlice<f32>,
+    up: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    len: usize,
+) -> Result<()> {
+    need("silu_mul", "gate", gate.len(), len)?;
+    need("silu_mul", "up", up.len(), len)?;
+    need("silu_mul", "out", out.len(), len)?;
+    elementwise(gpu, "tf_silu_mul", &mut [out], &[gate, up], len)
+}
+
+/// Residual add: `acc[e] += x[e]` for the first `len` elements.
+pub fn add_inplace(
+    gpu: &Gpu,
+    acc: &mut CudaSlice<f32>,
+    x: &CudaSlice<f32>,
+    len: usize,
+) -> Result<()> {
+    need("add_inplace", "acc", acc.len(), len)?;
+    need("add_inplace", "x", x.len(), len)?;
+    // The kernel's signature is (acc, x, len): the written buffer comes first.
+    let len_ = i32_of("add_inplace", "len", len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let f = gpu.function("tf_add_inplace")?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(acc).arg(x).arg(&len_);
+    // SAFETY: (f32*, f32*, i32); lengths checked above.
+    unsafe { b.launch(grid(len, 256)) }.map_err(drv("launching add_inplace"))?;
+    Ok(())
+}
+
+/// `out[e] = exp(x[e])` with the contract exp (a probe for the contract suite).
+pub fn exp_map(gpu: &Gpu, x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, len: usize) -> Result<()> {
+    need("exp_map", "x", x.len(), len)?;
+    need("exp_map", "out", out.len(), len)?;
+    elementwise(gpu, "tf_exp_map", &mut [out], &[x], len)
+}
+
+/// Writes each row's key and value (`k`, `v`: `[n, kv_heads * head_dim]`) into its slot at its
+/// position in `layer`.
+pub fn kv_append(
+    gpu: &Gpu,
+    k: &CudaSlice<f32>,
+    v: &CudaSlice<f32>,
+    kv: &mut GpuKv,
+    rows: &GpuRows,
+    layer: usize,
+) -> Result<()> {
+    const OP: &str = "kv_append";
+    let n = rows.len();
+    let rw = kv.row_width();
+    need(OP, "k", k.len(), n * rw)?;
+    need(OP, "v", v.len(), n * rw)?;
+    if layer >= kv.layers() {
+        return Err(CudaError::Param {
+            op: OP,
+            what: "layer",
+            value: layer as f64,
+            why: "beyond the cache's layers",
+        });
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let (nl, l, cap, rw_) = (
+        kv.layers() as i32,
+        layer as i32,
+        kv.capacity() as i32,
+        i32_of(OP, "row width", rw)?,
+    );
+    let f = gpu.function("tf_kv_append")?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(k)
+        .arg(v)
+        .arg(&mut kv.k)
+        .arg(&mut kv.v)
+        .arg(&rows.slots)
+        .arg(&rows.pos)
+        .arg(&nl)
+        .arg(&l)
+        .arg(&cap)
+        .arg(&rw_);
+    let cfg = LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: (f32*, f32*, f32*, f32*, i32*, i32*, i32 x4); slots and positions were checked
+    // against the pools by GpuRows::set.
+    unsafe { b.launch(cfg) }.map_err(drv("launching kv_append"))?;
+    Ok(())
+}
+
+/// Shapes of an attention call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnShape {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Score scale (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+    /// Sliding window (keys with `pos > q_pos - window`), or `None` for all keys.
+    pub window: Option<usize>,
+}
+
+/// Attention of each row (`q`: `[n, heads * head_dim]`) over its own slot's keys `lo..=pos` in
+/// `layer`; `scratch` holds `n * heads * capacity` floats; `out` is `[n, heads * head_dim]`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    gpu: &Gpu,
+    q: &CudaSlice<f32>,
+    kv: &GpuKv,
+    rows: &GpuRows,
+    layer: usize,
+    shape: &AttnShape,
+    scratch: &mut CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    attend_with(gpu, "tf_attend", q, kv, rows, layer, shape, scratch, out)
+}
+
+/// [`attend`] through a named kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_with(
+    gpu: &Gpu,
+    kernel: &'static str,
+    q: &CudaSlice<f32>,
+    kv: &GpuKv,
+    rows: &GpuRows,
+    layer: usize,
+    shape: &AttnShape,
+    scratch: &mut CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "attention";
+    let n = rows.len();
+    let AttnShape {
+        heads,
+        kv_heads,
+        head_dim,
+        scale,
+        window,
+    } = *shape;
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) || kv_heads * head_dim != kv.row_width() {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "{heads} heads over {kv_heads} kv heads x {head_dim} against a cache row of {}",
+                kv.row_width()
+            ),
+        });
+    }
+    if layer >= kv.layers() {
+        return Err(CudaError::Param {
+            op: OP,
+            what: "layer",
+            value: layer as f64,
+            why: "beyond the cache's layers",
+        });
+    }
+    need(OP, "q", q.len(), n * heads * head_dim)?;
+    need(OP, "out", out.len(), n * heads * head_dim)?;
+    need(OP, "scratch", scratch.len(), n * heads * kv.capacity())?;
+    if window == Some(0) {
+        return Err(CudaError::Param {
+            op: OP,
+            what: "window",
+            value: 0.0,
+            why: "must be at least 1",
+        });
+    }
+    if n == 0 || heads == 0 {
+        return Ok(());
+    }
+    let (h_, kvh_, hd_) = (
+        i32_of(OP, "heads", heads)?,
+        kv_heads as i32,
+        i32_of(OP, "head_dim", head_dim)?,
+    );
+    let (nl, l, cap) = (kv.layers() as i32, layer as i32, kv.capacity() as i32);
+    let win = match window {
+        Some(w) => i32::try_from(w).unwrap_or(i32::MAX),
+        None => 0,
+    };
+    let f = gpu.function(kernel)?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(q)
+        .arg(&kv.k)
+        .arg(&kv.v)
+        .arg(&rows.slots)
+        .arg(&rows.pos)
+        .arg(scratch)
+        .arg(out);
+    b.arg(&h_)
+        .arg(&kvh_)
+        .arg(&hd_)
+        .arg(&nl)
+        .arg(&l)
+        .arg(&cap)
+        .arg(&scale)
+        .arg(&win);
+    let cfg = LaunchConfig {
+        grid_dim: (n as u32, heads as u32, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the kernel's signature matches the arguments pushed above; buffers were checked.
+    unsafe { b.launch(cfg) }.map_err(drv("launching attention"))?;
+    Ok(())
+}
