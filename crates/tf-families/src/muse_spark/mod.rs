@@ -3,6 +3,7 @@
 //! expert norms and a sigmoid top-k router, and a soft-capped head. Text model only.
 
 mod config;
+pub mod sizing;
 
 pub use config::MuseSparkConfig;
 
