@@ -86,7 +86,10 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, SafetensorsError> {
             return Err(SafetensorsError::DuplicateTensor { tensor: name });
         }
         if name == "__metadata__" {
-            metadata = parse_metadata(value)?;
+            // mx.save_safetensors writes `null` when it has no metadata.
+            if !value.is_null() {
+                metadata = parse_metadata(value)?;
+            }
         } else {
             tensors.push(parse_entry(name, &value, data_len)?);
         }
