@@ -17,7 +17,7 @@ pub use formats::{matrix_kernel, KernelPath, Role};
 pub use index::{Claim, TensorClass};
 pub use refusal::Refusal;
 pub use summary::{
-    summarize, ClassSummary, LayerCount, StreamMemory, Summary, STATE_ELEMENT_BYTES,
+    summarize, ClassSummary, LayerCount, MoeLayer, StreamMemory, Summary, STATE_ELEMENT_BYTES,
 };
 
 use serde::Serialize;

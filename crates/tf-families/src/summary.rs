@@ -57,6 +57,19 @@ pub struct StreamMemory {
     pub total_bytes: u64,
 }
 
+/// One MoE layer's routing shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MoeLayer {
+    /// Layer index.
+    pub layer: usize,
+    /// Routed experts.
+    pub experts: u64,
+    /// Experts chosen per token.
+    pub top_k: u64,
+    /// Hidden width of each routed expert.
+    pub width: u64,
+}
+
 /// What `tensorfold info` prints about a validated checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
@@ -66,6 +79,12 @@ pub struct Summary {
     pub model_type: String,
     /// Layers by kind, in order of first appearance.
     pub layers: Vec<LayerCount>,
+    /// Rows of the embedding table.
+    pub vocab_size: u64,
+    /// Width of the residual stream.
+    pub hidden_size: u64,
+    /// Each MoE layer's own routing (per-layer for Puzzle checkpoints).
+    pub moe_layers: Vec<MoeLayer>,
     /// Logical parameters of the tensors the plan uses (a tied head counted once).
     pub params_total: u64,
     /// Parameters used per token (routed experts counted top-k of each layer's own count).
@@ -124,10 +143,19 @@ pub fn summarize(plan: &ModelPlan, tensors: &[TensorEntry], context: u64) -> Sum
             routed - (*routed as u128 * k as u128 / e.max(1) as u128) as u64
         })
         .sum();
+    let embedding = claims.iter().find(|c| c.class == TensorClass::Embedding);
+    let dim = |i: usize| {
+        embedding
+            .and_then(|c| c.entry.shape.get(i).copied())
+            .unwrap_or(0)
+    };
     Summary {
         family: plan.family().into(),
         model_type: plan.model_type().into(),
         layers: layer_counts(plan),
+        vocab_size: dim(0),
+        hidden_size: dim(1),
+        moe_layers: moe_layers(plan),
         params_total,
         params_active: params_total - inactive,
         planned_bytes: classes.values().map(|c| c.bytes).sum(),
@@ -144,6 +172,36 @@ pub fn summarize(plan: &ModelPlan, tensors: &[TensorEntry], context: u64) -> Sum
         },
         slow_formats: slow.into_iter().collect(),
         memory: memory(plan, context),
+    }
+}
+
+/// Every MoE layer's experts, top-k and expert width.
+fn moe_layers(plan: &ModelPlan) -> Vec<MoeLayer> {
+    match plan {
+        ModelPlan::NemotronH(p) => p
+            .config
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(layer, b)| match b {
+                NemotronBlock::Moe(m) => Some(MoeLayer {
+                    layer,
+                    experts: m.n_routed_experts,
+                    top_k: m.num_experts_per_tok,
+                    width: m.moe_intermediate_size,
+                }),
+                _ => None,
+            })
+            .collect(),
+        ModelPlan::MuseSpark(p) => (0..p.layers.len())
+            .map(|layer| MoeLayer {
+                layer,
+                experts: p.config.num_local_experts,
+                top_k: p.config.num_experts_per_tok,
+                width: p.config.moe_intermediate_size,
+            })
+            .collect(),
+        ModelPlan::Llama(_) => Vec::new(),
     }
 }
 
@@ -293,6 +351,19 @@ impl fmt::Display for Summary {
             self.family, self.model_type
         )?;
         writeln!(f, "layers      {n}: {}", layers.join(", "))?;
+        writeln!(
+            f,
+            "shape       hidden {}, vocabulary {}",
+            self.hidden_size, self.vocab_size
+        )?;
+        if !self.moe_layers.is_empty() {
+            let per: Vec<String> = self
+                .moe_layers
+                .iter()
+                .map(|m| format!("L{} {}x{} top-{}", m.layer, m.experts, m.width, m.top_k))
+                .collect();
+            writeln!(f, "moe         {}", per.join(", "))?;
+        }
         writeln!(
             f,
             "parameters  {} total, {} active per token",
