@@ -182,9 +182,9 @@ fn score_modes_write_identical_logits() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         files.push(std::fs::read(out).unwrap());
     }
-    assert_eq!(
-        files[0].len(),
-        8 + (files[0].len() - 9 * 49152 * 4 - 8) + 9 * 49152 * 4
+    assert!(
+        files[0].len() > 9 * 49152 * 4,
+        "all of logits [9, 49152] f32 is there"
     );
     assert!(files[0] == files[1] && files[1] == files[2]);
 }
