@@ -13,7 +13,11 @@ pub enum WeightFormat {
     /// A GGUF/ggml block format (includes GGUF's own F32/F16/BF16).
     Gguf(GgmlType),
     /// MLX affine quantization: packed u32 words plus per-group scales and biases.
-    MlxAffine { bits: u8, group_size: u32, scales: DType },
+    MlxAffine {
+        bits: u8,
+        group_size: u32,
+        scales: DType,
+    },
 }
 
 impl WeightFormat {
@@ -32,8 +36,13 @@ impl WeightFormat {
         match self {
             WeightFormat::Dense(d) => elements * d.size() as u64,
             WeightFormat::Gguf(t) => elements / t.block_size() as u64 * t.type_size() as u64,
-            WeightFormat::MlxAffine { bits, group_size, scales } => {
-                elements * bits as u64 / 8 + 2 * (elements / group_size as u64) * scales.size() as u64
+            WeightFormat::MlxAffine {
+                bits,
+                group_size,
+                scales,
+            } => {
+                elements * bits as u64 / 8
+                    + 2 * (elements / group_size as u64) * scales.size() as u64
             }
         }
     }
@@ -44,7 +53,9 @@ impl std::fmt::Display for WeightFormat {
         match self {
             WeightFormat::Dense(d) => write!(f, "{d}"),
             WeightFormat::Gguf(t) => write!(f, "{t:?}"),
-            WeightFormat::MlxAffine { bits, group_size, .. } => {
+            WeightFormat::MlxAffine {
+                bits, group_size, ..
+            } => {
                 write!(f, "mlx-affine-{bits}bit-g{group_size}")
             }
         }
