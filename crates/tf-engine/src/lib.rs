@@ -1,6 +1,7 @@
 //! Streams, rounds of batched rows, per-stream state, the keyed sampler.
 
 pub mod generate;
+pub mod prompt_cache;
 pub mod reply;
 pub mod sampler;
 pub mod scheduler;
