@@ -1,11 +1,13 @@
 //! The OpenAI-compatible HTTP server: chat and text completions (whole or streamed), models,
 //! health and Prometheus metrics, over the scheduler's shared rounds.
 
+pub mod client;
 mod display;
 pub mod error;
 mod generate;
 mod info;
 pub mod protocol;
+pub mod receipts;
 pub mod reply;
 pub mod shape;
 pub mod text;

@@ -54,7 +54,8 @@ pub struct ChatCompletionRequest {
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
-    #[serde(flatten)]
+    /// The shared fields (read from the same body).
+    #[serde(skip)]
     pub common: Common,
 }
 
@@ -67,7 +68,8 @@ pub struct CompletionRequest {
     pub echo: Option<bool>,
     pub suffix: Option<String>,
     pub best_of: Option<i64>,
-    #[serde(flatten)]
+    /// The shared fields (read from the same body).
+    #[serde(skip)]
     pub common: Common,
 }
 
@@ -92,8 +94,43 @@ pub struct Settings {
     pub include_usage: bool,
 }
 
-/// Parses a JSON body into `T`, naming the field at fault.
-pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+/// A request body that also carries the shared fields.
+pub trait WithCommon {
+    /// Where the shared fields go.
+    fn common_mut(&mut self) -> &mut Common;
+}
+
+impl WithCommon for ChatCompletionRequest {
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+}
+
+impl WithCommon for CompletionRequest {
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+}
+
+/// Parses a JSON body into `T` and its shared fields, naming the field at fault.
+pub fn parse<T: DeserializeOwned + WithCommon>(body: &[u8]) -> Result<T, ApiError> {
+    let value = parse_value(body)?;
+    let common: Common = typed(value.clone())?;
+    let mut t: T = typed(value)?;
+    *t.common_mut() = common;
+    Ok(t)
+}
+
+fn typed<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let param = (path != ".").then_some(path.as_str());
+        ApiError::invalid(param, format!("{}: {}", path, e.inner())).with_code("invalid_type")
+    })
+}
+
+/// Parses a body as a JSON object.
+fn parse_value(body: &[u8]) -> Result<Value, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid(None, format!("the body is not valid JSON: {e}"))
             .with_code("invalid_json")
@@ -101,11 +138,7 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if !value.is_object() {
         return Err(ApiError::invalid(None, "the body must be a JSON object"));
     }
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let param = (path != ".").then_some(path.as_str());
-        ApiError::invalid(param, format!("{}: {}", path, e.inner())).with_code("invalid_type")
-    })
+    Ok(value)
 }
 
 fn range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {

@@ -1,19 +1,116 @@
 //! `tensorfold receipts`: exactness receipts run against a server.
 
-use clap::Parser;
+use super::serve;
+use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use tf_server::client::Client;
+use tf_server::receipts::{concurrency, ConcurrencyPlan};
 
 /// Arguments of `tensorfold receipts`.
 #[derive(Parser)]
 pub struct Args {
-    /// Which receipt: concurrency (concurrent == solo).
-    pub which: String,
+    #[command(subcommand)]
+    pub which: Receipt,
+}
+
+/// Which receipt to run.
+#[derive(Subcommand)]
+pub enum Receipt {
+    /// concurrent == solo: each request's tokens beside 1, 2, 4 and 8 others equal its solo
+    /// run, greedy and seeded, chat and raw completions, prompts of different lengths.
+    /// Exit 1 on any mismatch.
+    ///
+    /// Without --url, starts a server of its own on 127.0.0.1 (an ephemeral port) with MODEL
+    /// (the default model if omitted).
+    #[command(verbatim_doc_comment)]
+    Concurrency(ConcurrencyArgs),
+}
+
+/// Arguments of `tensorfold receipts concurrency`.
+#[derive(Parser)]
+pub struct ConcurrencyArgs {
+    /// A running server (`http://127.0.0.1:8080`); without it, one is started here.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// API key for the server at --url.
+    #[arg(long, env = "TENSORFOLD_API_KEY")]
+    pub api_key: Option<String>,
+    /// Concurrency levels, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub streams: Vec<usize>,
+    /// Tokens per reply (EOS is ignored so every reply has this many).
+    #[arg(long, default_value_t = 16)]
+    pub max_tokens: usize,
+    /// Model for the server started here (ignored with --url).
+    pub model: Option<String>,
+    /// Worker threads of the server started here.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Planted control: start the server here with cross-stream logit mixing, so the receipt
+    /// must fail (exit 1). Shows the receipt can fail.
+    #[arg(long, hide = true)]
+    pub planted_crosstalk: bool,
 }
 
 /// Runs `tensorfold receipts`.
-pub fn main(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_there_yet(
-        "receipts",
-        "The server: OpenAI API, continuous batching across streams",
-    )
+pub fn main(args: Args) -> anyhow::Result<ExitCode> {
+    match args.which {
+        Receipt::Concurrency(a) => run_concurrency(a),
+    }
+}
+
+fn run_concurrency(a: ConcurrencyArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        !a.streams.is_empty() && a.streams.iter().all(|&n| (1..=64).contains(&n)),
+        "--streams takes levels between 1 and 64"
+    );
+    anyhow::ensure!(a.max_tokens > 0, "--max-tokens must be at least 1");
+    let most = a.streams.iter().copied().max().unwrap_or(1);
+    let mut own = None;
+    let (url, key) = match &a.url {
+        Some(u) => (u.clone(), a.api_key.clone()),
+        None => {
+            let sargs = serve::Args {
+                model: a.model.clone(),
+                host: "127.0.0.1".into(),
+                port: 0,
+                parallel: most,
+                queue: 64,
+                context: None,
+                max_tokens: None,
+                threads: a.threads,
+                api_keys: vec![],
+                name: None,
+                // Small chunks: longer prompts span several rounds shared with decode rows.
+                prefill_chunk: 64,
+                planted_crosstalk: a.planted_crosstalk,
+            };
+            let server = serve::start(&sargs, false)?;
+            let url = format!("http://{}", server.addr());
+            eprintln!("started a server at {url}");
+            own = Some(server);
+            (url, None)
+        }
+    };
+    let client = Client::new(&url, key);
+    let plan = ConcurrencyPlan {
+        levels: a.streams.clone(),
+        max_tokens: a.max_tokens,
+    };
+    let report = concurrency(&client, &plan, |row| {
+        eprintln!(
+            "  {} streams, {} {}: {}/{}",
+            row.streams, row.api, row.sampling, row.equal, row.total
+        );
+    })?;
+    print!("{}", report.render());
+    if let Some(s) = own {
+        s.shutdown()?;
+    }
+    let (equal, total) = report.score();
+    Ok(if equal == total {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
