@@ -1,6 +1,7 @@
 //! Matmul throughput on the default model's shapes (SmolLM2-135M Q4_1 GGUF), printing
 //! µs per call, GB/s of packed weights read and GFLOP/s, for n = 1 and n = 512 rows and
-//! 1 and 2 threads, plus the sum over one forward. With 1 thread the rates use the main
+//! 1 and 2 threads, plus the sum over one forward (`bf16` as an argument: the opt-in
+//! bf16-activation variant). With 1 thread the rates use the main
 //! thread's on-CPU time (robust to a busy machine); with 2 threads, wall time. Run:
 //! `cargo bench -p tf-kernels --bench matmul` (optional args: `n=1,512 threads=1,2`).
 
@@ -10,7 +11,7 @@ mod matmul_support;
 use matmul_support::{Fmt, Owned, Rng};
 use std::time::Instant;
 use tf_formats::gguf::GgmlType;
-use tf_kernels::matmul::{matmul, SimdLevel};
+use tf_kernels::matmul::{matmul, matmul_bf16_activations, PackedMatrix, SimdLevel};
 use tf_kernels::pool::Pool;
 
 /// (name, format, rows, cols, uses per decode step)
@@ -42,7 +43,20 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let ns = list(&args, "n", &[1, 512]);
     let threads = list(&args, "threads", &[1, 2]);
-    println!("level {:?}", SimdLevel::detect());
+    // `bf16` benches the opt-in bf16-activation variant instead of the default f32 path.
+    let bf16 = args.iter().any(|a| a == "bf16");
+    let mm = |m: &PackedMatrix, x: &[f32], n: usize, y: &mut [f32], pool: &Pool| {
+        if bf16 {
+            matmul_bf16_activations(m, x, n, y, pool).expect("bf16 matmul")
+        } else {
+            matmul(m, x, n, y, pool).expect("matmul")
+        }
+    };
+    println!(
+        "level {:?}{}",
+        SimdLevel::detect(),
+        if bf16 { ", bf16 activations" } else { "" }
+    );
     let mut rng = Rng(42);
     let weights: Vec<Owned> = SHAPES
         .iter()
@@ -56,17 +70,20 @@ fn main() {
                 std::hint::black_box(task);
             });
         }
-        println!("threads={t} empty pool.run({t} tasks): {:.2} us per call", start.elapsed().as_secs_f64() * 1e6 / iters as f64);
+        println!(
+            "threads={t} empty pool.run({t} tasks): {:.2} us per call",
+            start.elapsed().as_secs_f64() * 1e6 / iters as f64
+        );
         for &n in &ns {
             let mut step_s = 0.0;
             for (s, w) in SHAPES.iter().zip(&weights) {
                 let m = w.matrix();
                 let x = rng.vec(n * w.cols);
                 let mut y = vec![0f32; n * w.rows];
-                matmul(&m, &x, n, &mut y, &pool).expect("matmul");
+                mm(&m, &x, n, &mut y, &pool);
                 let (mut iters, start, cpu0) = (0u64, Instant::now(), thread_cpu_ns());
                 while start.elapsed().as_secs_f64() < 0.4 || iters < 3 {
-                    matmul(&m, &x, n, &mut y, &pool).expect("matmul");
+                    mm(&m, &x, n, &mut y, &pool);
                     iters += 1;
                 }
                 let per = start.elapsed().as_secs_f64() / iters as f64;

@@ -18,7 +18,7 @@ pub(super) const FUSED_MAX_N: usize = 8;
 const FUSED_R: usize = 4;
 
 /// A format's decoder: the 32 weights `[32u, 32u + 32)` of a weight row.
-trait Unit: Sync {
+pub(super) trait Unit {
     /// Per-row state (base pointers) computed once per row.
     type Row: Copy;
     /// SAFETY: `j` is a row of the matrix.
@@ -312,6 +312,82 @@ impl<const T: u8> Unit for Dense<'_, T> {
     }
 }
 
+/// Work done with a format's decoder (the matmul, or decoding rows for another kernel).
+pub(super) trait Job {
+    /// SAFETY: AVX-512 (F/BW/VL), FMA and F16C are available.
+    unsafe fn go<D: Unit>(self, d: &D);
+}
+
+/// Calls `job.go` with the AVX-512 decoder of `w`'s format. Returns false (doing nothing) when
+/// the format has no AVX-512 decoder here.
+pub(super) fn dispatch<J: Job>(w: &PackedMatrix, job: J) -> bool {
+    assert!(SimdLevel::Avx512.is_supported());
+    let cols = w.cols();
+    if !cols.is_multiple_of(32) {
+        return false;
+    }
+    // SAFETY (all arms): AVX-512 support asserted above; the decoders' buffers were validated
+    // against (rows, cols) by `PackedMatrix::new`, and only rows < `rows` are decoded.
+    match *w.data() {
+        WeightData::Gguf { ty, bytes } => {
+            let blocks = Blocks {
+                bytes,
+                row_bytes: cols / ty.block_size() * ty.type_size(),
+                f16: f16_table(),
+            };
+            match ty {
+                GgmlType::Q4_0 => unsafe { job.go(&Q40(blocks)) },
+                GgmlType::Q4_1 => unsafe { job.go(&Q41(blocks)) },
+                GgmlType::Q8_0 => unsafe { job.go(&Q80(blocks)) },
+                GgmlType::Q4K => unsafe { job.go(&Q4K(blocks)) },
+                GgmlType::Q6K => unsafe { job.go(&Q6K(blocks)) },
+                _ => return false,
+            }
+        }
+        WeightData::MlxAffine {
+            bits,
+            group_size,
+            scale_ty,
+            words,
+            scales,
+            biases,
+        } if (bits == 4 || bits == 8) && group_size.is_multiple_of(32) => {
+            if bits == 4 {
+                unsafe {
+                    job.go(&Mlx::<4> {
+                        group_size,
+                        scale_ty,
+                        words,
+                        scales,
+                        biases,
+                        cols,
+                        f16: f16_table(),
+                    })
+                }
+            } else {
+                unsafe {
+                    job.go(&Mlx::<8> {
+                        group_size,
+                        scale_ty,
+                        words,
+                        scales,
+                        biases,
+                        cols,
+                        f16: f16_table(),
+                    })
+                }
+            }
+        }
+        WeightData::Dense { ty, bytes } => match ty {
+            FloatType::F32 => unsafe { job.go(&Dense::<0> { bytes, cols }) },
+            FloatType::F16 => unsafe { job.go(&Dense::<1> { bytes, cols }) },
+            FloatType::BF16 => unsafe { job.go(&Dense::<2> { bytes, cols }) },
+        },
+        _ => return false,
+    }
+    true
+}
+
 /// Computes output columns `[j0, j1)` for all `n` rows with the AVX-512 decoders. Returns
 /// false (doing nothing) when the format has no AVX-512 decoder here.
 #[allow(clippy::too_many_arguments)]
@@ -326,89 +402,79 @@ pub(super) fn columns(
     j1: usize,
     out: &Out,
 ) -> bool {
-    assert!(SimdLevel::Avx512.is_supported());
     let (rows, cols) = (w.rows(), w.cols());
     assert!(x.len() >= n * cols && j1 <= rows && tile.len() >= panel * kp && kp >= cols);
-    if cols % 32 != 0 {
-        return false;
-    }
-    let a = Args {
-        x,
-        n,
-        k: cols,
-        tile,
-        kp,
-        panel,
-        j0,
-        j1,
-        out,
-    };
-    // SAFETY (all arms): AVX-512 support asserted above; the decoders' buffers were validated
-    // against (rows, cols) by `PackedMatrix::new`, and only rows < `rows` are decoded.
-    match *w.data() {
-        WeightData::Gguf { ty, bytes } => {
-            let blocks = Blocks {
-                bytes,
-                row_bytes: cols / ty.block_size() * ty.type_size(),
-                f16: f16_table(),
-            };
-            match ty {
-                GgmlType::Q4_0 => unsafe { run(&Q40(blocks), a) },
-                GgmlType::Q4_1 => unsafe { run(&Q41(blocks), a) },
-                GgmlType::Q8_0 => unsafe { run(&Q80(blocks), a) },
-                GgmlType::Q4K => unsafe { run(&Q4K(blocks), a) },
-                GgmlType::Q6K => unsafe { run(&Q6K(blocks), a) },
-                _ => return false,
-            }
-        }
-        WeightData::MlxAffine {
-            bits,
-            group_size,
-            scale_ty,
-            words,
-            scales,
-            biases,
-        } if (bits == 4 || bits == 8) && group_size % 32 == 0 => {
-            if bits == 4 {
-                unsafe {
-                    run(
-                        &Mlx::<4> {
-                            group_size,
-                            scale_ty,
-                            words,
-                            scales,
-                            biases,
-                            cols,
-                            f16: f16_table(),
-                        },
-                        a,
-                    )
-                }
-            } else {
-                unsafe {
-                    run(
-                        &Mlx::<8> {
-                            group_size,
-                            scale_ty,
-                            words,
-                            scales,
-                            biases,
-                            cols,
-                            f16: f16_table(),
-                        },
-                        a,
-                    )
-                }
-            }
-        }
-        WeightData::Dense { ty, bytes } => match ty {
-            FloatType::F32 => unsafe { run(&Dense::<0> { bytes, cols }, a) },
-            FloatType::F16 => unsafe { run(&Dense::<1> { bytes, cols }, a) },
-            FloatType::BF16 => unsafe { run(&Dense::<2> { bytes, cols }, a) },
+    dispatch(
+        w,
+        Args {
+            x,
+            n,
+            k: cols,
+            tile,
+            kp,
+            panel,
+            j0,
+            j1,
+            out,
         },
-        _ => return false,
+    )
+}
+
+impl Job for Args<'_> {
+    unsafe fn go<D: Unit>(self, d: &D) {
+        run(d, self)
     }
-    true
+}
+
+/// Decodes weight rows `[j0, j0 + count)` into `tile` (rows `kp` apart; zeros past `cols`).
+/// Returns false (doing nothing) when the format has no AVX-512 decoder here.
+pub(super) fn decode_rows(
+    w: &PackedMatrix,
+    j0: usize,
+    count: usize,
+    tile: &mut [f32],
+    kp: usize,
+) -> bool {
+    assert!(j0 + count <= w.rows() && kp >= w.cols() && tile.len() >= count * kp);
+    dispatch(
+        w,
+        DecodeRows {
+            j0,
+            count,
+            k: w.cols(),
+            tile,
+            kp,
+        },
+    )
+}
+
+struct DecodeRows<'a> {
+    j0: usize,
+    count: usize,
+    k: usize,
+    tile: &'a mut [f32],
+    kp: usize,
+}
+
+impl Job for DecodeRows<'_> {
+    unsafe fn go<D: Unit>(self, d: &D) {
+        decode_into(d, self)
+    }
+}
+
+/// SAFETY: AVX-512 available; rows in range and `tile` large enough (checked by caller).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+unsafe fn decode_into<D: Unit>(d: &D, a: DecodeRows) {
+    for c in 0..a.count {
+        let t = a.tile.as_mut_ptr().add(c * a.kp);
+        let row = d.row(a.j0 + c);
+        for u in 0..a.k / 32 {
+            let (w0, w1) = d.unit(row, u);
+            _mm512_storeu_ps(t.add(32 * u), w0);
+            _mm512_storeu_ps(t.add(32 * u + 16), w1);
+        }
+        a.tile[c * a.kp + a.k..(c + 1) * a.kp].fill(0.0);
+    }
 }
 
 struct Args<'a> {

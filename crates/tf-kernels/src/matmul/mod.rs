@@ -7,11 +7,15 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod bf16;
 mod decode;
 mod kernel;
 mod level;
 mod weights;
 
+#[cfg(target_arch = "x86_64")]
+pub use bf16::{bf16_activations_supported, matmul_bf16_activations};
 pub use level::SimdLevel;
 pub use weights::{bf16_to_f32, f16_to_f32, FloatType, MatmulError, PackedMatrix, WeightData};
 

@@ -31,6 +31,9 @@ pub enum MatmulError {
     /// A row index past the end of the matrix.
     #[error("matmul: row {row} out of range for a matrix of {rows} rows")]
     RowOutOfRange { row: usize, rows: usize },
+    /// The bf16-activation variant needs AVX-512 with AVX512_BF16.
+    #[error("matmul: the bf16-activation variant needs AVX512_BF16, which this CPU lacks")]
+    Bf16Unsupported,
     /// The requested SIMD level cannot run on this CPU.
     #[error("matmul: SIMD level {0:?} is not supported by this CPU")]
     LevelUnsupported(crate::matmul::SimdLevel),
