@@ -61,6 +61,7 @@ pub struct PromptCache {
     entries: Vec<Entry>,
     tick: u64,
     stats: CacheStats,
+    planted_ignore_tokens: bool,
 }
 
 impl PromptCache {
@@ -72,7 +73,16 @@ impl PromptCache {
             entries: Vec::new(),
             tick: 0,
             stats: CacheStats::default(),
+            planted_ignore_tokens: false,
         }
+    }
+
+    /// Planted control for the resume receipt: match entries by length alone, ignoring their
+    /// tokens (a cache keyed wrongly), so a prompt may resume another conversation's state and
+    /// resumed != fresh. Never set outside tests and receipts' controls.
+    pub fn with_planted_ignore_tokens(mut self, on: bool) -> PromptCache {
+        self.planted_ignore_tokens = on;
+        self
     }
 
     /// Whether the cache keeps anything at all.
@@ -99,7 +109,12 @@ impl PromptCache {
         let most = (prompt.len() - 1) / self.grid * self.grid;
         let mut best: Option<(usize, usize)> = None;
         for (i, e) in self.entries.iter().enumerate() {
-            let common = common_prefix(&e.tokens, prompt).min(most);
+            let common = if self.planted_ignore_tokens {
+                e.tokens.len().min(prompt.len())
+            } else {
+                common_prefix(&e.tokens, prompt)
+            }
+            .min(most);
             let at = if e.truncatable {
                 common / self.grid * self.grid
             } else if common == e.tokens.len() && common % self.grid == 0 {
@@ -168,7 +183,11 @@ impl PromptCache {
     pub fn evict_to(&mut self, bytes: usize) {
         let mut held: usize = self.entries.iter().map(|e| e.bytes).sum();
         while held > bytes {
-            let Some((i, _)) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used)
+            let Some((i, _)) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.last_used)
             else {
                 break;
             };

@@ -8,7 +8,9 @@ use tf_kernels::ops::mamba::MambaState;
 fn attn(len: usize) -> StreamState {
     let mut layer = LayerKv::new(1, 2).expect("layer");
     for p in 0..len {
-        layer.append(&[p as f32; 2], &[p as f32; 2]).expect("append");
+        layer
+            .append(&[p as f32; 2], &[p as f32; 2])
+            .expect("append");
     }
     StreamState {
         kv: KvCache::from_layers(vec![layer]),

@@ -2,6 +2,7 @@
 
 use super::stream::{Outcome, Running, StreamEvent};
 use super::Shared;
+use crate::prompt_cache::PromptCache;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 use tf_models::{Model, Row, StreamState};
@@ -87,8 +88,10 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
     let mut mixed = Vec::new();
     let context = sh.info.context;
     let vocab = sh.info.vocab_size;
+    let mut cache = PromptCache::new(sh.cfg.prompt_cache_bytes, sh.cfg.prefill_chunk)
+        .with_planted_ignore_tokens(sh.cfg.planted_cache_ignores_tokens);
     loop {
-        if !admit(sh, &mut running, model.as_ref()) {
+        if !admit(sh, &mut running, model.as_ref(), &mut cache) {
             return;
         }
         for s in running.iter_mut() {
@@ -96,7 +99,7 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
                 s.outcome = Some(Outcome::Cancelled);
             }
         }
-        retire(sh, &mut running);
+        retire(sh, &mut running, &mut cache);
         if running.is_empty() {
             continue;
         }
@@ -126,7 +129,7 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
                     s.outcome = Some(Outcome::Failed);
                 }
             }
-            retire(sh, &mut running);
+            retire(sh, &mut running, &mut cache);
             continue;
         }
         let prefill_rows = plan.rows.len() - plan.decode_rows;
@@ -161,13 +164,34 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
                 .generated_tokens
                 .fetch_add((s.generated.len() - before) as u64, Relaxed);
         }
-        retire(sh, &mut running);
+        snapshot(&mut running, &cache, sh.cfg.prefill_chunk);
+        retire(sh, &mut running, &mut cache);
+    }
+}
+
+/// Keeps a copy of each recurrent stream's state when it stands on a grid point: such state
+/// cannot be cut back, so this is what the prompt cache retains when the stream leaves.
+fn snapshot(running: &mut [Running], cache: &PromptCache, grid: usize) {
+    if !cache.enabled() {
+        return;
+    }
+    for s in running.iter_mut() {
+        let len = s.state.len;
+        let stale = s.snapshot.as_ref().is_none_or(|snap| snap.len != len);
+        if !s.state.mamba.is_empty() && len > 0 && len % grid.max(1) == 0 && stale {
+            s.snapshot = Some(s.state.clone());
+        }
     }
 }
 
 /// Moves waiting requests into free slots (FIFO, while memory allows); blocks while there is
 /// nothing to do. Returns false when the scheduler should stop.
-fn admit(sh: &Shared, running: &mut Vec<Running>, model: &dyn Model) -> bool {
+fn admit(
+    sh: &Shared,
+    running: &mut Vec<Running>,
+    model: &dyn Model,
+    cache: &mut PromptCache,
+) -> bool {
     let Ok(mut q) = sh.queue.lock() else {
         return false;
     };
@@ -200,11 +224,17 @@ fn admit(sh: &Shared, running: &mut Vec<Running>, model: &dyn Model) -> bool {
         };
         reserved += need;
         sh.metrics.requests.fetch_add(1, Relaxed);
+        let (state, cached) = match cache.lookup(&p.req.prompt) {
+            Some(r) => (r.state, r.cached),
+            None => (model.new_state(), 0),
+        };
         running.push(Running {
             req: p.req,
             sink: p.sink,
-            state: model.new_state(),
-            prefilled: 0,
+            state,
+            prefilled: cached,
+            cached,
+            snapshot: None,
             generated: Vec::new(),
             pending: None,
             reserved_bytes: need,
@@ -219,20 +249,31 @@ fn admit(sh: &Shared, running: &mut Vec<Running>, model: &dyn Model) -> bool {
     true
 }
 
-/// Drops streams that are over, counting how each ended.
-fn retire(sh: &Shared, running: &mut Vec<Running>) {
-    running.retain(|s| match s.outcome {
-        None => true,
-        Some(o) => {
-            let counter = match o {
-                Outcome::Finished => &sh.metrics.finished,
-                Outcome::Cancelled => &sh.metrics.cancelled,
-                Outcome::Failed => &sh.metrics.failed,
-            };
-            counter.fetch_add(1, Relaxed);
-            false
+/// Drops streams that are over, counting how each ended; the state of a stream that finished
+/// or was cancelled goes to the prompt cache (a failed one's may be half-advanced: dropped).
+fn retire(sh: &Shared, running: &mut Vec<Running>, cache: &mut PromptCache) {
+    let mut i = 0;
+    while i < running.len() {
+        let Some(o) = running[i].outcome else {
+            i += 1;
+            continue;
+        };
+        let s = running.remove(i);
+        let counter = match o {
+            Outcome::Finished => &sh.metrics.finished,
+            Outcome::Cancelled => &sh.metrics.cancelled,
+            Outcome::Failed => &sh.metrics.failed,
+        };
+        counter.fetch_add(1, Relaxed);
+        if o != Outcome::Failed && cache.enabled() {
+            let tokens = s.consumed();
+            if s.state.mamba.is_empty() {
+                cache.insert(&tokens, s.state);
+            } else if let Some(snap) = s.snapshot {
+                cache.insert(&tokens, snap);
+            }
         }
-    });
+    }
     update_gauges(sh, running);
 }
 

@@ -41,10 +41,15 @@ pub struct SchedulerConfig {
     pub memory_budget_bytes: u64,
     /// Serve a shorter context than the model's own (None: the model's).
     pub context: Option<usize>,
+    /// Bytes the prompt cache may hold (retained conversation prefixes; 0 disables it).
+    pub prompt_cache_bytes: u64,
     /// Planted control for the concurrency receipt: when set, a stream's logits are mixed with
     /// another stream's in the same round, a deliberate batch-dependence the receipt must catch.
     /// Never set outside tests.
     pub planted_crosstalk: bool,
+    /// Planted control for the resume receipt: the prompt cache matches prefixes by length,
+    /// ignoring their tokens, so resumed != fresh. Never set outside tests.
+    pub planted_cache_ignores_tokens: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -56,7 +61,9 @@ impl Default for SchedulerConfig {
             round_prefill_tokens: PREFILL_CHUNK,
             memory_budget_bytes: u64::MAX,
             context: None,
+            prompt_cache_bytes: 0,
             planted_crosstalk: false,
+            planted_cache_ignores_tokens: false,
         }
     }
 }

@@ -45,6 +45,8 @@ pub struct Finished {
     pub reason: FinishReason,
     /// Prompt tokens fed.
     pub prompt_tokens: usize,
+    /// Prompt tokens resumed from the prompt cache instead of fed (part of `prompt_tokens`).
+    pub cached_tokens: usize,
     /// Tokens generated (sent as Token events).
     pub generated_tokens: usize,
     /// Time spent waiting for a slot.
@@ -91,6 +93,11 @@ pub(crate) struct Running {
     pub state: StreamState,
     /// Prompt tokens fed so far.
     pub prefilled: usize,
+    /// Prompt tokens resumed from the prompt cache.
+    pub cached: usize,
+    /// For streams with recurrent layers: the state as it stood at the latest grid point
+    /// (what the prompt cache keeps, since such state cannot be cut back).
+    pub snapshot: Option<StreamState>,
     /// Tokens generated so far.
     pub generated: Vec<u32>,
     /// The last sampled token, still to be fed (decode phase).
@@ -149,6 +156,14 @@ impl Running {
         self.pending = Some(token);
     }
 
+    /// The tokens the stream's state has consumed, in order (prompt, then generated).
+    pub fn consumed(&self) -> Vec<u32> {
+        let mut t = self.req.prompt.clone();
+        t.extend_from_slice(&self.generated);
+        t.truncate(self.state.len);
+        t
+    }
+
     /// Ends the stream with `reason`, sending the Finished event.
     pub fn finish(&mut self, reason: FinishReason) {
         let now = Instant::now();
@@ -156,6 +171,7 @@ impl Running {
         let _ = self.sink.send(StreamEvent::Finished(Finished {
             reason,
             prompt_tokens: self.req.prompt.len(),
+            cached_tokens: self.cached,
             generated_tokens: self.generated.len(),
             queued: self.queued,
             prefill: first.duration_since(self.admitted_at),
