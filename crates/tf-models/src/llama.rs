@@ -32,6 +32,7 @@ struct Layer<'a> {
     gate: PackedMatrix<'a>,
     up: PackedMatrix<'a>,
     down: PackedMatrix<'a>,
+    mlp_bias: Option<[Vec<f32>; 3]>,
 }
 
 /// Buffers of one round, grown to the largest round seen and reused.
@@ -149,6 +150,7 @@ impl Llama {
                 gate: matrix(ck, &l.gate_proj)?,
                 up: matrix(ck, &l.up_proj)?,
                 down: matrix(ck, &l.down_proj)?,
+                mlp_bias: three(&l.mlp_bias)?,
             });
         }
         let embed = matrix(ck, &plan.embed_tokens)?;
@@ -329,10 +331,17 @@ impl Model for Llama {
             matmul(&l.gate, h, n, g, pool)?;
             let u = sized(&mut ws.up, n * ffn);
             matmul(&l.up, h, n, u, pool)?;
+            if let Some([bg, bu, _]) = &l.mlp_bias {
+                add_rows(g, bg);
+                add_rows(u, bu);
+            }
             let act = sized(&mut ws.act, n * ffn);
             silu_mul(g, u, act)?;
             let o = sized(&mut ws.o, n * hidden);
             matmul(&l.down, act, n, o, pool)?;
+            if let Some([_, _, bd]) = &l.mlp_bias {
+                add_rows(o, bd);
+            }
             add_inplace(&mut ws.x, o)?;
         }
         for r in rows {
