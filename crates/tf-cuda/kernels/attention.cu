@@ -9,7 +9,7 @@
 //   acc = fmaf(p_t, v_t, acc), t ascending       one thread per head dimension
 //   out = acc / l
 // Nothing depends on the other rows of the call. Scores live in `scratch`
-// ([n, heads, capacity] floats).
+// ([n, heads, capacity] floats). Query row i starts at q + i * q_stride (a fused [q | k | v] row).
 //
 // PLANT = 1 is a planted control: the query reads one key too few (keys lo..q_pos-1 and, for
 // q_pos = lo, none is skipped).
@@ -22,7 +22,7 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
                                           const int* __restrict__ pos, float* __restrict__ scratch,
                                           float* __restrict__ out, int heads, int kv_heads,
                                           int head_dim, int n_layers, int layer, int capacity,
-                                          float scale, int window) {
+                                          float scale, int window, int q_stride) {
     __shared__ float m_shared, l_shared;
     const int i = blockIdx.x;
     const int h = blockIdx.y;
@@ -36,7 +36,7 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
                         (size_t)kvh * head_dim;
     const float* kb = kpool + base;
     const float* vb = vpool + base;
-    const float* qh = q + ((size_t)i * heads + h) * head_dim;
+    const float* qh = q + (size_t)i * q_stride + (size_t)h * head_dim;
     float* s = scratch + ((size_t)i * heads + h) * capacity;
 
     const int lane = threadIdx.x & 15;
@@ -88,9 +88,9 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
                                     const int* slots, const int* pos, float* scratch,          \
                                     float* out, int heads, int kv_heads, int head_dim,         \
                                     int n_layers, int layer, int capacity, float scale,        \
-                                    int window) {                                              \
+                                    int window, int q_stride) {                                \
         tf_attend<PLANT>(q, kpool, vpool, slots, pos, scratch, out, heads, kv_heads, head_dim, \
-                         n_layers, layer, capacity, scale, window);                            \
+                         n_layers, layer, capacity, scale, window, q_stride);                  \
     }
 
 TF_ATTEND_ENTRY(tf_attend, 0)

@@ -38,7 +38,36 @@ pub const KERNELS: [&str; 21] = [
 ];
 
 /// Planted-control kernels beyond [`KERNELS`].
-pub const PLANTED_KERNELS: [&str; 1] = ["tf_plant_attend_short"];
+pub const PLANTED_KERNELS: [&str; 2] = ["tf_plant_attend_short", "tf_rope_append"];
+
+/// Format names in the fused matmul kernels' names.
+pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"];
+/// Input transforms of the fused matmul kernels.
+pub const FUSED_XFORMS: [&str; 3] = ["none", "norm", "silu"];
+/// Epilogues of the fused matmul kernels.
+pub const FUSED_EPILOGUES: [&str; 2] = ["store", "add"];
+
+/// The fused matmul kernel for (format, transform, epilogue) names.
+pub fn fused_kernel_name(format: &str, xform: &str, epilogue: &str) -> String {
+    format!("tf_mmf_{format}_{xform}_{epilogue}")
+}
+
+/// Every kernel entry point the program must contain.
+pub fn all_kernel_names() -> Vec<String> {
+    let mut v: Vec<String> = KERNELS
+        .iter()
+        .chain(PLANTED_KERNELS.iter())
+        .map(|s| s.to_string())
+        .collect();
+    for f in FUSED_FORMATS {
+        for x in FUSED_XFORMS {
+            for e in FUSED_EPILOGUES {
+                v.push(fused_kernel_name(f, x, e));
+            }
+        }
+    }
+    v
+}
 
 /// Facts about the opened device.
 #[derive(Debug, Clone)]
@@ -61,7 +90,7 @@ pub struct DeviceInfo {
 /// the kernels by name. Dropping it releases everything (RAII).
 pub struct Gpu {
     stream: Arc<CudaStream>,
-    functions: HashMap<&'static str, CudaFunction>,
+    functions: HashMap<String, CudaFunction>,
     info: DeviceInfo,
     _ctx: Arc<CudaContext>,
 }
@@ -112,11 +141,11 @@ impl Gpu {
             .load_module(ptx)
             .map_err(drv("loading the kernel module"))?;
         let mut functions = HashMap::new();
-        for name in KERNELS.iter().chain(PLANTED_KERNELS.iter()) {
+        for name in all_kernel_names() {
             let f = module
-                .load_function(name)
+                .load_function(&name)
                 .map_err(drv("looking up a kernel"))?;
-            functions.insert(*name, f);
+            functions.insert(name, f);
         }
         let info = DeviceInfo {
             name: ctx.name().map_err(drv("reading the device name"))?,
@@ -144,8 +173,8 @@ impl Gpu {
         &self.stream
     }
 
-    /// The kernel `name` (one of [`KERNELS`] or [`PLANTED_KERNELS`]).
-    pub fn function(&self, name: &'static str) -> Result<&CudaFunction> {
+    /// The kernel `name` (one of [`all_kernel_names`]).
+    pub fn function(&self, name: &str) -> Result<&CudaFunction> {
         self.functions.get(name).ok_or_else(|| CudaError::Shape {
             op: "kernel lookup",
             detail: format!("no kernel named {name}"),

@@ -15,6 +15,7 @@ pub struct GpuKv {
     layers: usize,
     capacity: usize,
     row_w: usize,
+    kv_heads: usize,
 }
 
 impl GpuKv {
@@ -51,6 +52,7 @@ impl GpuKv {
             layers,
             capacity,
             row_w,
+            kv_heads,
         })
     }
 
@@ -67,6 +69,11 @@ impl GpuKv {
     /// Positions per slot.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Key/value heads per position.
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads
     }
 
     /// Floats per position (`kv_heads * head_dim`).

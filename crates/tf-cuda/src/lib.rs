@@ -11,6 +11,7 @@
 pub mod compile;
 pub mod device;
 pub mod error;
+pub mod fused;
 pub mod kv;
 pub mod llama;
 pub mod ops;

@@ -10,7 +10,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 /// Threads per block of the row kernels.
 const THREADS: u32 = 128;
 
-fn need(op: &'static str, what: &str, len: usize, want: usize) -> Result<()> {
+pub(crate) fn need(op: &'static str, what: &str, len: usize, want: usize) -> Result<()> {
     if len < want {
         return Err(CudaError::Shape {
             op,
@@ -20,7 +20,7 @@ fn need(op: &'static str, what: &str, len: usize, want: usize) -> Result<()> {
     Ok(())
 }
 
-fn i32_of(op: &'static str, what: &'static str, v: usize) -> Result<i32> {
+pub(crate) fn i32_of(op: &'static str, what: &'static str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| CudaError::Param {
         op,
         what,
@@ -29,7 +29,7 @@ fn i32_of(op: &'static str, what: &'static str, v: usize) -> Result<i32> {
     })
 }
 
-fn grid(items: usize, per_block: u32) -> LaunchConfig {
+pub(crate) fn grid(items: usize, per_block: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
             (items as u64).div_ceil(per_block as u64).max(1) as u32,
@@ -433,15 +433,29 @@ pub fn attend(
     scratch: &mut CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    attend_with(gpu, "tf_attend", q, kv, rows, layer, shape, scratch, out)
+    let q_stride = shape.heads * shape.head_dim;
+    attend_with(
+        gpu,
+        "tf_attend",
+        q,
+        q_stride,
+        kv,
+        rows,
+        layer,
+        shape,
+        scratch,
+        out,
+    )
 }
 
-/// [`attend`] through a named kernel.
+/// [`attend`] through a named kernel, query row `i` starting at `q[i * q_stride]` (a fused
+/// `[q | k | v]` row has `q_stride = (heads + 2 * kv_heads) * head_dim`).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_with(
     gpu: &Gpu,
     kernel: &'static str,
     q: &CudaSlice<f32>,
+    q_stride: usize,
     kv: &GpuKv,
     rows: &GpuRows,
     layer: usize,
@@ -475,7 +489,18 @@ pub fn attend_with(
             why: "beyond the cache's layers",
         });
     }
-    need(OP, "q", q.len(), n * heads * head_dim)?;
+    if q_stride < heads * head_dim {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("q_stride {q_stride} < heads x head_dim"),
+        });
+    }
+    need(
+        OP,
+        "q",
+        q.len(),
+        (n - n.min(1)) * q_stride + heads * head_dim,
+    )?;
     need(OP, "out", out.len(), n * heads * head_dim)?;
     need(OP, "scratch", scratch.len(), n * heads * kv.capacity())?;
     if window == Some(0) {

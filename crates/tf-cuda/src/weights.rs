@@ -58,6 +58,29 @@ impl GpuFormat {
         }
     }
 
+    /// The format's name in kernel names (`q4_1`, `bf16`, ...).
+    pub fn kernel_tag(self) -> &'static str {
+        match self {
+            GpuFormat::F32 => "f32",
+            GpuFormat::F16 => "f16",
+            GpuFormat::Bf16 => "bf16",
+            GpuFormat::Q4_0 => "q4_0",
+            GpuFormat::Q4_1 => "q4_1",
+            GpuFormat::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Bytes of one stored row of `cols` elements.
+    pub fn row_bytes(self, cols: usize) -> usize {
+        match self {
+            GpuFormat::F32 => cols * 4,
+            GpuFormat::F16 | GpuFormat::Bf16 => cols * 2,
+            GpuFormat::Q4_0 => cols / 32 * 18,
+            GpuFormat::Q4_1 => cols / 32 * 20,
+            GpuFormat::Q8_0 => cols / 32 * 34,
+        }
+    }
+
     /// The embedding kernel's name.
     pub fn embed_kernel(self) -> &'static str {
         match self {
@@ -102,6 +125,56 @@ impl GpuMatrix {
             cols: m.cols(),
             format,
             bytes: gpu.upload(host)?,
+        })
+    }
+
+    /// Uploads several matrices with the same format and width as one matrix whose rows are
+    /// theirs in order (a fused [q | k | v] or [gate | up] projection: each output row keeps its
+    /// own bytes, so its arithmetic is unchanged).
+    pub fn concat(gpu: &Gpu, parts: &[PackedMatrix]) -> Result<GpuMatrix> {
+        let first = parts.first().ok_or_else(|| CudaError::Shape {
+            op: "weight concat",
+            detail: "no matrices".into(),
+        })?;
+        let format = GpuFormat::of(first)?;
+        let cols = first.cols();
+        let mut host = Vec::new();
+        let mut rows = 0;
+        for m in parts {
+            if GpuFormat::of(m)? != format || m.cols() != cols {
+                return Err(CudaError::Shape {
+                    op: "weight concat",
+                    detail: format!(
+                        "{:?} [{}, {}] after {format:?} with {cols} columns",
+                        GpuFormat::of(m)?,
+                        m.rows(),
+                        m.cols()
+                    ),
+                });
+            }
+            match *m.data() {
+                WeightData::Dense { bytes, .. } | WeightData::Gguf { bytes, .. } => {
+                    host.extend_from_slice(bytes)
+                }
+                WeightData::MlxAffine { bits, .. } => {
+                    return Err(CudaError::UnsupportedFormat {
+                        format: format!("MLX affine {bits}-bit"),
+                    })
+                }
+            }
+            rows += m.rows();
+        }
+        if rows > i32::MAX as usize || cols > i32::MAX as usize {
+            return Err(CudaError::Shape {
+                op: "weight concat",
+                detail: format!("shape [{rows}, {cols}] exceeds i32 indexing"),
+            });
+        }
+        Ok(GpuMatrix {
+            rows,
+            cols,
+            format,
+            bytes: gpu.upload(&host)?,
         })
     }
 

@@ -20,6 +20,20 @@ fn bad(e: &TensorEntry, why: String) -> CudaError {
 
 /// Uploads the `[rows, cols]` matrix of a 2-D entry in its stored layout.
 pub(crate) fn matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuMatrix> {
+    GpuMatrix::upload(gpu, &packed(ck, e)?)
+}
+
+/// Uploads several 2-D entries of one format and width as one matrix, rows in order.
+pub(crate) fn matrices(gpu: &Gpu, ck: &Checkpoint, es: &[&TensorEntry]) -> Result<GpuMatrix> {
+    let mut parts = Vec::with_capacity(es.len());
+    for e in es {
+        parts.push(packed(ck, e)?);
+    }
+    GpuMatrix::concat(gpu, &parts)
+}
+
+/// The packed CPU view of a 2-D entry.
+fn packed<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a>> {
     let [rows, cols] = e.shape[..] else {
         return Err(bad(
             e,
@@ -27,7 +41,7 @@ pub(crate) fn matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuM
         ));
     };
     let (rows, cols) = (rows as usize, cols as usize);
-    let m = match ck
+    match ck
         .data(&e.name)
         .ok_or_else(|| bad(e, "no data in the checkpoint".into()))?
     {
@@ -39,8 +53,7 @@ pub(crate) fn matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuM
             })
         }
     }
-    .map_err(|err| bad(e, err.to_string()))?;
-    GpuMatrix::upload(gpu, &m)
+    .map_err(|err| bad(e, err.to_string()))
 }
 
 /// A small tensor decoded to f32 on the host.

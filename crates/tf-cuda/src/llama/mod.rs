@@ -9,6 +9,7 @@ mod load;
 
 use crate::device::Gpu;
 use crate::error::{drv, CudaError, Result};
+use crate::fused::{fused_smem_bytes, matmul_fused, rope_append, Epilogue, XForm};
 use crate::kv::GpuKv;
 use crate::ops::{self, AttnShape, GpuRows, Pairing};
 use crate::weights::GpuMatrix;
@@ -33,13 +34,12 @@ pub struct GpuRow {
 
 struct Layer {
     attn_norm: CudaSlice<f32>,
-    q: GpuMatrix,
-    k: GpuMatrix,
-    v: GpuMatrix,
+    /// `[q | k | v]` rows in one matrix.
+    qkv: GpuMatrix,
     o: GpuMatrix,
     mlp_norm: CudaSlice<f32>,
-    gate: GpuMatrix,
-    up: GpuMatrix,
+    /// `[gate | up]` rows in one matrix.
+    gate_up: GpuMatrix,
     down: GpuMatrix,
 }
 
@@ -48,15 +48,9 @@ struct Workspace {
     tokens: CudaSlice<i32>,
     cs: CudaSlice<f32>,
     x: CudaSlice<f32>,
-    h: CudaSlice<f32>,
-    q: CudaSlice<f32>,
-    k: CudaSlice<f32>,
-    v: CudaSlice<f32>,
+    qkv: CudaSlice<f32>,
     attn: CudaSlice<f32>,
-    o: CudaSlice<f32>,
-    gate: CudaSlice<f32>,
-    up: CudaSlice<f32>,
-    act: CudaSlice<f32>,
+    gate_up: CudaSlice<f32>,
     scratch: CudaSlice<f32>,
     logits: CudaSlice<f32>,
 }
@@ -140,13 +134,10 @@ impl GpuLlama {
         for l in &plan.layers {
             layers.push(Layer {
                 attn_norm: load::vector(&gpu, ck, &l.input_layernorm)?,
-                q: load::matrix(&gpu, ck, &l.q_proj)?,
-                k: load::matrix(&gpu, ck, &l.k_proj)?,
-                v: load::matrix(&gpu, ck, &l.v_proj)?,
+                qkv: load::matrices(&gpu, ck, &[&l.q_proj, &l.k_proj, &l.v_proj])?,
                 o: load::matrix(&gpu, ck, &l.o_proj)?,
                 mlp_norm: load::vector(&gpu, ck, &l.post_attention_layernorm)?,
-                gate: load::matrix(&gpu, ck, &l.gate_proj)?,
-                up: load::matrix(&gpu, ck, &l.up_proj)?,
+                gate_up: load::matrices(&gpu, ck, &[&l.gate_proj, &l.up_proj])?,
                 down: load::matrix(&gpu, ck, &l.down_proj)?,
             });
         }
@@ -172,7 +163,7 @@ impl GpuLlama {
         let weight_bytes = layers
             .iter()
             .map(|l| {
-                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                [&l.qkv, &l.o, &l.gate_up, &l.down]
                     .iter()
                     .map(|m| m.storage_bytes())
                     .sum::<usize>()
@@ -185,18 +176,29 @@ impl GpuLlama {
             tokens: gpu.zeros(n)?,
             cs: gpu.zeros(n * dims.rotary)?,
             x: gpu.zeros(n * dims.hidden)?,
-            h: gpu.zeros(n * dims.hidden)?,
-            q: gpu.zeros(n * qw)?,
-            k: gpu.zeros(n * kw)?,
-            v: gpu.zeros(n * kw)?,
+            qkv: gpu.zeros(n * (qw + 2 * kw))?,
             attn: gpu.zeros(n * qw)?,
-            o: gpu.zeros(n * dims.hidden)?,
-            gate: gpu.zeros(n * dims.ffn)?,
-            up: gpu.zeros(n * dims.ffn)?,
-            act: gpu.zeros(n * dims.ffn)?,
+            gate_up: gpu.zeros(n * 2 * dims.ffn)?,
             scratch: gpu.zeros(n * shape.heads * capacity)?,
             logits: gpu.zeros(n * dims.vocab)?,
         };
+        // Refuse now (not at the first round) a shape the fused kernels cannot take.
+        for l in &layers {
+            for m in [&l.qkv, &l.o, &l.gate_up, &l.down] {
+                if fused_smem_bytes(m) > 48 * 1024 {
+                    return Err(CudaError::Shape {
+                        op: "llama",
+                        detail: format!(
+                            "a [{}, {}] {:?} projection needs {} bytes of shared memory per block",
+                            m.rows(),
+                            m.cols(),
+                            m.format(),
+                            fused_smem_bytes(m)
+                        ),
+                    });
+                }
+            }
+        }
         Ok(GpuLlama {
             rows: GpuRows::new(&gpu, n)?,
             final_norm: load::vector(&gpu, ck, &plan.norm)?,
@@ -344,42 +346,51 @@ impl GpuLlama {
         self.gpu.write(&cs, &mut self.ws.cs)
     }
 
-    /// The round's launches for `n` rows; reads only device buffers (capturable).
+    /// The round's launches for `n` rows; reads only device buffers (capturable). Six launches a
+    /// layer: [q|k|v] with the input norm; RoPE + KV append; attention; o with the residual add;
+    /// [gate|up] with the MLP norm; down with SwiGLU on its input and the residual add.
     fn launch_all(&mut self, n: usize) -> Result<()> {
         let g = &self.gpu;
         let ws = &mut self.ws;
-        let Dims { hidden, ffn, .. } = self.dims;
-        let (nh, nkv, hd) = (self.shape.heads, self.shape.kv_heads, self.shape.head_dim);
+        let Dims {
+            hidden,
+            ffn,
+            rotary,
+            ..
+        } = self.dims;
+        let (nh, hd) = (self.shape.heads, self.shape.head_dim);
         ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
         for (li, l) in self.layers.iter().enumerate() {
-            ops::rms_norm(g, &ws.x, &l.attn_norm, self.eps, n, &mut ws.h)?;
-            ops::matmul(g, &l.q, &ws.h, n, &mut ws.q)?;
-            ops::matmul(g, &l.k, &ws.h, n, &mut ws.k)?;
-            ops::matmul(g, &l.v, &ws.h, n, &mut ws.v)?;
-            ops::rope(
+            let norm = XForm::Norm {
+                gain: &l.attn_norm,
+                eps: self.eps,
+            };
+            matmul_fused(
                 g,
-                &mut ws.q,
-                &ws.cs,
+                &l.qkv,
+                &ws.x,
+                hidden,
+                norm,
+                Epilogue::Store,
                 n,
+                &mut ws.qkv,
+            )?;
+            rope_append(
+                g,
+                &mut ws.qkv,
+                &ws.cs,
+                &mut self.kv,
+                &self.rows,
+                li,
                 nh,
-                hd,
-                self.dims.rotary,
+                rotary,
                 self.pairing,
             )?;
-            ops::rope(
+            ops::attend_with(
                 g,
-                &mut ws.k,
-                &ws.cs,
-                n,
-                nkv,
-                hd,
-                self.dims.rotary,
-                self.pairing,
-            )?;
-            ops::kv_append(g, &ws.k, &ws.v, &mut self.kv, &self.rows, li)?;
-            ops::attend(
-                g,
-                &ws.q,
+                "tf_attend",
+                &ws.qkv,
+                l.qkv.rows(),
                 &self.kv,
                 &self.rows,
                 li,
@@ -387,17 +398,55 @@ impl GpuLlama {
                 &mut ws.scratch,
                 &mut ws.attn,
             )?;
-            ops::matmul(g, &l.o, &ws.attn, n, &mut ws.o)?;
-            ops::add_inplace(g, &mut ws.x, &ws.o, n * hidden)?;
-            ops::rms_norm(g, &ws.x, &l.mlp_norm, self.eps, n, &mut ws.h)?;
-            ops::matmul(g, &l.gate, &ws.h, n, &mut ws.gate)?;
-            ops::matmul(g, &l.up, &ws.h, n, &mut ws.up)?;
-            ops::silu_mul(g, &ws.gate, &ws.up, &mut ws.act, n * ffn)?;
-            ops::matmul(g, &l.down, &ws.act, n, &mut ws.o)?;
-            ops::add_inplace(g, &mut ws.x, &ws.o, n * hidden)?;
+            matmul_fused(
+                g,
+                &l.o,
+                &ws.attn,
+                nh * hd,
+                XForm::None,
+                Epilogue::Add,
+                n,
+                &mut ws.x,
+            )?;
+            let norm = XForm::Norm {
+                gain: &l.mlp_norm,
+                eps: self.eps,
+            };
+            matmul_fused(
+                g,
+                &l.gate_up,
+                &ws.x,
+                hidden,
+                norm,
+                Epilogue::Store,
+                n,
+                &mut ws.gate_up,
+            )?;
+            matmul_fused(
+                g,
+                &l.down,
+                &ws.gate_up,
+                2 * ffn,
+                XForm::SiluMul,
+                Epilogue::Add,
+                n,
+                &mut ws.x,
+            )?;
         }
-        ops::rms_norm(g, &ws.x, &self.final_norm, self.eps, n, &mut ws.h)?;
         let head = self.head.as_ref().unwrap_or(&self.embed);
-        ops::matmul(g, head, &ws.h, n, &mut ws.logits)
+        let norm = XForm::Norm {
+            gain: &self.final_norm,
+            eps: self.eps,
+        };
+        matmul_fused(
+            g,
+            head,
+            &ws.x,
+            hidden,
+            norm,
+            Epilogue::Store,
+            n,
+            &mut ws.logits,
+        )
     }
 }

@@ -126,7 +126,18 @@ fn case(
                     .collect::<Vec<_>>(),
                 q,
             )?;
-            ops::attend_with(gpu, kernel, q, &kv, rows, LAYER, &shape, scratch, ob)?;
+            ops::attend_with(
+                gpu,
+                kernel,
+                q,
+                nh * hd,
+                &kv,
+                rows,
+                LAYER,
+                &shape,
+                scratch,
+                ob,
+            )?;
             o.copy_from_slice(&gpu.download(ob, o.len())?);
             Ok(())
         })();

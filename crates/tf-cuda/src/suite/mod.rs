@@ -4,6 +4,7 @@
 //! must be caught, and a comparison of every output with the CPU kernels' bits.
 
 mod attention;
+mod fused;
 mod matmul;
 mod packed;
 mod rows;
@@ -126,6 +127,7 @@ pub fn run_all(gpu: &Gpu, depth: Depth) -> Result<SuiteResult, CudaError> {
     matmul::run(gpu, depth, &mut out)?;
     rows::run(gpu, depth, &mut out)?;
     attention::run(gpu, depth, &mut out)?;
+    fused::run(gpu, depth, &mut out)?;
     Ok(out)
 }
 

@@ -1,0 +1,170 @@
+// Fused decode kernels: the same per-element arithmetic as the separate kernels (so the same
+// bits), fewer launches and one trip to device memory for the weights.
+//
+// tf_mmf_<fmt>_<xf>_<ep>: a block of MMF_THREADS threads owns MMF_ROWS consecutive weight rows,
+// copies them once into shared memory with 16-byte loads, then, for each tile of MM_RT
+// activation rows, stages the tile's inputs in shared memory after an optional transform:
+//   xf none: x as is
+//   xf norm: RMSNorm, r = 1 / sqrt(dot16(x, x) / cols + eps) per row (a half-warp's fold, as in
+//            tf_rms_norm), then g[k] * (x[k] * r)
+//   xf silu: SwiGLU of a fused [gate | up] row of width 2 * cols: silu(gate[k]) * up[k]
+// and each half-warp forms its row's 16-lane fmaf chains and the fixed fold (as tf_matmul), then
+//   ep store: y = s        ep add: y = y + s (the residual add)
+// Every block recomputes the transform for the rows it reads; each value is the same bits as the
+// separate kernel's, and nothing depends on the number of rows in the call.
+
+#define MMF_ROWS 8
+#define MMF_THREADS 128
+#define XF_NONE 0
+#define XF_NORM 1
+#define XF_SILU 2
+#define EP_STORE 0
+#define EP_ADD 1
+
+template <int FMT, int XF, int EP>
+__device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __restrict__ x,
+                                       const float* __restrict__ g, float eps, float* y, int n,
+                                       int rows, int cols, int x_stride) {
+    extern __shared__ __align__(16) u8 tf_smem[];
+    __shared__ float rs[MM_RT];
+    const size_t rb = tf_row_bytes(FMT, cols);
+    const int j0 = blockIdx.x * MMF_ROWS;
+    const int nr = min(MMF_ROWS, rows - j0);
+    u8* ws = tf_smem;
+    float* xs = (float*)(tf_smem + ((MMF_ROWS * rb + 15) & ~(size_t)15));
+    {
+        // The block's rows are contiguous; MMF_ROWS * rb is a multiple of 16 for every format.
+        const u8* src = W + (size_t)j0 * rb;
+        const size_t total = (size_t)nr * rb;
+        const size_t nvec = total / 16;
+        for (size_t t = threadIdx.x; t < nvec; t += MMF_THREADS)
+            ((uint4*)ws)[t] = ((const uint4*)src)[t];
+        for (size_t t = nvec * 16 + threadIdx.x; t < total; t += MMF_THREADS) ws[t] = src[t];
+    }
+    const int lane = threadIdx.x & 15;
+    const int hw = threadIdx.x >> 4;
+    const bool active = hw < nr;
+    const u8* row = ws + (size_t)(active ? hw : 0) * rb;
+    for (int i0 = 0; i0 < n; i0 += MM_RT) {
+        const int nt = min(MM_RT, n - i0);
+        __syncthreads();  // weights staged; the previous tile's inputs consumed
+        if (XF == XF_NORM) {
+            if (hw < MM_RT) {  // threads 0..63: two whole warps
+                float acc = 0.0f;
+                if (hw < nt) {
+                    const float* xr = x + (size_t)(i0 + hw) * x_stride;
+                    for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
+                }
+                const float ss = tf_fold16_sum(acc);
+                if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
+            }
+            __syncthreads();
+        }
+        for (int t = threadIdx.x; t < nt * cols; t += MMF_THREADS) {
+            const int r = t / cols, k = t - r * cols;
+            const float* xr = x + (size_t)(i0 + r) * x_stride;
+            float v;
+            if (XF == XF_NORM) v = g[k] * (xr[k] * rs[r]);
+            else if (XF == XF_SILU) v = tf_silu(xr[k]) * xr[cols + k];
+            else v = xr[k];
+            xs[r * cols + k] = v;
+        }
+        __syncthreads();
+        float acc[MM_RT];
+#pragma unroll
+        for (int r = 0; r < MM_RT; r++) acc[r] = 0.0f;
+        if (active) {
+            if (FMT >= FMT_Q4_0) {
+                const int nb = cols >> 5;
+#pragma unroll 2
+                for (int b = 0; b < nb; b++) {
+                    const int k0 = (b << 5) + lane;
+                    const float w0 = tf_decode<FMT>(row, k0);
+                    const float w1 = tf_decode<FMT>(row, k0 + 16);
+#pragma unroll
+                    for (int r = 0; r < MM_RT; r++) {
+                        if (r < nt) {
+                            acc[r] = fmaf(xs[r * cols + k0], w0, acc[r]);
+                            acc[r] = fmaf(xs[r * cols + k0 + 16], w1, acc[r]);
+                        }
+                    }
+                }
+            } else {
+                for (int k = lane; k < cols; k += 16) {
+                    const float w = tf_decode<FMT>(row, k);
+#pragma unroll
+                    for (int r = 0; r < MM_RT; r++)
+                        if (r < nt) acc[r] = fmaf(xs[r * cols + k], w, acc[r]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MM_RT; r++) {
+            const float s = tf_fold16_sum(acc[r]);
+            if (active && lane == 0 && r < nt) {
+                float* o = y + (size_t)(i0 + r) * rows + j0 + hw;
+                *o = EP == EP_ADD ? *o + s : s;
+            }
+        }
+    }
+}
+
+#define TF_MMF_ENTRY(FNAME, FMT, XF, EP)                                                        \
+    extern "C" __global__ void __launch_bounds__(MMF_THREADS)                                   \
+        tf_mmf_##FNAME(const u8* W, const float* x, const float* g, float eps, float* y, int n, \
+                       int rows, int cols, int x_stride) {                                      \
+        tf_mmf<FMT, XF, EP>(W, x, g, eps, y, n, rows, cols, x_stride);                          \
+    }
+#define TF_MMF_FORMAT(NAME, FMT)                          \
+    TF_MMF_ENTRY(NAME##_none_store, FMT, XF_NONE, EP_STORE) \
+    TF_MMF_ENTRY(NAME##_none_add, FMT, XF_NONE, EP_ADD)     \
+    TF_MMF_ENTRY(NAME##_norm_store, FMT, XF_NORM, EP_STORE) \
+    TF_MMF_ENTRY(NAME##_norm_add, FMT, XF_NORM, EP_ADD)     \
+    TF_MMF_ENTRY(NAME##_silu_store, FMT, XF_SILU, EP_STORE) \
+    TF_MMF_ENTRY(NAME##_silu_add, FMT, XF_SILU, EP_ADD)
+
+TF_MMF_FORMAT(f32, FMT_F32)
+TF_MMF_FORMAT(f16, FMT_F16)
+TF_MMF_FORMAT(bf16, FMT_BF16)
+TF_MMF_FORMAT(q4_0, FMT_Q4_0)
+TF_MMF_FORMAT(q4_1, FMT_Q4_1)
+TF_MMF_FORMAT(q8_0, FMT_Q8_0)
+
+// RoPE and KV append in one launch, one block per row of a fused [q | k | v] projection
+// (row width (heads + 2 * kv_heads) * head_dim): q is rotated in place; k is rotated into the
+// key pool; v is copied into the value pool. Same arithmetic as tf_rope + tf_kv_append.
+extern "C" __global__ void tf_rope_append(float* qkv, const float* cs, float* kpool, float* vpool,
+                                          const int* slots, const int* pos, int heads,
+                                          int kv_heads, int head_dim, int half, int pairing,
+                                          int n_layers, int layer, int capacity) {
+    const int i = blockIdx.x;
+    const int row_w = kv_heads * head_dim;
+    float* q = qkv + (size_t)i * (heads + 2 * kv_heads) * head_dim;
+    const float* k = q + (size_t)heads * head_dim;
+    const float* v = k + row_w;
+    const float* c = cs + (size_t)i * 2 * half;
+    const size_t dst = (((size_t)slots[i] * n_layers + layer) * capacity + (size_t)pos[i]) * row_w;
+    for (int t = threadIdx.x; t < (heads + kv_heads) * half; t += blockDim.x) {
+        const int h = t / half, p = t - h * half;
+        const int ia = pairing == 0 ? 2 * p : p;
+        const int ib = pairing == 0 ? 2 * p + 1 : p + half;
+        const float cc = c[p], s = c[half + p];
+        if (h < heads) {
+            float* hd = q + (size_t)h * head_dim;
+            const float a = hd[ia], b = hd[ib];
+            hd[ia] = a * cc - b * s;
+            hd[ib] = b * cc + a * s;
+        } else {
+            const int kh = h - heads;
+            const float* src = k + (size_t)kh * head_dim;
+            const float a = src[ia], b = src[ib];
+            kpool[dst + (size_t)kh * head_dim + ia] = a * cc - b * s;
+            kpool[dst + (size_t)kh * head_dim + ib] = b * cc + a * s;
+        }
+    }
+    const int rot = 2 * half;
+    for (int e = threadIdx.x; e < row_w; e += blockDim.x) {
+        vpool[dst + e] = v[e];
+        if (e % head_dim >= rot) kpool[dst + e] = k[e];  // partial rotary: the tail passes through
+    }
+}

@@ -1,0 +1,206 @@
+//! Launch wrappers of the fused decode kernels (kernels/fused.cu): a matmul with its input
+//! transform (none, RMSNorm, SwiGLU) and epilogue (store, residual add), and RoPE + KV append.
+
+use crate::device::{fused_kernel_name, Gpu};
+use crate::error::{drv, CudaError, Result};
+use crate::kv::GpuKv;
+use crate::ops::{i32_of, need, GpuRows, Pairing};
+use crate::weights::GpuMatrix;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+/// Weight rows per block of the fused matmul (kernels/fused.cu `MMF_ROWS`).
+const MMF_ROWS: usize = 8;
+/// Threads per block of the fused matmul.
+const MMF_THREADS: u32 = 128;
+/// Activation rows per tile (kernels/matmul.cu `MM_RT`).
+const MM_RT: usize = 4;
+/// Shared memory a block may take without opting in.
+const SMEM_LIMIT: usize = 48 * 1024;
+
+/// What the fused matmul does to its input rows before the product.
+#[derive(Clone, Copy)]
+pub enum XForm<'a> {
+    /// `x` as is.
+    None,
+    /// RMSNorm with this gain (`cols` long) and epsilon.
+    Norm { gain: &'a CudaSlice<f32>, eps: f32 },
+    /// SwiGLU of a fused `[gate | up]` row (`2 * cols` wide): `silu(gate) * up`.
+    SiluMul,
+}
+
+/// What the fused matmul does with each sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    /// `y = s`.
+    Store,
+    /// `y = y + s` (the residual add).
+    Add,
+}
+
+/// Shared memory bytes of a fused matmul block for `w`.
+pub fn fused_smem_bytes(w: &GpuMatrix) -> usize {
+    (MMF_ROWS * w.format().row_bytes(w.cols())).div_ceil(16) * 16 + MM_RT * w.cols() * 4
+}
+
+/// `y[i, j] (=|+=) Σ_k xform(x)[i, k] · W[j, k]` for `i < n`, input row `i` at
+/// `x[i * x_stride..]`, output rows `w.rows()` wide. Same bits as the separate kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_fused(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    x_stride: usize,
+    xform: XForm,
+    epilogue: Epilogue,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "fused matmul";
+    let (rows, cols) = (w.rows(), w.cols());
+    let in_w = if matches!(xform, XForm::SiluMul) {
+        2 * cols
+    } else {
+        cols
+    };
+    if x_stride < in_w {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("x_stride {x_stride} < input width {in_w}"),
+        });
+    }
+    need(OP, "x", x.len(), (n - n.min(1)) * x_stride + in_w)?;
+    need(OP, "y", y.len(), n * rows)?;
+    let smem = fused_smem_bytes(w);
+    if smem > SMEM_LIMIT {
+        return Err(CudaError::Shape { op: OP, detail: format!("[{rows}, {cols}] {:?} needs {smem} bytes of shared memory per block (limit {SMEM_LIMIT})", w.format()) });
+    }
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    let (xname, gain, eps) = match xform {
+        XForm::None => ("none", None, 0.0f32),
+        XForm::Norm { gain, eps } => {
+            need(OP, "gain", gain.len(), cols)?;
+            if !(eps.is_finite() && eps >= 0.0) {
+                return Err(CudaError::Param {
+                    op: OP,
+                    what: "eps",
+                    value: eps as f64,
+                    why: "must be finite and >= 0",
+                });
+            }
+            ("norm", Some(gain), eps)
+        }
+        XForm::SiluMul => ("silu", None, 0.0),
+    };
+    let ename = if epilogue == Epilogue::Add {
+        "add"
+    } else {
+        "store"
+    };
+    let name = fused_kernel_name(w.format().kernel_tag(), xname, ename);
+    let (n_, r_, c_, s_) = (
+        i32_of(OP, "n", n)?,
+        rows as i32,
+        cols as i32,
+        i32_of(OP, "x_stride", x_stride)?,
+    );
+    let f = gpu.function(&name)?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(w.bytes()).arg(x);
+    // An unused gain pointer still needs a valid argument: the input itself (never read).
+    match gain {
+        Some(g) => b.arg(g),
+        None => b.arg(x),
+    };
+    b.arg(&eps).arg(y).arg(&n_).arg(&r_).arg(&c_).arg(&s_);
+    let cfg = LaunchConfig {
+        grid_dim: (rows.div_ceil(MMF_ROWS) as u32, 1, 1),
+        block_dim: (MMF_THREADS, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    // SAFETY: (u8*, f32*, f32*, f32, f32*, i32 x4) as the kernel declares; buffer lengths and
+    // the shared memory size were checked above.
+    unsafe { b.launch(cfg) }.map_err(drv("launching a fused matmul"))?;
+    Ok(())
+}
+
+/// RoPE and KV append for rows of a fused `[q | k | v]` buffer: q rotated in place, k rotated
+/// into the key pool, v copied into the value pool, at each row's slot and position.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_append(
+    gpu: &Gpu,
+    qkv: &mut CudaSlice<f32>,
+    cs: &CudaSlice<f32>,
+    kv: &mut GpuKv,
+    rows: &GpuRows,
+    layer: usize,
+    heads: usize,
+    rotary_dim: usize,
+    pairing: Pairing,
+) -> Result<()> {
+    const OP: &str = "rope_append";
+    let n = rows.len();
+    let rw = kv.row_width();
+    let kvh = kv.kv_heads();
+    if kvh == 0 || heads == 0 || !heads.is_multiple_of(kvh) {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{heads} query heads over {kvh} kv heads"),
+        });
+    }
+    let head_dim = rw / kvh;
+    if rotary_dim > head_dim || !rotary_dim.is_multiple_of(2) {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("rotary_dim {rotary_dim} must be even and <= head_dim {head_dim}"),
+        });
+    }
+    if layer >= kv.layers() {
+        return Err(CudaError::Param {
+            op: OP,
+            what: "layer",
+            value: layer as f64,
+            why: "beyond the cache's layers",
+        });
+    }
+    need(OP, "qkv", qkv.len(), n * (heads * head_dim + 2 * rw))?;
+    need(OP, "angles", cs.len(), n * rotary_dim)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let args = [
+        heads,
+        kvh,
+        head_dim,
+        rotary_dim / 2,
+        pairing as usize,
+        kv.layers(),
+        layer,
+        kv.capacity(),
+    ];
+    let mut ints = [0i32; 8];
+    for (o, &a) in ints.iter_mut().zip(&args) {
+        *o = i32_of(OP, "shape", a)?;
+    }
+    let f = gpu.function("tf_rope_append")?;
+    let mut b = gpu.stream().launch_builder(f);
+    b.arg(qkv)
+        .arg(cs)
+        .arg(&mut kv.k)
+        .arg(&mut kv.v)
+        .arg(&rows.slots)
+        .arg(&rows.pos);
+    for v in &ints {
+        b.arg(v);
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: (f32*, f32*, f32*, f32*, i32*, i32*, i32 x8) as declared; slots and positions were
+    // checked against the pools by GpuRows::set.
+    unsafe { b.launch(cfg) }.map_err(drv("launching rope_append"))?;
+    Ok(())
+}

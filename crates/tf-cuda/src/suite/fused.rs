@@ -1,0 +1,425 @@
+//! Contract cases for the fused decode kernels, each compared bit for bit with the CPU's
+//! separate operators (RMSNorm then matmul; SwiGLU then matmul; matmul then residual add; RoPE
+//! then KV append).
+
+use super::packed::HostWeights;
+use super::{compare_bits, control, verdict, CaseResult, Depth, ErrSlot, SuiteResult};
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::fused::{matmul_fused, rope_append, Epilogue, XForm};
+use crate::kv::GpuKv;
+use crate::ops::{GpuRows, Pairing};
+use crate::weights::{GpuFormat, GpuMatrix};
+use std::cell::RefCell;
+use tf_kernels::contract::{Rng, RowOp, Tolerance};
+use tf_kernels::matmul::matmul as cpu_matmul;
+use tf_kernels::ops::{rms_norm, silu_mul, Rope, RopeAngles, RopeConfig, RopePairing, RopeScaling};
+use tf_kernels::pool::Pool;
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+const MAX_ROWS: usize = 100;
+const EPS: f32 = 1e-5;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    NormStore,
+    NoneAdd,
+    SiluAdd,
+}
+
+/// One input row: the matmul input (`cols`, or `2 * cols` for SwiGLU) and the residual row.
+type Row = (Vec<f32>, Vec<f32>);
+
+fn shape_err(op: &'static str) -> impl Fn(String) -> CudaError {
+    move |detail| CudaError::Shape { op, detail }
+}
+
+/// Runs the fused cases and their controls.
+pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
+    let cases = [
+        (
+            GpuFormat::Q4_1,
+            960,
+            576,
+            Kind::NormStore,
+            "[q|k|v] 960x576 with the input norm",
+            false,
+        ),
+        (
+            GpuFormat::Q4_1,
+            576,
+            576,
+            Kind::NoneAdd,
+            "o 576x576 with the residual add",
+            false,
+        ),
+        (
+            GpuFormat::Q4_1,
+            3072,
+            576,
+            Kind::NormStore,
+            "[gate|up] 3072x576 with the MLP norm",
+            false,
+        ),
+        (
+            GpuFormat::Q4_1,
+            576,
+            1536,
+            Kind::SiluAdd,
+            "down 576x1536 with SwiGLU in, residual add",
+            false,
+        ),
+        (
+            GpuFormat::Q8_0,
+            49152,
+            576,
+            Kind::NormStore,
+            "tied head 49152x576 with the final norm",
+            true,
+        ),
+        (
+            GpuFormat::Bf16,
+            37,
+            577,
+            Kind::NormStore,
+            "37x577 (odd width) with a norm",
+            false,
+        ),
+    ];
+    let pool = Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    for (i, &(format, rows, cols, kind, label, heavy)) in cases.iter().enumerate() {
+        matmul_case(
+            gpu,
+            &pool,
+            if heavy { Depth::Quick } else { depth },
+            format,
+            rows,
+            cols,
+            kind,
+            label,
+            i == 0,
+            out,
+            0xf0 + i as u64,
+        )?;
+    }
+    rope_append_case(gpu, depth, out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_case(
+    gpu: &Gpu,
+    pool: &Pool,
+    depth: Depth,
+    format: GpuFormat,
+    rows: usize,
+    cols: usize,
+    kind: Kind,
+    label: &str,
+    with_controls: bool,
+    out: &mut SuiteResult,
+    seed: u64,
+) -> Result<()> {
+    let mut rng = Rng::new(seed);
+    let hw = HostWeights::random(format, rows, cols, &mut rng);
+    let wf: Vec<f64> = (0..rows).flat_map(|j| hw.row_f64(j)).collect();
+    let wmax = wf.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let w = GpuMatrix::upload(gpu, &hw.packed())?;
+    let gain_h = rng.vec_uniform(cols, 0.5, 1.5);
+    let gain = gpu.upload(&gain_h)?;
+    let in_w = if kind == Kind::SiluAdd {
+        2 * cols
+    } else {
+        cols
+    };
+    let bufs = RefCell::new((
+        gpu.zeros::<f32>(MAX_ROWS * in_w)?,
+        gpu.zeros::<f32>(MAX_ROWS * rows)?,
+    ));
+    let errs = ErrSlot::default();
+    let run_with = |eps_n: &dyn Fn(usize) -> f32, rs: &[Row], o: &mut [f32]| {
+        let r = (|| -> Result<()> {
+            let mut b = bufs.borrow_mut();
+            let (x, y) = &mut *b;
+            gpu.write(
+                &rs.iter()
+                    .flat_map(|r| r.0.iter().copied())
+                    .collect::<Vec<_>>(),
+                x,
+            )?;
+            gpu.write(
+                &rs.iter()
+                    .flat_map(|r| r.1.iter().copied())
+                    .collect::<Vec<_>>(),
+                y,
+            )?;
+            let (xf, ep) = match kind {
+                Kind::NormStore => (
+                    XForm::Norm {
+                        gain: &gain,
+                        eps: eps_n(rs.len()),
+                    },
+                    Epilogue::Store,
+                ),
+                Kind::NoneAdd => (XForm::None, Epilogue::Add),
+                Kind::SiluAdd => (XForm::SiluMul, Epilogue::Add),
+            };
+            matmul_fused(gpu, &w, x, in_w, xf, ep, rs.len(), y)?;
+            o.copy_from_slice(&gpu.download(y, o.len())?);
+            Ok(())
+        })();
+        if let Err(e) = r {
+            errs.put(e, o);
+        }
+    };
+    // Inputs: a norm row of scale ~1.5, plain rows in [-1, 1], SwiGLU gate/up of scale ~2 / ~1.
+    let gen = |r: &mut Rng, _: usize| -> Row {
+        let x = match kind {
+            Kind::NormStore => r.vec_normal(cols, 1.5),
+            Kind::NoneAdd => r.vec_uniform(cols, -1.0, 1.0),
+            Kind::SiluAdd => {
+                let mut v = r.vec_normal(cols, 2.0);
+                v.extend(r.vec_uniform(cols, -1.0, 1.0));
+                v
+            }
+        };
+        let res = if kind == Kind::NormStore {
+            Vec::new()
+        } else {
+            r.vec_uniform(rows, -1.0, 1.0)
+        };
+        (x, res)
+    };
+    let input_f64 = |x: &[f32]| -> Vec<f64> {
+        match kind {
+            Kind::NormStore => {
+                let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+                let r = 1.0 / (ss / cols as f64 + EPS as f64).sqrt();
+                x.iter()
+                    .zip(&gain_h)
+                    .map(|(&v, &g)| g as f64 * v as f64 * r)
+                    .collect()
+            }
+            Kind::NoneAdd => x.iter().map(|&v| v as f64).collect(),
+            Kind::SiluAdd => (0..cols)
+                .map(|k| {
+                    let g = x[k] as f64;
+                    g / (1.0 + (-g).exp()) * x[cols + k] as f64
+                })
+                .collect(),
+        }
+    };
+    let reference = |row: &Row, o: &mut [f64]| {
+        let h = input_f64(&row.0);
+        for (j, oj) in o.iter_mut().enumerate() {
+            let s: f64 = wf[j * cols..(j + 1) * cols]
+                .iter()
+                .zip(&h)
+                .map(|(a, b)| a * b)
+                .sum();
+            *oj = s + row.1.get(j).map_or(0.0, |&v| v as f64);
+        }
+    };
+    // |input| <= ~4.5 after a norm (gain 1.5 x 3 sigma), <= ~2 after SwiGLU, <= 1 plain; the
+    // fmaf chains of k/16 terms, the fold, the input's own roundings, and the residual add.
+    let xmax = match kind {
+        Kind::NormStore => 8.0,
+        Kind::SiluAdd => 10.0,
+        Kind::NoneAdd => 1.0,
+    };
+    let k = cols as f64;
+    let abs = ((k / 16.0).ceil() + 8.0) * U * k * wmax * xmax + 4.0 * U;
+    let name = format!("fused matmul {format:?} {kind:?}");
+    let op = RowOp {
+        name: &name,
+        out_width: rows,
+        tolerance: Tolerance::new(abs, 2.0 * U),
+        gen_row: &gen,
+        reference: &reference,
+    };
+    let cfg = depth.config(seed);
+    let run = |rs: &[Row], o: &mut [f32]| run_with(&|_| EPS, rs, o);
+    let v = verdict(&op, &run, &cfg, &errs);
+    // GPU vs the CPU's separate operators on 24 fresh rows.
+    let mut r2 = Rng::new(seed ^ 0x5eed);
+    let sample: Vec<Row> = (0..24).map(|i| gen(&mut r2, i)).collect();
+    let mut g = vec![0f32; 24 * rows];
+    run(&sample, &mut g);
+    let mut c = vec![0f32; 24 * rows];
+    let flat: Vec<f32> = sample.iter().flat_map(|r| r.0.iter().copied()).collect();
+    let h = match kind {
+        Kind::NormStore => {
+            let mut h = vec![0f32; 24 * cols];
+            rms_norm(&flat, &gain_h, EPS, 24, &mut h)
+                .map_err(|e| shape_err("cpu rms_norm")(e.to_string()))?;
+            h
+        }
+        Kind::NoneAdd => flat,
+        Kind::SiluAdd => {
+            let (mut gs, mut us) = (Vec::new(), Vec::new());
+            for r in &sample {
+                gs.extend_from_slice(&r.0[..cols]);
+                us.extend_from_slice(&r.0[cols..]);
+            }
+            let mut h = vec![0f32; 24 * cols];
+            silu_mul(&gs, &us, &mut h).map_err(|e| shape_err("cpu silu_mul")(e.to_string()))?;
+            h
+        }
+    };
+    cpu_matmul(&hw.packed(), &h, 24, &mut c, pool)
+        .map_err(|e| shape_err("cpu matmul")(e.to_string()))?;
+    if kind != Kind::NormStore {
+        for (cr, r) in c.chunks_exact_mut(rows).zip(&sample) {
+            for (a, &b) in cr.iter_mut().zip(&r.1) {
+                *a += b;
+            }
+        }
+    }
+    out.cases.push(CaseResult {
+        op: name.clone(),
+        case: label.to_string(),
+        verdict: v,
+        cpu_bits: Some(compare_bits(&g, &c)),
+    });
+    if with_controls {
+        let drift =
+            |rs: &[Row], o: &mut [f32]| run_with(&|n| if n > 1 { EPS * 1.1 } else { EPS }, rs, o);
+        out.controls.push(control(
+            "fused matmul: norm eps 10% larger when n > 1",
+            &op,
+            &drift,
+            &cfg,
+            &errs,
+        ));
+    }
+    Ok(())
+}
+
+/// RoPE + KV append on a fused [q | k | v] row: the output row is the rotated q, then the key
+/// and value read back from the pools at the row's (slot, position).
+fn rope_append_case(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
+    let (nh, nkv, hd, slots, cap) = (9usize, 3usize, 64usize, 7usize, 64usize);
+    let qkv_w = (nh + 2 * nkv) * hd;
+    let rw = nkv * hd;
+    let rope = Rope::new(RopeConfig {
+        head_dim: hd,
+        rotary_dim: hd,
+        theta: 100000.0,
+        pairing: RopePairing::Interleaved,
+        scaling: RopeScaling::None,
+    })
+    .map_err(|e| shape_err("rope")(e.to_string()))?;
+    let kv = RefCell::new(GpuKv::new(gpu, slots, 2, cap, nkv, hd)?);
+    let bufs = RefCell::new((
+        GpuRows::new(gpu, MAX_ROWS)?,
+        gpu.zeros::<f32>(MAX_ROWS * qkv_w)?,
+        gpu.zeros::<f32>(MAX_ROWS * hd)?,
+    ));
+    let errs = ErrSlot::default();
+    // Row `index` of the pool owns (slot, position) = (index % slots, index / slots): no two rows
+    // of a call write the same cache entry.
+    type R = (usize, usize, Vec<f32>);
+    let run_with = |off: usize, rs: &[R], o: &mut [f32]| {
+        let r = (|| -> Result<()> {
+            let mut b = bufs.borrow_mut();
+            let (rows, qkv, cs) = &mut *b;
+            let mut kv = kv.borrow_mut();
+            let slots_v: Vec<usize> = rs.iter().map(|r| r.0).collect();
+            let pos_v: Vec<usize> = rs.iter().map(|r| r.1).collect();
+            rows.set(gpu, &kv, &slots_v, &pos_v)?;
+            gpu.write(
+                &rs.iter()
+                    .flat_map(|r| r.2.iter().copied())
+                    .collect::<Vec<_>>(),
+                qkv,
+            )?;
+            let mut a = RopeAngles::default();
+            let mut table = Vec::new();
+            for r in rs {
+                rope.angles_into(r.1 * 97 + off, &mut a);
+                table.extend_from_slice(&a.cos);
+                table.extend_from_slice(&a.sin);
+            }
+            gpu.write(&table, cs)?;
+            rope_append(gpu, qkv, cs, &mut kv, rows, 1, nh, hd, Pairing::Interleaved)?;
+            let q = gpu.download(qkv, rs.len() * qkv_w)?;
+            let kp = gpu.download(&kv.k, kv.k.len())?;
+            let vp = gpu.download(&kv.v, kv.v.len())?;
+            for (i, (r, orow)) in rs.iter().zip(o.chunks_exact_mut(qkv_w)).enumerate() {
+                let at = ((r.0 * 2 + 1) * cap + r.1) * rw;
+                orow[..nh * hd].copy_from_slice(&q[i * qkv_w..i * qkv_w + nh * hd]);
+                orow[nh * hd..nh * hd + rw].copy_from_slice(&kp[at..at + rw]);
+                orow[nh * hd + rw..].copy_from_slice(&vp[at..at + rw]);
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            errs.put(e, o);
+        }
+    };
+    let gen = |r: &mut Rng, index: usize| {
+        (
+            index % slots,
+            (index / slots) % cap,
+            r.vec_normal(qkv_w, 1.0),
+        )
+    };
+    let inv = rope.inv_freq().to_vec();
+    // Positions are scaled by 97 into the angle table (up to ~6000) to exercise large angles.
+    let rotate = |x: &[f32], pos: usize, o: &mut [f64]| {
+        for h in 0..x.len() / hd {
+            for (i, &f) in inv.iter().enumerate() {
+                let a = ((pos * 97) as f32 * f) as f64;
+                let (x0, x1) = (x[h * hd + 2 * i] as f64, x[h * hd + 2 * i + 1] as f64);
+                o[h * hd + 2 * i] = x0 * a.cos() - x1 * a.sin();
+                o[h * hd + 2 * i + 1] = x1 * a.cos() + x0 * a.sin();
+            }
+        }
+    };
+    let reference = |row: &R, o: &mut [f64]| {
+        rotate(&row.2[..(nh + nkv) * hd], row.1, &mut o[..(nh + nkv) * hd]);
+        for (a, &b) in o[(nh + nkv) * hd..]
+            .iter_mut()
+            .zip(&row.2[(nh + nkv) * hd..])
+        {
+            *a = b as f64;
+        }
+    };
+    let op = RowOp {
+        name: "rope_append",
+        out_width: qkv_w,
+        tolerance: Tolerance::new(1e-6, 1e-6),
+        gen_row: &gen,
+        reference: &reference,
+    };
+    let cfg = depth.config(0xabc);
+    let run = |rs: &[R], o: &mut [f32]| run_with(0, rs, o);
+    let v = verdict(&op, &run, &cfg, &errs);
+    // GPU vs CPU Rope on q and k.
+    let mut r2 = Rng::new(0xabd);
+    let sample: Vec<R> = (0..21).map(|i| gen(&mut r2, i)).collect();
+    let mut g = vec![0f32; 21 * qkv_w];
+    run(&sample, &mut g);
+    let mut c = Vec::new();
+    for r in &sample {
+        let mut qk = r.2[..(nh + nkv) * hd].to_vec();
+        rope.apply(&mut qk, nh + nkv, r.1 * 97)
+            .map_err(|e| shape_err("cpu rope")(e.to_string()))?;
+        c.extend_from_slice(&qk);
+        c.extend_from_slice(&r.2[(nh + nkv) * hd..]);
+    }
+    out.cases.push(CaseResult {
+        op: "rope_append".into(),
+        case: "9q/3kv x 64 fused row -> q in place, k and v into slot/position".into(),
+        verdict: v,
+        cpu_bits: Some(compare_bits(&g, &c)),
+    });
+    let off = |rs: &[R], o: &mut [f32]| run_with(1, rs, o);
+    out.controls.push(control(
+        "rope_append: angle position off by one",
+        &op,
+        &off,
+        &cfg,
+        &errs,
+    ));
+    Ok(())
+}
