@@ -8,6 +8,8 @@
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
+mod avx512_units;
+#[cfg(target_arch = "x86_64")]
 mod bf16;
 mod decode;
 mod kernel;
