@@ -14,6 +14,7 @@ const FIXTURES: &[(&str, &[&str])] = &[
     ("llama3", &["f32_hf", "q4g64"]),
     ("qwen2", &["f32_hf", "q4g64", "q4g64_bf16"]),
     ("qwen3", &["f32_hf", "q4g64", "q8g64"]),
+    ("qwen3_yarn", &["q4g64"]),
 ];
 
 /// Largest `max |Δlogit| / (max − min of the reference row)` allowed, over all positions.
@@ -307,6 +308,11 @@ fn planted_controls_fail_the_bar() {
         })
     };
     let keep: Edit = Box::new(no_edit);
+    let rope_param = |k: &'static str, v: Value| -> Edit {
+        Box::new(move |c| {
+            c["rope_parameters"][k] = v.clone();
+        })
+    };
     // (fixture, form, what, config edit, tensor scalings)
     type Case = (
         &'static str,
@@ -342,6 +348,20 @@ fn planted_controls_fail_the_bar() {
             "f32_hf",
             "rope_theta 1e5",
             set("rope_theta", serde_json::json!(100000.0)),
+            vec![],
+        ),
+        (
+            "qwen3_yarn",
+            "q4g64",
+            "yarn ignored",
+            rope_param("rope_type", Value::from("default")),
+            vec![],
+        ),
+        (
+            "qwen3_yarn",
+            "q4g64",
+            "yarn attention factor 1 (mscale dropped)",
+            rope_param("attention_factor", Value::from(1.0)),
             vec![],
         ),
         (
