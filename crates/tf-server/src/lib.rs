@@ -9,6 +9,7 @@ mod info;
 pub mod protocol;
 pub mod receipts;
 pub mod reply;
+pub mod resume_receipt;
 pub mod shape;
 pub mod text;
 

@@ -39,6 +39,8 @@ pub struct Summary {
     /// OpenAI finish reason: stop, length or tool_calls.
     pub finish: &'static str,
     pub prompt_tokens: usize,
+    /// Prompt tokens resumed from the prompt cache (`usage.prompt_tokens_details.cached_tokens`).
+    pub cached_tokens: usize,
     pub completion_tokens: usize,
     pub reasoning_tokens: usize,
     /// sha256 (hex) of the generated ids as little-endian u32 bytes.
@@ -119,6 +121,7 @@ pub async fn drive(
     let summary = |ids: Vec<u32>, finish, reasoning_tokens, prefill_ms, decode_ms| Summary {
         finish,
         prompt_tokens: setup.prompt_tokens,
+        cached_tokens: 0,
         completion_tokens: ids.len(),
         reasoning_tokens,
         token_sha: token_sha(&ids),
@@ -181,13 +184,14 @@ pub async fn drive(
                 {
                     return;
                 }
-                let s = summary(
+                let mut s = summary(
                     ids,
                     finish,
                     reasoning_tokens,
                     f.prefill.as_secs_f64() * 1e3,
                     f.decode.as_secs_f64() * 1e3,
                 );
+                s.cached_tokens = f.cached_tokens;
                 emit(Out::Done(s));
                 return;
             }

@@ -104,7 +104,7 @@ impl Shape {
             "prompt_tokens": s.prompt_tokens,
             "completion_tokens": s.completion_tokens,
             "total_tokens": s.prompt_tokens + s.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
             "completion_tokens_details": {"reasoning_tokens": s.reasoning_tokens},
         })
     }

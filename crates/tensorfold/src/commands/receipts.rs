@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use tf_server::client::Client;
 use tf_server::receipts::{concurrency, ConcurrencyPlan};
+use tf_server::resume_receipt::{resume, ResumePlan};
 
 /// Arguments of `tensorfold receipts`.
 #[derive(Parser)]
@@ -24,6 +25,43 @@ pub enum Receipt {
     /// (the default model if omitted).
     #[command(verbatim_doc_comment)]
     Concurrency(ConcurrencyArgs),
+    /// resumed == fresh: each turn of multi-turn conversations (greedy and seeded, plain and
+    /// tool turns) on a server with the prompt cache equals the same turn on a server with
+    /// `--prompt-cache-gib 0` (same token_sha). Exit 1 on any mismatch.
+    ///
+    /// Without --url, starts both servers here on 127.0.0.1 with MODEL (the default model if
+    /// omitted); with --url, --fresh-url must name the reference server (cache off).
+    #[command(verbatim_doc_comment)]
+    Resume(ResumeArgs),
+}
+
+/// Arguments of `tensorfold receipts resume`.
+#[derive(Parser)]
+pub struct ResumeArgs {
+    /// A running server with the prompt cache on; without it, both servers start here.
+    #[arg(long, requires = "fresh_url")]
+    pub url: Option<String>,
+    /// The reference server, started with `--prompt-cache-gib 0`.
+    #[arg(long, requires = "url")]
+    pub fresh_url: Option<String>,
+    /// API key for the servers at --url and --fresh-url.
+    #[arg(long, env = "TENSORFOLD_API_KEY")]
+    pub api_key: Option<String>,
+    /// Turns per conversation.
+    #[arg(long, default_value_t = 4)]
+    pub turns: usize,
+    /// Most tokens per reply.
+    #[arg(long, default_value_t = 24)]
+    pub max_tokens: usize,
+    /// Model for the servers started here (ignored with --url).
+    pub model: Option<String>,
+    /// Worker threads of each server started here.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Planted control: the cached server started here matches prefixes ignoring their
+    /// tokens, so the receipt must fail (exit 1). Shows the receipt can fail.
+    #[arg(long, hide = true)]
+    pub planted_stale_cache: bool,
 }
 
 /// Arguments of `tensorfold receipts concurrency`.
@@ -56,6 +94,7 @@ pub struct ConcurrencyArgs {
 pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     match args.which {
         Receipt::Concurrency(a) => run_concurrency(a),
+        Receipt::Resume(a) => run_resume(a),
     }
 }
 
@@ -84,6 +123,8 @@ fn run_concurrency(a: ConcurrencyArgs) -> anyhow::Result<ExitCode> {
                 // Small chunks: longer prompts span several rounds shared with decode rows.
                 prefill_chunk: 64,
                 planted_crosstalk: a.planted_crosstalk,
+                prompt_cache_gib: None,
+                planted_stale_cache: false,
             };
             let server = serve::start(&sargs, false)?;
             let url = format!("http://{}", server.addr());
@@ -109,6 +150,70 @@ fn run_concurrency(a: ConcurrencyArgs) -> anyhow::Result<ExitCode> {
     }
     let (equal, total) = report.score();
     Ok(if equal == total {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_resume(a: ResumeArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(a.turns > 0, "--turns must be at least 1");
+    anyhow::ensure!(a.max_tokens > 0, "--max-tokens must be at least 1");
+    let mut own = Vec::new();
+    let (cached, fresh) = match (&a.url, &a.fresh_url) {
+        (Some(u), Some(f)) => (
+            Client::new(u, a.api_key.clone()),
+            Client::new(f, a.api_key.clone()),
+        ),
+        _ => {
+            let mut urls = Vec::new();
+            for (gib, planted) in [(1.0, a.planted_stale_cache), (0.0, false)] {
+                let sargs = serve::Args {
+                    model: a.model.clone(),
+                    host: "127.0.0.1".into(),
+                    port: 0,
+                    parallel: 2,
+                    queue: 64,
+                    context: None,
+                    max_tokens: None,
+                    threads: a.threads,
+                    api_keys: vec![],
+                    name: None,
+                    // A fine grid: short chat turns still resume whole 16-token steps.
+                    prefill_chunk: 16,
+                    planted_crosstalk: false,
+                    prompt_cache_gib: Some(gib),
+                    planted_stale_cache: planted,
+                };
+                let server = serve::start(&sargs, false)?;
+                let url = format!("http://{}", server.addr());
+                eprintln!("started a server at {url} (--prompt-cache-gib {gib})");
+                urls.push(url);
+                own.push(server);
+            }
+            (Client::new(&urls[0], None), Client::new(&urls[1], None))
+        }
+    };
+    let plan = ResumePlan {
+        turns: a.turns,
+        max_tokens: a.max_tokens,
+    };
+    let report = resume(&cached, &fresh, &plan, |r| {
+        eprintln!(
+            "  {} turn {}: cached {} of {}: {}",
+            r.conversation,
+            r.turn,
+            r.cached_tokens,
+            r.prompt_tokens,
+            if r.equal { "equal" } else { "MISMATCH" }
+        );
+    })?;
+    print!("{}", report.render());
+    for s in own {
+        s.shutdown()?;
+    }
+    let (equal, total) = report.score();
+    Ok(if equal == total && total > 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

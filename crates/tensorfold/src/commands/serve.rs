@@ -62,6 +62,15 @@ pub struct Args {
     /// concurrent != solo. Never use it to serve.
     #[arg(long, hide = true)]
     pub planted_crosstalk: bool,
+    /// GiB the prompt cache may hold (retained conversation prefixes, resumed exactly on the
+    /// prefill grid); 0 disables it. Default: a quarter of the memory available at start,
+    /// at most 8 GiB.
+    #[arg(long)]
+    pub prompt_cache_gib: Option<f64>,
+    /// Planted control for `receipts resume`: the prompt cache matches prefixes by length,
+    /// ignoring their tokens, so resumed != fresh. Never use it to serve.
+    #[arg(long, hide = true)]
+    pub planted_stale_cache: bool,
 }
 
 /// The scheduler configuration these arguments ask for.
@@ -76,7 +85,25 @@ pub fn scheduler_config(args: &Args) -> anyhow::Result<SchedulerConfig> {
         memory_budget_bytes: system_budget_bytes().unwrap_or(u64::MAX),
         context: args.context,
         planted_crosstalk: args.planted_crosstalk,
+        prompt_cache_bytes: prompt_cache_bytes(args.prompt_cache_gib)?,
+        planted_cache_ignores_tokens: args.planted_stale_cache,
+        ..SchedulerConfig::default()
     })
+}
+
+/// The prompt cache's byte budget: `--prompt-cache-gib`, or a quarter of the memory available
+/// now (at most 8 GiB; 0 when it cannot be read).
+fn prompt_cache_bytes(gib: Option<f64>) -> anyhow::Result<u64> {
+    match gib {
+        Some(g) => {
+            anyhow::ensure!(
+                g.is_finite() && g >= 0.0,
+                "--prompt-cache-gib takes a size in GiB, 0 or more (0 disables the cache)"
+            );
+            Ok((g * (1u64 << 30) as f64) as u64)
+        }
+        None => Ok(tf_engine::prompt_cache::default_budget_bytes()),
+    }
 }
 
 /// Loads the model and starts a server (not waiting for it).

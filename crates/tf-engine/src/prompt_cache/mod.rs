@@ -202,6 +202,17 @@ impl PromptCache {
     }
 }
 
+/// A default budget: a quarter of the memory available now (`MemAvailable`), at most 8 GiB;
+/// 0 (disabled) when /proc/meminfo cannot be read.
+pub fn default_budget_bytes() -> u64 {
+    let avail_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
+    avail_kib.map_or(0, |k| (k * 1024 / 4).min(8 << 30))
+}
+
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
