@@ -33,6 +33,8 @@ struct Layer<'a> {
     up: PackedMatrix<'a>,
     down: PackedMatrix<'a>,
     mlp_bias: Option<[Vec<f32>; 3]>,
+    /// Sliding-window width when this layer attends through one.
+    window: Option<usize>,
 }
 
 /// Buffers of one round, grown to the largest round seen and reused.
@@ -132,7 +134,8 @@ impl Llama {
                 .transpose()
         };
         let mut layers = Vec::with_capacity(plan.layers.len());
-        for l in &plan.layers {
+        for (li, l) in plan.layers.iter().enumerate() {
+            let sliding = cfg.layer_sliding.get(li).copied().unwrap_or(false);
             layers.push(Layer {
                 attn_norm: vector(ck, &l.input_layernorm)?,
                 q: matrix(ck, &l.q_proj)?,
@@ -151,6 +154,7 @@ impl Llama {
                 up: matrix(ck, &l.up_proj)?,
                 down: matrix(ck, &l.down_proj)?,
                 mlp_bias: three(&l.mlp_bias)?,
+                window: cfg.sliding_window.filter(|_| sliding).map(|w| w as usize),
             });
         }
         let embed = matrix(ck, &plan.embed_tokens)?;
@@ -308,13 +312,17 @@ impl Model for Llama {
                 kv.append(&k[i * w..(i + 1) * w], &v[i * w..(i + 1) * w])?;
             }
             let attn_out = sized(&mut ws.attn, n * nh * hd);
+            let params = AttnParams {
+                window: l.window,
+                ..self.attn.clone()
+            };
             attend_rows(
                 rows,
                 states,
                 li,
                 q,
                 attn_out,
-                &self.attn,
+                &params,
                 &mut ws.scratch,
                 pool,
             )?;

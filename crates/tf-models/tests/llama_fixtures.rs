@@ -15,6 +15,7 @@ const FIXTURES: &[(&str, &[&str])] = &[
     ("qwen2", &["f32_hf", "q4g64", "q4g64_bf16"]),
     ("qwen3", &["f32_hf", "q4g64", "q8g64"]),
     ("qwen3_yarn", &["q4g64"]),
+    ("mistral_swa", &["q4g64"]),
 ];
 
 /// Largest `max |Δlogit| / (max − min of the reference row)` allowed, over all positions.
@@ -362,6 +363,23 @@ fn planted_controls_fail_the_bar() {
             "q4g64",
             "yarn attention factor 1 (mscale dropped)",
             rope_param("attention_factor", Value::from(1.0)),
+            vec![],
+        ),
+        (
+            "mistral_swa",
+            "q4g64",
+            "sliding window ignored",
+            set(
+                "layer_types",
+                serde_json::json!(["full_attention", "full_attention"]),
+            ),
+            vec![],
+        ),
+        (
+            "mistral_swa",
+            "q4g64",
+            "window 9 instead of 8",
+            set("sliding_window", Value::from(9)),
             vec![],
         ),
         (
