@@ -42,6 +42,8 @@ pub struct Common {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub ignore_eos: Option<bool>,
+    pub logit_bias: Option<Map<String, Value>>,
+    pub response_format: Option<Value>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -167,6 +169,29 @@ impl Common {
                 )
                 .with_code("unsupported_value"));
             }
+        }
+        if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
+            return Err(ApiError::invalid(
+                Some("logit_bias"),
+                "logit_bias is not supported: the sampler sees only the model's logits",
+            )
+            .with_code("unsupported_value"));
+        }
+        if let Some(kind) = self
+            .response_format
+            .as_ref()
+            .and_then(|f| f.get("type"))
+            .and_then(Value::as_str)
+            .filter(|&k| k != "text")
+        {
+            return Err(ApiError::invalid(
+                Some("response_format"),
+                format!(
+                    "response_format {kind:?} is not supported: constrained decoding is not \
+                     there yet; ask for JSON in the prompt and parse the reply"
+                ),
+            )
+            .with_code("unsupported_value"));
         }
         let max_tokens = match max_tokens.or(self.max_tokens) {
             Some(m) if m < 1 => {

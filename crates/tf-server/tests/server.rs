@@ -523,3 +523,33 @@ fn api_keys_queue_limit_and_disconnects() {
     .expect("served again");
     server.shutdown().expect("clean shutdown");
 }
+
+#[test]
+fn unsupported_controls_are_refused_not_ignored() {
+    let Some(c) = client() else { return };
+    let p = "/v1/chat/completions";
+    assert_error(
+        c.post(p, &chat("hi", json!({"logit_bias": {"50": 10}}))),
+        400,
+        Some("logit_bias"),
+        Some("unsupported_value"),
+    );
+    assert_error(
+        c.post(
+            p,
+            &chat("hi", json!({"response_format": {"type": "json_object"}})),
+        ),
+        400,
+        Some("response_format"),
+        None,
+    );
+    // Planted control: the neutral forms are accepted.
+    c.post(
+        p,
+        &chat(
+            "hi",
+            json!({"max_tokens": 1, "logit_bias": {}, "response_format": {"type": "text"}}),
+        ),
+    )
+    .expect("neutral forms");
+}
