@@ -123,7 +123,8 @@ fn run_concurrency(a: ConcurrencyArgs) -> anyhow::Result<ExitCode> {
                 // Small chunks: longer prompts span several rounds shared with decode rows.
                 prefill_chunk: 64,
                 planted_crosstalk: a.planted_crosstalk,
-                prompt_cache_gib: None,
+                // Cache off: this receipt isolates batching (resume has its own receipt).
+                prompt_cache_gib: Some(0.0),
                 planted_stale_cache: false,
             };
             let server = serve::start(&sargs, false)?;

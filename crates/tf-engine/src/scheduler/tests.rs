@@ -92,7 +92,7 @@ fn requests() -> Vec<StreamRequest> {
     (0..4)
         .map(|i| StreamRequest {
             prompt: (0..(3 + 37 * i))
-                .map(|t| (t * 131 + 17 * i as u32) % 49000 + 10)
+                .map(|t| (t * 131 + 17 * i) % 49000 + 10)
                 .collect(),
             params: SamplingParams {
                 temperature: if i % 2 == 0 { 0.0 } else { 0.8 },
