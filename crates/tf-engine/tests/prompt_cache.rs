@@ -65,6 +65,7 @@ fn ask(
         max_tokens,
         stop_ids: vec![],
         top_logprobs: None,
+        draft: true,
     };
     s.handle().submit(req, Box::new(tx)).expect("submit");
     let mut ids = Vec::new();
@@ -171,6 +172,7 @@ fn eviction_mid_conversation_and_a_cancelled_request_leave_the_next_turn_exact()
         max_tokens: 200,
         stop_ids: vec![],
         top_logprobs: None,
+        draft: true,
     };
     big.handle().submit(req, Box::new(tx)).expect("submit");
     let first = rx.iter().find(|e| matches!(e, StreamEvent::Token(_)));

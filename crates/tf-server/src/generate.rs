@@ -139,6 +139,7 @@ async fn run(
         max_tokens,
         stop_ids,
         top_logprobs: s.top_logprobs,
+        draft: s.draft,
     };
     app.sched.submit(req, Box::new(ChannelSink(tx)))?;
     let n = app.next_id.fetch_add(1, Relaxed);

@@ -42,6 +42,8 @@ pub struct Common {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub ignore_eos: Option<bool>,
+    /// false: no drafts (the serial reference; the tokens are the same either way).
+    pub draft: Option<bool>,
     pub logit_bias: Option<Map<String, Value>>,
     pub response_format: Option<Value>,
 }
@@ -90,6 +92,8 @@ pub struct Settings {
     pub top_logprobs: Option<usize>,
     /// Generate past EOS.
     pub ignore_eos: bool,
+    /// Whether the engine may verify drafts for this request.
+    pub draft: bool,
     /// Stream the reply as server-sent events.
     pub stream: bool,
     /// Send a usage chunk at the end of a stream.
@@ -254,6 +258,7 @@ impl Common {
             stop,
             top_logprobs,
             ignore_eos: self.ignore_eos.unwrap_or(false),
+            draft: self.draft.unwrap_or(true),
             stream: self.stream.unwrap_or(false),
             include_usage: self
                 .stream_options

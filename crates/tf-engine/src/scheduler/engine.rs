@@ -1,11 +1,15 @@
 //! The scheduler thread: admit, plan a round, run it, sample, retire.
 
+use super::draft::{propose, DraftStats};
 use super::stream::{Outcome, Running, StreamEvent};
 use super::Shared;
 use crate::prompt_cache::PromptCache;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 use tf_models::{Model, Row, StreamState};
+
+/// A copy of a stream's recurrent state.
+type Mamba = Vec<tf_kernels::ops::MambaState>;
 
 /// One round's rows and who gets which logits.
 #[derive(Debug, Default, PartialEq)]
@@ -27,9 +31,12 @@ pub(crate) struct StreamView<'a> {
     pub prefilled: usize,
     pub state_len: usize,
     pub pending: Option<u32>,
+    /// Drafted tokens to verify after `pending` (each row wants logits).
+    pub draft: &'a [u32],
 }
 
-/// Plans a round: one decode row per stream with a pending token, then whole chunks of the
+/// Plans a round: one decode row per stream with a pending token (followed by a row per
+/// drafted token, all with logits), then whole chunks of the
 /// prompt grid `[k·chunk, (k+1)·chunk)` of prefilling streams, in admission order, while
 /// `prefill_budget` lasts (the first chunk is always taken, so prefill always moves).
 pub(crate) fn plan_round(streams: &[StreamView], chunk: usize, prefill_budget: usize) -> RoundPlan {
@@ -44,7 +51,16 @@ pub(crate) fn plan_round(streams: &[StreamView], chunk: usize, prefill_budget: u
                 logits: true,
             });
             plan.owners.push(i);
-            plan.decode_rows += 1;
+            for (k, &d) in s.draft.iter().enumerate() {
+                plan.rows.push(Row {
+                    stream: i,
+                    pos: s.state_len + 1 + k,
+                    token: d,
+                    logits: true,
+                });
+                plan.owners.push(i);
+            }
+            plan.decode_rows += 1 + s.draft.len();
         }
     }
     let mut budget = prefill_budget;
@@ -103,6 +119,7 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
         if running.is_empty() {
             continue;
         }
+        propose_drafts(sh, &mut running, context);
         let views: Vec<StreamView> = running
             .iter()
             .map(|s| StreamView {
@@ -110,10 +127,18 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
                 prefilled: s.prefilled,
                 state_len: s.state.len,
                 pending: s.pending,
+                draft: &s.draft,
             })
             .collect();
         let plan = plan_round(&views, sh.cfg.prefill_chunk, sh.cfg.round_prefill_tokens);
         drop(views);
+        // Recurrent state cannot be cut back: keep a copy to return to if a draft is rejected.
+        let backups: Vec<Option<Vec<_>>> = running
+            .iter()
+            .map(|s| {
+                (!s.draft.is_empty() && !s.state.mamba.is_empty()).then(|| s.state.mamba.clone())
+            })
+            .collect();
         let start = Instant::now();
         let result = {
             let mut states: Vec<&mut StreamState> =
@@ -121,14 +146,11 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
             model.forward(&plan.rows, &mut states, &mut logits)
         };
         if let Err(e) = result {
-            let msg = format!("the forward pass failed: {e}");
-            for r in &plan.rows {
-                let s = &mut running[r.stream];
-                if s.outcome.is_none() {
-                    let _ = s.sink.send(StreamEvent::Failed(msg.clone()));
-                    s.outcome = Some(Outcome::Failed);
-                }
-            }
+            fail_rows(
+                &mut running,
+                &plan.rows,
+                &format!("the forward pass failed: {e}"),
+            );
             retire(sh, &mut running, &mut cache);
             continue;
         }
@@ -145,27 +167,141 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
             running[r.stream].pending = None;
         }
         let n = plan.owners.len();
-        for (j, &i) in plan.owners.iter().enumerate() {
-            let Some(own) = logits.get(j * vocab..(j + 1) * vocab) else {
-                continue;
-            };
-            let row = if sh.cfg.planted_crosstalk && n > 1 {
-                let other = &logits[((j + 1) % n) * vocab..((j + 1) % n + 1) * vocab];
-                mixed.clear();
-                mixed.extend(own.iter().zip(other).map(|(a, b)| a + 0.5 * b));
-                &mixed[..]
-            } else {
-                own
-            };
+        let mut replay = Vec::new();
+        let mut backups = backups;
+        let mut j = 0;
+        while j < n {
+            let i = plan.owners[j];
+            let span = plan.owners[j..].iter().take_while(|&&o| o == i).count();
             let s = &mut running[i];
+            let draft = std::mem::take(&mut s.draft);
             let before = s.generated.len();
-            s.take_logits(row, &mut scratch, context);
+            let mut kept: usize = 0;
+            for w in 0..span {
+                let Some(own) = logits.get((j + w) * vocab..(j + w + 1) * vocab) else {
+                    break;
+                };
+                let row = if sh.cfg.planted_crosstalk && n > 1 {
+                    let o = (j + w + 1) % n;
+                    let other = &logits[o * vocab..(o + 1) * vocab];
+                    mixed.clear();
+                    mixed.extend(own.iter().zip(other).map(|(a, b)| a + 0.5 * b));
+                    &mixed[..]
+                } else {
+                    own
+                };
+                let forced = (sh.cfg.planted_unverified_drafts && w == 0)
+                    .then(|| draft.first().copied())
+                    .flatten();
+                s.take_logits(row, &mut scratch, context, forced);
+                kept += 1;
+                if s.outcome.is_some() || draft.get(w).is_none_or(|&d| s.pending != Some(d)) {
+                    break;
+                }
+            }
             sh.metrics
                 .generated_tokens
                 .fetch_add((s.generated.len() - before) as u64, Relaxed);
+            if j < plan.decode_rows {
+                sh.metrics.decode_steps.fetch_add(1, Relaxed);
+                // The decode rows of stream i are rows j..j+span (decode rows all want logits).
+                let base = plan.rows[j].pos;
+                if !draft.is_empty() {
+                    let accepted = kept.saturating_sub(1);
+                    s.drafts.record(draft.len(), accepted);
+                    sh.metrics
+                        .draft_proposed
+                        .fetch_add(draft.len() as u64, Relaxed);
+                    sh.metrics
+                        .draft_accepted
+                        .fetch_add(accepted as u64, Relaxed);
+                }
+                roll_back(
+                    s,
+                    base + kept,
+                    backups[i].take(),
+                    &plan.rows[j..j + kept],
+                    &mut replay,
+                );
+            }
+            j += span;
+        }
+        if !replay.is_empty() {
+            let result = {
+                let mut states: Vec<&mut StreamState> =
+                    running.iter_mut().map(|s| &mut s.state).collect();
+                model.forward(&replay, &mut states, &mut logits)
+            };
+            if let Err(e) = result {
+                fail_rows(
+                    &mut running,
+                    &replay,
+                    &format!("replaying accepted draft rows failed: {e}"),
+                );
+            }
         }
         snapshot(&mut running, &cache, sh.cfg.prefill_chunk);
         retire(sh, &mut running, &mut cache);
+    }
+}
+
+/// Chooses each decoding stream's drafted tokens for this round: a context copy, no longer
+/// than the stream's remaining tokens (less the one sampled after the window) and its context.
+fn propose_drafts(sh: &Shared, running: &mut [Running], context: usize) {
+    for s in running.iter_mut() {
+        s.draft.clear();
+        if s.pending.is_none() || sh.cfg.draft_tokens == 0 || !s.req.draft || !s.drafts.on {
+            continue;
+        }
+        let left = s.req.max_tokens.saturating_sub(s.generated.len() + 1);
+        let room = context.saturating_sub(s.state.len + 1);
+        let k = sh.cfg.draft_tokens.min(left).min(room);
+        if k == 0 {
+            continue;
+        }
+        let mut history = Vec::with_capacity(s.req.prompt.len() + s.generated.len());
+        history.extend_from_slice(&s.req.prompt);
+        history.extend_from_slice(&s.generated);
+        s.draft = propose(&history, sh.cfg.draft_match_tokens, k);
+    }
+}
+
+/// Brings a stream's state back to its first `want` tokens after a verified window: attention
+/// KV is cut back; recurrent state returns to `backup` (taken before the window) and the kept
+/// rows `fed` are queued in `replay` to be fed again with the same forward routine.
+fn roll_back(
+    s: &mut Running,
+    want: usize,
+    backup: Option<Mamba>,
+    fed: &[Row],
+    replay: &mut Vec<Row>,
+) {
+    if s.state.len <= want {
+        return;
+    }
+    match backup {
+        Some(mamba) if !s.state.mamba.is_empty() => {
+            let base = want - fed.len();
+            s.state.mamba = mamba;
+            s.state.kv.truncate(base);
+            s.state.len = base;
+            replay.extend(fed.iter().map(|r| Row {
+                logits: false,
+                ..*r
+            }));
+        }
+        _ => s.state.truncate(want),
+    }
+}
+
+/// Fails every stream with a row in `rows` that is still running.
+fn fail_rows(running: &mut [Running], rows: &[Row], msg: &str) {
+    for r in rows {
+        let s = &mut running[r.stream];
+        if s.outcome.is_none() {
+            let _ = s.sink.send(StreamEvent::Failed(msg.to_string()));
+            s.outcome = Some(Outcome::Failed);
+        }
     }
 }
 
@@ -228,6 +364,7 @@ fn admit(
             Some(r) => (r.state, r.cached),
             None => (model.new_state(), 0),
         };
+        let drafts = DraftStats::new(p.req.draft && sh.cfg.draft_tokens > 0);
         running.push(Running {
             req: p.req,
             sink: p.sink,
@@ -237,6 +374,8 @@ fn admit(
             snapshot: None,
             generated: Vec::new(),
             pending: None,
+            draft: Vec::new(),
+            drafts,
             reserved_bytes: need,
             queued: p.queued_at.elapsed(),
             admitted_at: Instant::now(),

@@ -19,6 +19,9 @@ pub struct Metrics {
     pub(crate) waiting: AtomicU64,
     pub(crate) state_bytes: AtomicU64,
     pub(crate) reserved_bytes: AtomicU64,
+    pub(crate) draft_proposed: AtomicU64,
+    pub(crate) draft_accepted: AtomicU64,
+    pub(crate) decode_steps: AtomicU64,
 }
 
 /// A copy of the metrics at one instant.
@@ -52,6 +55,13 @@ pub struct Snapshot {
     pub state_bytes: u64,
     /// Bytes reserved by running streams (their states at their limits).
     pub reserved_bytes: u64,
+    /// Drafted tokens verified.
+    pub draft_proposed: u64,
+    /// Drafted tokens kept (each equal to the keyed sample at its position).
+    pub draft_accepted: u64,
+    /// Decode steps: one per stream per round it decoded in (a verified window counts once),
+    /// so generated tokens / decode steps is the tokens per forward.
+    pub decode_steps: u64,
 }
 
 impl Metrics {
@@ -72,6 +82,9 @@ impl Metrics {
             waiting: self.waiting.load(Relaxed) as usize,
             state_bytes: self.state_bytes.load(Relaxed),
             reserved_bytes: self.reserved_bytes.load(Relaxed),
+            draft_proposed: self.draft_proposed.load(Relaxed),
+            draft_accepted: self.draft_accepted.load(Relaxed),
+            decode_steps: self.decode_steps.load(Relaxed),
         }
     }
 

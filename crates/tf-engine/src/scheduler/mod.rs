@@ -10,6 +10,7 @@
 //! same alone or beside others (concurrent == solo).
 
 mod admission;
+mod draft;
 mod engine;
 mod metrics;
 mod stream;
@@ -17,6 +18,7 @@ mod stream;
 mod tests;
 
 pub use admission::{system_budget_bytes, MemoryPlan, SubmitError};
+pub use draft::propose as propose_draft;
 pub use metrics::{Metrics, Snapshot};
 pub use stream::{EventSink, Finished, StreamEvent, StreamRequest, TokenEvent, TokenLogprob};
 
@@ -25,6 +27,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use tf_models::{Model, ModelInfo};
+
+/// Drafted tokens verified per round by default.
+pub const DEFAULT_DRAFT_TOKENS: usize = 4;
 
 /// How the scheduler runs rounds and admits streams.
 #[derive(Debug, Clone)]
@@ -43,6 +48,13 @@ pub struct SchedulerConfig {
     pub context: Option<usize>,
     /// Bytes the prompt cache may hold (retained conversation prefixes; 0 disables it).
     pub prompt_cache_bytes: u64,
+    /// Most drafted tokens verified per stream per round (0 disables drafting).
+    pub draft_tokens: usize,
+    /// Tokens of a stream's tail a context copy must match (at least 1).
+    pub draft_match_tokens: usize,
+    /// Planted control for the drafts receipt: the first drafted token is kept without being
+    /// checked against the keyed sample, so drafted != plain. Never set outside tests.
+    pub planted_unverified_drafts: bool,
     /// Planted control for the concurrency receipt: when set, a stream's logits are mixed with
     /// another stream's in the same round, a deliberate batch-dependence the receipt must catch.
     /// Never set outside tests.
@@ -62,6 +74,9 @@ impl Default for SchedulerConfig {
             memory_budget_bytes: u64::MAX,
             context: None,
             prompt_cache_bytes: 0,
+            draft_tokens: DEFAULT_DRAFT_TOKENS,
+            draft_match_tokens: draft::MATCH_TOKENS,
+            planted_unverified_drafts: false,
             planted_crosstalk: false,
             planted_cache_ignores_tokens: false,
         }

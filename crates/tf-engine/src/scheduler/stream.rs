@@ -1,5 +1,6 @@
 //! One stream in the scheduler: its request, its state, and the events it sends.
 
+use super::draft::DraftStats;
 use crate::generate::FinishReason;
 use crate::sampler::{sample, PenaltyHistory, SamplingParams};
 use std::time::{Duration, Instant};
@@ -18,6 +19,9 @@ pub struct StreamRequest {
     pub stop_ids: Vec<u32>,
     /// Report each token's log-probability, with this many top alternatives.
     pub top_logprobs: Option<usize>,
+    /// Whether the scheduler may verify context-copy drafts for this stream (false: the serial
+    /// reference; the tokens are the same either way).
+    pub draft: bool,
 }
 
 /// A token's log-probability under the model's distribution (softmax of the raw logits).
@@ -102,6 +106,10 @@ pub(crate) struct Running {
     pub generated: Vec<u32>,
     /// The last sampled token, still to be fed (decode phase).
     pub pending: Option<u32>,
+    /// Drafted tokens to verify after `pending` this round.
+    pub draft: Vec<u32>,
+    /// Drafting record (acceptance; whether it is still on).
+    pub drafts: DraftStats,
     /// Bytes of state this stream may grow to (admission reserve).
     pub reserved_bytes: u64,
     pub queued: Duration,
@@ -125,8 +133,15 @@ pub(crate) enum Outcome {
 impl Running {
     /// Samples the stream's next token from `logits` (its own row, `vocab` long; `scratch` is
     /// reused), sends it, and decides whether the stream goes on (`outcome` stays None and
-    /// `pending` holds the token to feed). `context` bounds the stream.
-    pub fn take_logits(&mut self, logits: &[f32], scratch: &mut Vec<f32>, context: usize) {
+    /// `pending` holds the token to feed). `context` bounds the stream. `forced` replaces the
+    /// sample (only the drafts receipt's planted control passes one).
+    pub fn take_logits(
+        &mut self,
+        logits: &[f32],
+        scratch: &mut Vec<f32>,
+        context: usize,
+        forced: Option<u32>,
+    ) {
         let pos = self.req.prompt.len() + self.generated.len();
         scratch.clear();
         scratch.extend_from_slice(logits);
@@ -134,7 +149,8 @@ impl Running {
             prompt: &self.req.prompt,
             generated: &self.generated,
         };
-        let token = sample(scratch, &self.req.params, history, pos as u64).token;
+        let sampled = sample(scratch, &self.req.params, history, pos as u64).token;
+        let token = forced.unwrap_or(sampled);
         if self.first_token_at.is_none() {
             self.first_token_at = Some(Instant::now());
         }

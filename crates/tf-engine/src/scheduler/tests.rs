@@ -14,6 +14,7 @@ fn view(prompt: &[u32], prefilled: usize, pending: Option<u32>) -> StreamView<'_
         prefilled,
         state_len: prefilled,
         pending,
+        draft: &[],
     }
 }
 
@@ -102,6 +103,7 @@ fn requests() -> Vec<StreamRequest> {
             max_tokens: 6,
             stop_ids: vec![],
             top_logprobs: None,
+            draft: true,
         })
         .collect()
 }
