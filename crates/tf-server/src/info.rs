@@ -125,6 +125,24 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
         s.rounds as f64,
     );
     put(
+        "draft_proposed_total",
+        "counter",
+        "Drafted tokens verified.",
+        s.draft_proposed as f64,
+    );
+    put(
+        "draft_accepted_total",
+        "counter",
+        "Drafted tokens kept (each equal to the keyed sample at its position).",
+        s.draft_accepted as f64,
+    );
+    put(
+        "decode_steps_total",
+        "counter",
+        "Decode steps (one per stream per round; a verified draft window counts once).",
+        s.decode_steps as f64,
+    );
+    put(
         "prefill_seconds_total",
         "counter",
         "Round time attributed to prompt rows.",

@@ -2,6 +2,7 @@
 //! health and Prometheus metrics, over the scheduler's shared rounds.
 
 pub mod client;
+pub mod drafts_receipt;
 mod display;
 pub mod error;
 mod generate;

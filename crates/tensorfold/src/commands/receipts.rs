@@ -4,6 +4,7 @@ use super::serve;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use tf_server::client::Client;
+use tf_server::drafts_receipt::{drafts, DraftsPlan};
 use tf_server::receipts::{concurrency, ConcurrencyPlan};
 use tf_server::resume_receipt::{resume, ResumePlan};
 
@@ -33,6 +34,40 @@ pub enum Receipt {
     /// omitted); with --url, --fresh-url must name the reference server (cache off).
     #[command(verbatim_doc_comment)]
     Resume(ResumeArgs),
+    /// drafted == plain: each prompt (repetitive, code, prose), greedy and seeded, with drafts
+    /// on equals the same request with `"draft": false` (same token_sha); prints the acceptance
+    /// rate, tokens per forward and both wall times. Exit 1 on any mismatch.
+    ///
+    /// Without --url, starts a server here on 127.0.0.1 with MODEL (the default model if
+    /// omitted). Requests run one at a time (the rates come from /metrics).
+    #[command(verbatim_doc_comment)]
+    Drafts(DraftsArgs),
+}
+
+/// Arguments of `tensorfold receipts drafts`.
+#[derive(Parser)]
+pub struct DraftsArgs {
+    /// A running server (drafts on); without it, one is started here.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// API key for the server at --url.
+    #[arg(long, env = "TENSORFOLD_API_KEY")]
+    pub api_key: Option<String>,
+    /// Tokens per reply (EOS is ignored so both runs have this many).
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Draft tokens per window of the server started here.
+    #[arg(long, default_value_t = tf_engine::scheduler::DEFAULT_DRAFT_TOKENS)]
+    pub draft_tokens: usize,
+    /// Model for the server started here (ignored with --url).
+    pub model: Option<String>,
+    /// Worker threads of the server started here.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Planted control: the server started here keeps the first drafted token unverified, so
+    /// the receipt must fail (exit 1). Shows the receipt can fail.
+    #[arg(long, hide = true)]
+    pub planted_unverified_drafts: bool,
 }
 
 /// Arguments of `tensorfold receipts resume`.
@@ -95,6 +130,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     match args.which {
         Receipt::Concurrency(a) => run_concurrency(a),
         Receipt::Resume(a) => run_resume(a),
+        Receipt::Drafts(a) => run_drafts(a),
     }
 }
 
@@ -126,6 +162,9 @@ fn run_concurrency(a: ConcurrencyArgs) -> anyhow::Result<ExitCode> {
                 // Cache off: this receipt isolates batching (resume has its own receipt).
                 prompt_cache_gib: Some(0.0),
                 planted_stale_cache: false,
+                no_drafts: false,
+                draft_tokens: tf_engine::scheduler::DEFAULT_DRAFT_TOKENS,
+                planted_unverified_drafts: false,
             };
             let server = serve::start(&sargs, false)?;
             let url = format!("http://{}", server.addr());
@@ -185,6 +224,9 @@ fn run_resume(a: ResumeArgs) -> anyhow::Result<ExitCode> {
                     planted_crosstalk: false,
                     prompt_cache_gib: Some(gib),
                     planted_stale_cache: planted,
+                    no_drafts: false,
+                    draft_tokens: tf_engine::scheduler::DEFAULT_DRAFT_TOKENS,
+                    planted_unverified_drafts: false,
                 };
                 let server = serve::start(&sargs, false)?;
                 let url = format!("http://{}", server.addr());
@@ -211,6 +253,69 @@ fn run_resume(a: ResumeArgs) -> anyhow::Result<ExitCode> {
     })?;
     print!("{}", report.render());
     for s in own {
+        s.shutdown()?;
+    }
+    let (equal, total) = report.score();
+    Ok(if equal == total && total > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_drafts(a: DraftsArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(a.max_tokens > 0, "--max-tokens must be at least 1");
+    anyhow::ensure!(a.draft_tokens > 0, "--draft-tokens must be at least 1");
+    let mut own = None;
+    let (url, key) = match &a.url {
+        Some(u) => (u.clone(), a.api_key.clone()),
+        None => {
+            let sargs = serve::Args {
+                model: a.model.clone(),
+                host: "127.0.0.1".into(),
+                port: 0,
+                parallel: 1,
+                queue: 64,
+                context: None,
+                max_tokens: None,
+                threads: a.threads,
+                api_keys: vec![],
+                name: None,
+                prefill_chunk: 64,
+                planted_crosstalk: false,
+                // Cache off: the drafted and the plain run both prefill from scratch.
+                prompt_cache_gib: Some(0.0),
+                planted_stale_cache: false,
+                no_drafts: false,
+                draft_tokens: a.draft_tokens,
+                planted_unverified_drafts: a.planted_unverified_drafts,
+            };
+            let server = serve::start(&sargs, false)?;
+            let url = format!("http://{}", server.addr());
+            eprintln!(
+                "started a server at {url} (--draft-tokens {})",
+                a.draft_tokens
+            );
+            own = Some(server);
+            (url, None)
+        }
+    };
+    let client = Client::new(&url, key);
+    let plan = DraftsPlan {
+        max_tokens: a.max_tokens,
+    };
+    let report = drafts(&client, &plan, |r| {
+        eprintln!(
+            "  {} {}: accept {:.2}, {:.2} tok/fwd: {}",
+            r.prompt,
+            r.sampling,
+            r.acceptance(),
+            r.tokens_per_forward(),
+            if r.equal { "equal" } else { "MISMATCH" }
+        );
+    })?;
+    print!("{}", report.render());
+    if let Some(s) = own {
         s.shutdown()?;
     }
     let (equal, total) = report.score();

@@ -71,6 +71,16 @@ pub struct Args {
     /// ignoring their tokens, so resumed != fresh. Never use it to serve.
     #[arg(long, hide = true)]
     pub planted_stale_cache: bool,
+    /// Serve without drafts (the serial reference; the tokens are the same either way).
+    #[arg(long)]
+    pub no_drafts: bool,
+    /// Most context-copy draft tokens verified per stream per round.
+    #[arg(long, default_value_t = tf_engine::scheduler::DEFAULT_DRAFT_TOKENS)]
+    pub draft_tokens: usize,
+    /// Planted control for `receipts drafts`: the first drafted token is kept unverified, so
+    /// drafted != plain. Never use it to serve.
+    #[arg(long, hide = true)]
+    pub planted_unverified_drafts: bool,
 }
 
 /// The scheduler configuration these arguments ask for.
@@ -89,6 +99,8 @@ pub fn scheduler_config(args: &Args) -> anyhow::Result<SchedulerConfig> {
         planted_crosstalk: args.planted_crosstalk,
         prompt_cache_bytes: prompt_cache_bytes(args.prompt_cache_gib)?,
         planted_cache_ignores_tokens: args.planted_stale_cache,
+        draft_tokens: if args.no_drafts { 0 } else { args.draft_tokens },
+        planted_unverified_drafts: args.planted_unverified_drafts,
         ..SchedulerConfig::default()
     })
 }
