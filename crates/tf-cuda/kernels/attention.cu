@@ -8,22 +8,29 @@
 //   l   = sum_t p_t                              16-lane order over t
 //   acc = fmaf(p_t, v_t, acc), t ascending       one thread per head dimension
 //   out = acc / l
-// Nothing depends on the other rows of the call. Scores live in `scratch`
-// ([n, heads, capacity] floats). Query row i starts at q + i * q_stride (a fused [q | k | v] row).
+// Nothing depends on the other rows of the call. Dynamic shared memory holds the scores
+// (`capacity` floats), the query, and a chunk of ATT_CHUNK value rows staged with coalesced
+// loads; the host sizes it (scores_cap = capacity rounded up to 4). head_dim <= ATT_THREADS.
+// Query row i starts at q + i * q_stride (a fused [q | k | v] row).
 //
-// PLANT = 1 is a planted control: the query reads one key too few (keys lo..q_pos-1 and, for
-// q_pos = lo, none is skipped).
+// PLANT = 1 is a planted control: the query reads one key too few.
 
 #define ATT_THREADS 128
+#define ATT_CHUNK 32
+#define ATT_KEYS_PER_HW 4
 
 template <int PLANT>
 __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const float* __restrict__ kpool,
                                           const float* __restrict__ vpool, const int* __restrict__ slots,
-                                          const int* __restrict__ pos, float* __restrict__ scratch,
-                                          float* __restrict__ out, int heads, int kv_heads,
-                                          int head_dim, int n_layers, int layer, int capacity,
-                                          float scale, int window, int q_stride) {
+                                          const int* __restrict__ pos, float* __restrict__ out,
+                                          int heads, int kv_heads, int head_dim, int n_layers,
+                                          int layer, int capacity, float scale, int window,
+                                          int q_stride, int scores_cap) {
+    extern __shared__ __align__(16) float att_smem[];
     __shared__ float m_shared, l_shared;
+    float* s = att_smem;
+    float* qs = att_smem + scores_cap;
+    float* vs = qs + ((head_dim + 3) & ~3);
     const int i = blockIdx.x;
     const int h = blockIdx.y;
     const int q_pos = pos[i];
@@ -37,20 +44,33 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
     const float* kb = kpool + base;
     const float* vb = vpool + base;
     const float* qh = q + (size_t)i * q_stride + (size_t)h * head_dim;
-    float* s = scratch + ((size_t)i * heads + h) * capacity;
+    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = qh[d];
+    __syncthreads();
 
+    // Scores: each half-warp takes ATT_KEYS_PER_HW keys at a time (independent chains).
     const int lane = threadIdx.x & 15;
     const int hw = threadIdx.x >> 4;
     const int n_hw = ATT_THREADS / 16;
-    for (int t0 = 0; t0 < n_keys; t0 += n_hw) {
-        const int t = t0 + hw;
-        float acc = 0.0f;
-        if (t < n_keys) {
-            const float* kt = kb + (size_t)t * row_w;
-            for (int d = lane; d < head_dim; d += 16) acc = fmaf(qh[d], kt[d], acc);
+    for (int t0 = 0; t0 < n_keys; t0 += n_hw * ATT_KEYS_PER_HW) {
+        float acc[ATT_KEYS_PER_HW];
+        const float* kt[ATT_KEYS_PER_HW];
+#pragma unroll
+        for (int u = 0; u < ATT_KEYS_PER_HW; u++) {
+            acc[u] = 0.0f;
+            const int t = min(t0 + hw + n_hw * u, n_keys - 1);
+            kt[u] = kb + (size_t)t * row_w;
         }
-        const float dot = tf_fold16_sum(acc);
-        if (lane == 0 && t < n_keys) s[t] = dot * scale;
+        for (int d = lane; d < head_dim; d += 16) {
+            const float qd = qs[d];
+#pragma unroll
+            for (int u = 0; u < ATT_KEYS_PER_HW; u++) acc[u] = fmaf(qd, kt[u][d], acc[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_KEYS_PER_HW; u++) {
+            const int t = t0 + hw + n_hw * u;
+            const float dot = tf_fold16_sum(acc[u]);
+            if (lane == 0 && t < n_keys) s[t] = dot * scale;
+        }
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -71,26 +91,31 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
         l = tf_fold16_sum(l);
         if (threadIdx.x == 0) l_shared = l;
     }
-    __syncthreads();
-    const float l = l_shared;
-    float* oh = out + ((size_t)i * heads + h) * head_dim;
-    for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) {
-        float acc = 0.0f;
-        const float* vd = vb + d;
-#pragma unroll 8
-        for (int t = 0; t < n_keys; t++) acc = fmaf(s[t], vd[(size_t)t * row_w], acc);
-        oh[d] = acc / l;
+    // Weighted sum over chunks of value rows staged in shared memory.
+    const int d = threadIdx.x;
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < n_keys; c0 += ATT_CHUNK) {
+        const int cn = min(ATT_CHUNK, n_keys - c0);
+        __syncthreads();  // the previous chunk is consumed (and l_shared written)
+        for (int e = threadIdx.x; e < cn * head_dim; e += ATT_THREADS) {
+            const int tt = e / head_dim;
+            vs[e] = vb[(size_t)(c0 + tt) * row_w + (e - tt * head_dim)];
+        }
+        __syncthreads();
+        if (d < head_dim)
+            for (int tt = 0; tt < cn; tt++) acc = fmaf(s[c0 + tt], vs[tt * head_dim + d], acc);
     }
+    __syncthreads();
+    if (d < head_dim) out[((size_t)i * heads + h) * head_dim + d] = acc / l_shared;
 }
 
-#define TF_ATTEND_ENTRY(NAME, PLANT)                                                           \
-    extern "C" __global__ void NAME(const float* q, const float* kpool, const float* vpool,    \
-                                    const int* slots, const int* pos, float* scratch,          \
-                                    float* out, int heads, int kv_heads, int head_dim,         \
-                                    int n_layers, int layer, int capacity, float scale,        \
-                                    int window, int q_stride) {                                \
-        tf_attend<PLANT>(q, kpool, vpool, slots, pos, scratch, out, heads, kv_heads, head_dim, \
-                         n_layers, layer, capacity, scale, window, q_stride);                  \
+#define TF_ATTEND_ENTRY(NAME, PLANT)                                                             \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                    \
+        NAME(const float* q, const float* kpool, const float* vpool, const int* slots,          \
+             const int* pos, float* out, int heads, int kv_heads, int head_dim, int n_layers,   \
+             int layer, int capacity, float scale, int window, int q_stride, int scores_cap) {  \
+        tf_attend<PLANT>(q, kpool, vpool, slots, pos, out, heads, kv_heads, head_dim, n_layers, \
+                         layer, capacity, scale, window, q_stride, scores_cap);                 \
     }
 
 TF_ATTEND_ENTRY(tf_attend, 0)

@@ -49,25 +49,33 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         const int nt = min(MM_RT, n - i0);
         __syncthreads();  // weights staged; the previous tile's inputs consumed
         if (XF == XF_NORM) {
+            // Stage the raw rows (all threads, coalesced), then each row's sum of squares from
+            // shared memory, then the normalised values in place.
+            for (int t = threadIdx.x; t < nt * cols; t += MMF_THREADS) {
+                const int r = t / cols, k = t - r * cols;
+                xs[r * cols + k] = x[(size_t)(i0 + r) * x_stride + k];
+            }
+            __syncthreads();
             if (hw < MM_RT) {  // threads 0..63: two whole warps
                 float acc = 0.0f;
                 if (hw < nt) {
-                    const float* xr = x + (size_t)(i0 + hw) * x_stride;
+                    const float* xr = xs + hw * cols;
                     for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
                 }
                 const float ss = tf_fold16_sum(acc);
                 if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
             }
             __syncthreads();
-        }
-        for (int t = threadIdx.x; t < nt * cols; t += MMF_THREADS) {
-            const int r = t / cols, k = t - r * cols;
-            const float* xr = x + (size_t)(i0 + r) * x_stride;
-            float v;
-            if (XF == XF_NORM) v = g[k] * (xr[k] * rs[r]);
-            else if (XF == XF_SILU) v = tf_silu(xr[k]) * xr[cols + k];
-            else v = xr[k];
-            xs[r * cols + k] = v;
+            for (int t = threadIdx.x; t < nt * cols; t += MMF_THREADS) {
+                const int r = t / cols, k = t - r * cols;
+                xs[t] = g[k] * (xs[t] * rs[r]);
+            }
+        } else {
+            for (int t = threadIdx.x; t < nt * cols; t += MMF_THREADS) {
+                const int r = t / cols, k = t - r * cols;
+                const float* xr = x + (size_t)(i0 + r) * x_stride;
+                xs[t] = XF == XF_SILU ? tf_silu(xr[k]) * xr[cols + k] : xr[k];
+            }
         }
         __syncthreads();
         float acc[MM_RT];

@@ -90,7 +90,7 @@ pub struct DeviceInfo {
 /// the kernels by name. Dropping it releases everything (RAII).
 pub struct Gpu {
     stream: Arc<CudaStream>,
-    functions: HashMap<String, CudaFunction>,
+    functions: HashMap<String, (CudaFunction, usize)>,
     info: DeviceInfo,
     _ctx: Arc<CudaContext>,
 }
@@ -137,6 +137,9 @@ impl Gpu {
         let arch = format!("compute_{}{}", cc.0, cc.1);
         let t0 = Instant::now();
         let (ptx, ptx_origin) = program_ptx(&arch)?;
+        let counts: HashMap<String, usize> = crate::launch::ptx_param_counts(&ptx.to_src())
+            .into_iter()
+            .collect();
         let module = ctx
             .load_module(ptx)
             .map_err(drv("loading the kernel module"))?;
@@ -145,7 +148,11 @@ impl Gpu {
             let f = module
                 .load_function(&name)
                 .map_err(drv("looking up a kernel"))?;
-            functions.insert(name, f);
+            let params = counts.get(&name).copied().ok_or_else(|| CudaError::Shape {
+                op: "kernel lookup",
+                detail: format!("no PTX signature for {name}"),
+            })?;
+            functions.insert(name, (f, params));
         }
         let info = DeviceInfo {
             name: ctx.name().map_err(drv("reading the device name"))?,
@@ -175,10 +182,25 @@ impl Gpu {
 
     /// The kernel `name` (one of [`all_kernel_names`]).
     pub fn function(&self, name: &str) -> Result<&CudaFunction> {
+        self.entry(name).map(|e| &e.0)
+    }
+
+    fn entry(&self, name: &str) -> Result<&(CudaFunction, usize)> {
         self.functions.get(name).ok_or_else(|| CudaError::Shape {
             op: "kernel lookup",
             detail: format!("no kernel named {name}"),
         })
+    }
+
+    /// A launch of kernel `name` on the stream, checked against its parameter count.
+    pub(crate) fn launcher(&self, name: &str) -> Result<crate::launch::Launch<'_>> {
+        let (f, params) = self.entry(name)?;
+        Ok(crate::launch::Launch::new(
+            self,
+            self.stream.launch_builder(f),
+            name,
+            *params,
+        ))
     }
 
     /// Copies a host slice to a new device buffer.

@@ -2,11 +2,11 @@
 //! transform (none, RMSNorm, SwiGLU) and epilogue (store, residual add), and RoPE + KV append.
 
 use crate::device::{fused_kernel_name, Gpu};
-use crate::error::{drv, CudaError, Result};
+use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::ops::{i32_of, need, GpuRows, Pairing};
 use crate::weights::GpuMatrix;
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Weight rows per block of the fused matmul (kernels/fused.cu `MMF_ROWS`).
 const MMF_ROWS: usize = 8;
@@ -105,8 +105,7 @@ pub fn matmul_fused(
         cols as i32,
         i32_of(OP, "x_stride", x_stride)?,
     );
-    let f = gpu.function(&name)?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher(&name)?;
     b.arg(w.bytes()).arg(x);
     // An unused gain pointer still needs a valid argument: the input itself (never read).
     match gain {
@@ -121,7 +120,7 @@ pub fn matmul_fused(
     };
     // SAFETY: (u8*, f32*, f32*, f32, f32*, i32 x4) as the kernel declares; buffer lengths and
     // the shared memory size were checked above.
-    unsafe { b.launch(cfg) }.map_err(drv("launching a fused matmul"))?;
+    unsafe { b.go(cfg, "launching a fused matmul") }?;
     Ok(())
 }
 
@@ -183,8 +182,7 @@ pub fn rope_append(
     for (o, &a) in ints.iter_mut().zip(&args) {
         *o = i32_of(OP, "shape", a)?;
     }
-    let f = gpu.function("tf_rope_append")?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher("tf_rope_append")?;
     b.arg(qkv)
         .arg(cs)
         .arg(&mut kv.k)
@@ -201,6 +199,6 @@ pub fn rope_append(
     };
     // SAFETY: (f32*, f32*, f32*, f32*, i32*, i32*, i32 x8) as declared; slots and positions were
     // checked against the pools by GpuRows::set.
-    unsafe { b.launch(cfg) }.map_err(drv("launching rope_append"))?;
+    unsafe { b.go(cfg, "launching rope_append") }?;
     Ok(())
 }

@@ -13,6 +13,7 @@ pub mod device;
 pub mod error;
 pub mod fused;
 pub mod kv;
+pub mod launch;
 pub mod llama;
 pub mod ops;
 pub mod suite;

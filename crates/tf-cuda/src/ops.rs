@@ -2,13 +2,36 @@
 //! stream. Buffers may be longer than a call needs (workspaces sized for the largest round).
 
 use crate::device::Gpu;
-use crate::error::{drv, CudaError, Result};
+use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::weights::GpuMatrix;
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Threads per block of the row kernels.
 const THREADS: u32 = 128;
+
+/// Whether `TF_CUDA_TRACE` is set: every launch is then printed to stderr and synchronized, so a
+/// failing kernel is named at once (debugging only; slow).
+pub(crate) fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("TF_CUDA_TRACE").is_some())
+}
+
+/// Prints `what` before a launch when tracing.
+pub(crate) fn trace(what: &str) {
+    if tracing() {
+        eprintln!("tf-cuda: launch {what}");
+    }
+}
+
+/// Synchronizes after a launch when tracing.
+pub(crate) fn traced(gpu: &Gpu, what: &'static str) -> Result<()> {
+    if tracing() {
+        gpu.synchronize()?;
+        eprintln!("tf-cuda: done {what}");
+    }
+    Ok(())
+}
 
 pub(crate) fn need(op: &'static str, what: &str, len: usize, want: usize) -> Result<()> {
     if len < want {
@@ -125,8 +148,7 @@ pub fn matmul_with(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let f = gpu.function(kernel)?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher(kernel)?;
     b.arg(w.bytes())
         .arg(x)
         .arg(y)
@@ -135,7 +157,7 @@ pub fn matmul_with(
         .arg(&cols);
     // SAFETY: the kernel's signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements it reads and writes (checked above; the weight was validated at upload).
-    unsafe { b.launch(grid(w.rows() * 16, THREADS)) }.map_err(drv("launching matmul"))?;
+    unsafe { b.go(grid(w.rows() * 16, THREADS), "launching matmul") }?;
     Ok(())
 }
 
@@ -154,8 +176,7 @@ pub fn embed(
         return Ok(());
     }
     let cols = w.cols() as i32;
-    let f = gpu.function(w.format().embed_kernel())?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher(w.format().embed_kernel())?;
     b.arg(w.bytes()).arg(tokens).arg(out).arg(&cols);
     let cfg = LaunchConfig {
         grid_dim: (n as u32, 1, 1),
@@ -163,7 +184,7 @@ pub fn embed(
         shared_mem_bytes: 0,
     };
     // SAFETY: (u8*, i32*, f32*, i32); token ids are checked by the caller against the rows.
-    unsafe { b.launch(cfg) }.map_err(drv("launching embedding"))?;
+    unsafe { b.go(cfg, "launching embedding") }?;
     Ok(())
 }
 
@@ -205,8 +226,7 @@ pub fn rms_norm_with(
         return Ok(());
     }
     let w = i32_of(OP, "width", width)?;
-    let f = gpu.function(kernel)?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher(kernel)?;
     b.arg(x).arg(gain).arg(y).arg(&w).arg(&eps);
     let cfg = LaunchConfig {
         grid_dim: (n as u32, 1, 1),
@@ -214,7 +234,7 @@ pub fn rms_norm_with(
         shared_mem_bytes: 0,
     };
     // SAFETY: (f32*, f32*, f32*, i32, f32); lengths checked above.
-    unsafe { b.launch(cfg) }.map_err(drv("launching rms_norm"))?;
+    unsafe { b.go(cfg, "launching rms_norm") }?;
     Ok(())
 }
 
@@ -262,8 +282,7 @@ pub fn rope(
         pairing as i32,
     );
     i32_of(OP, "items", items)?;
-    let f = gpu.function("tf_rope")?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher("tf_rope")?;
     b.arg(x)
         .arg(cs)
         .arg(&n_)
@@ -272,7 +291,7 @@ pub fn rope(
         .arg(&half_)
         .arg(&p_);
     // SAFETY: (f32*, f32*, i32 x5); lengths checked above.
-    unsafe { b.launch(grid(items, THREADS)) }.map_err(drv("launching rope"))?;
+    unsafe { b.go(grid(items, THREADS), "launching rope") }?;
     Ok(())
 }
 
@@ -288,8 +307,7 @@ fn elementwise(
     if len == 0 {
         return Ok(());
     }
-    let f = gpu.function(kernel)?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher(kernel)?;
     for r in ro {
         b.arg(*r);
     }
@@ -299,7 +317,7 @@ fn elementwise(
     b.arg(&len_);
     // SAFETY: each element-wise kernel takes its read-only buffers, then its written buffer,
     // then the length; callers checked every buffer holds `len` elements.
-    unsafe { b.launch(grid(len, 256)) }.map_err(drv("launching an element-wise kernel"))?;
+    unsafe { b.go(grid(len, 256), "launching an element-wise kernel") }?;
     Ok(())
 }
 
@@ -335,11 +353,10 @@ pub fn add_inplace(
     if len == 0 {
         return Ok(());
     }
-    let f = gpu.function("tf_add_inplace")?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher("tf_add_inplace")?;
     b.arg(acc).arg(x).arg(&len_);
     // SAFETY: (f32*, f32*, i32); lengths checked above.
-    unsafe { b.launch(grid(len, 256)) }.map_err(drv("launching add_inplace"))?;
+    unsafe { b.go(grid(len, 256), "launching add_inplace") }?;
     Ok(())
 }
 
@@ -382,8 +399,7 @@ pub fn kv_append(
         kv.capacity() as i32,
         i32_of(OP, "row width", rw)?,
     );
-    let f = gpu.function("tf_kv_append")?;
-    let mut b = gpu.stream().launch_builder(f);
+    let mut b = gpu.launcher("tf_kv_append")?;
     b.arg(k)
         .arg(v)
         .arg(&mut kv.k)
@@ -401,7 +417,7 @@ pub fn kv_append(
     };
     // SAFETY: (f32*, f32*, f32*, f32*, i32*, i32*, i32 x4); slots and positions were checked
     // against the pools by GpuRows::set.
-    unsafe { b.launch(cfg) }.map_err(drv("launching kv_append"))?;
+    unsafe { b.go(cfg, "launching kv_append") }?;
     Ok(())
 }
 
@@ -421,7 +437,7 @@ pub struct AttnShape {
 }
 
 /// Attention of each row (`q`: `[n, heads * head_dim]`) over its own slot's keys `lo..=pos` in
-/// `layer`; `scratch` holds `n * heads * capacity` floats; `out` is `[n, heads * head_dim]`.
+/// `layer`; `out` is `[n, heads * head_dim]`.
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     gpu: &Gpu,
@@ -430,22 +446,16 @@ pub fn attend(
     rows: &GpuRows,
     layer: usize,
     shape: &AttnShape,
-    scratch: &mut CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let q_stride = shape.heads * shape.head_dim;
-    attend_with(
-        gpu,
-        "tf_attend",
-        q,
-        q_stride,
-        kv,
-        rows,
-        layer,
-        shape,
-        scratch,
-        out,
-    )
+    attend_with(gpu, "tf_attend", q, q_stride, kv, rows, layer, shape, out)
+}
+
+/// Shared memory of an attention block: scores for `capacity` keys, the query, and a chunk of
+/// 32 value rows (kernels/attention.cu).
+pub fn attend_smem_bytes(capacity: usize, head_dim: usize) -> usize {
+    (capacity.div_ceil(4) * 4 + head_dim.div_ceil(4) * 4 + 32 * head_dim) * 4
 }
 
 /// [`attend`] through a named kernel, query row `i` starting at `q[i * q_stride]` (a fused
@@ -460,7 +470,6 @@ pub fn attend_with(
     rows: &GpuRows,
     layer: usize,
     shape: &AttnShape,
-    scratch: &mut CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     const OP: &str = "attention";
@@ -502,7 +511,16 @@ pub fn attend_with(
         (n - n.min(1)) * q_stride + heads * head_dim,
     )?;
     need(OP, "out", out.len(), n * heads * head_dim)?;
-    need(OP, "scratch", scratch.len(), n * heads * kv.capacity())?;
+    let smem = attend_smem_bytes(kv.capacity(), head_dim);
+    if smem > 48 * 1024 || head_dim > THREADS as usize {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "capacity {} x head_dim {head_dim} needs {smem} bytes of shared memory (limit 49152) or head_dim > {THREADS}",
+                kv.capacity()
+            ),
+        });
+    }
     if window == Some(0) {
         return Err(CudaError::Param {
             op: OP,
@@ -524,14 +542,14 @@ pub fn attend_with(
         Some(w) => i32::try_from(w).unwrap_or(i32::MAX),
         None => 0,
     };
-    let f = gpu.function(kernel)?;
-    let mut b = gpu.stream().launch_builder(f);
+    let qs_ = i32_of(OP, "q_stride", q_stride)?;
+    let cap4 = i32_of(OP, "scores", kv.capacity().div_ceil(4) * 4)?;
+    let mut b = gpu.launcher(kernel)?;
     b.arg(q)
         .arg(&kv.k)
         .arg(&kv.v)
         .arg(&rows.slots)
         .arg(&rows.pos)
-        .arg(scratch)
         .arg(out);
     b.arg(&h_)
         .arg(&kvh_)
@@ -540,13 +558,15 @@ pub fn attend_with(
         .arg(&l)
         .arg(&cap)
         .arg(&scale)
-        .arg(&win);
+        .arg(&win)
+        .arg(&qs_)
+        .arg(&cap4);
     let cfg = LaunchConfig {
         grid_dim: (n as u32, heads as u32, 1),
         block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: smem as u32,
     };
     // SAFETY: the kernel's signature matches the arguments pushed above; buffers were checked.
-    unsafe { b.launch(cfg) }.map_err(drv("launching attention"))?;
+    unsafe { b.go(cfg, "launching attention") }?;
     Ok(())
 }

@@ -32,6 +32,14 @@ fn every_kernel_compiles_for_compute_90() {
             "kernel {name} missing from the PTX"
         );
     }
+    // The launch wrappers check their argument counts against these signatures.
+    let counts: std::collections::HashMap<String, usize> = tf_cuda::launch::ptx_param_counts(&ptx)
+        .into_iter()
+        .collect();
+    assert_eq!(counts.get("tf_attend"), Some(&16));
+    assert_eq!(counts.get("tf_mmf_q4_1_norm_store"), Some(&9));
+    assert_eq!(counts.get("tf_rope_append"), Some(&14));
+    assert_eq!(counts.get("tf_matmul_q8_0"), Some(&6));
     // --fmad=false: every fused multiply-add in the PTX is one the source wrote as fmaf.
     assert!(
         ptx.contains("fma.rn.f32"),
@@ -69,4 +77,14 @@ fn cache_key_changes_with_source_arch_and_version() {
         let (major, _) = nvrtc_version().expect("version");
         assert!(major >= 11);
     }
+}
+
+#[test]
+fn ptx_param_counts_reads_entry_signatures() {
+    let ptx = ".visible .entry a(\n .param .u64 a_0,\n .param .u32 a_1\n)\n{ ret; }\n.visible .entry b()\n{ }\n";
+    let c = tf_cuda::launch::ptx_param_counts(ptx);
+    assert_eq!(c, vec![("a".to_string(), 2), ("b".to_string(), 0)]);
+    // A control: a signature with one more parameter is counted differently.
+    let more = ptx.replace("a_1\n", "a_1,\n .param .u32 a_2\n");
+    assert_eq!(tf_cuda::launch::ptx_param_counts(&more)[0].1, 3);
 }

@@ -51,7 +51,6 @@ struct Workspace {
     qkv: CudaSlice<f32>,
     attn: CudaSlice<f32>,
     gate_up: CudaSlice<f32>,
-    scratch: CudaSlice<f32>,
     logits: CudaSlice<f32>,
 }
 
@@ -179,10 +178,13 @@ impl GpuLlama {
             qkv: gpu.zeros(n * (qw + 2 * kw))?,
             attn: gpu.zeros(n * qw)?,
             gate_up: gpu.zeros(n * 2 * dims.ffn)?,
-            scratch: gpu.zeros(n * shape.heads * capacity)?,
             logits: gpu.zeros(n * dims.vocab)?,
         };
         // Refuse now (not at the first round) a shape the fused kernels cannot take.
+        let att = ops::attend_smem_bytes(capacity, hd);
+        if att > 48 * 1024 || hd > 128 {
+            return Err(CudaError::Shape { op: "llama", detail: format!("attention over {capacity} positions of head_dim {hd} needs {att} bytes of shared memory per block (limit 49152, head_dim <= 128)") });
+        }
         for l in &layers {
             for m in [&l.qkv, &l.o, &l.gate_up, &l.down] {
                 if fused_smem_bytes(m) > 48 * 1024 {
@@ -395,7 +397,6 @@ impl GpuLlama {
                 &self.rows,
                 li,
                 &self.shape,
-                &mut ws.scratch,
                 &mut ws.attn,
             )?;
             matmul_fused(

@@ -109,14 +109,13 @@ fn case(
     let rig = RefCell::new((
         rows,
         gpu.zeros::<f32>(MAX_ROWS * nh * hd)?,
-        gpu.zeros::<f32>(MAX_ROWS * nh * capacity)?,
         gpu.zeros::<f32>(MAX_ROWS * nh * hd)?,
     ));
     let errs = ErrSlot::default();
     let run_with = |kernel: &'static str, rs: &[Row], o: &mut [f32]| {
         let r = (|| -> Result<()> {
             let mut g = rig.borrow_mut();
-            let (rows, q, scratch, ob) = &mut *g;
+            let (rows, q, ob) = &mut *g;
             let slots: Vec<usize> = rs.iter().map(|r| r.0).collect();
             let pos: Vec<usize> = rs.iter().map(|r| r.1).collect();
             rows.set(gpu, &kv, &slots, &pos)?;
@@ -126,18 +125,7 @@ fn case(
                     .collect::<Vec<_>>(),
                 q,
             )?;
-            ops::attend_with(
-                gpu,
-                kernel,
-                q,
-                nh * hd,
-                &kv,
-                rows,
-                LAYER,
-                &shape,
-                scratch,
-                ob,
-            )?;
+            ops::attend_with(gpu, kernel, q, nh * hd, &kv, rows, LAYER, &shape, ob)?;
             o.copy_from_slice(&gpu.download(ob, o.len())?);
             Ok(())
         })();
