@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
-use tf_cuda::llama::{GpuLlama, GpuRow};
+use tf_cuda::llama::{GpuLlama, GpuRow, Stage};
 use tf_cuda::Gpu;
 use tf_families::ModelPlan;
 use tf_formats::checkpoint::Checkpoint;
@@ -245,6 +245,45 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
             streams as f64 / dt,
             dt * 1e6,
             roofline_s / dt
+        );
+    }
+    // 4. Where a step's device time goes: each stage alone (all layers) as a replayed graph.
+    println!(
+        "\n## device time per stage (graph replays, CUDA events; 1 row and 64 rows at position {})",
+        PROMPT.len() + bench
+    );
+    println!("| stage | launches | us (1 row) | us (64 rows) |\n| --- | ---: | ---: | ---: |");
+    let p = PROMPT.len() + bench;
+    let one = g.profile(
+        &[GpuRow {
+            slot: 0,
+            pos: p,
+            token: 42,
+            logits: true,
+        }],
+        50,
+    )?;
+    let many_rows: Vec<GpuRow> = (0..64)
+        .map(|s| GpuRow {
+            slot: s,
+            pos: if s == 0 { p + 1 } else { p },
+            token: 42,
+            logits: true,
+        })
+        .collect();
+    let many = g.profile(&many_rows, 20).ok();
+    for (i, (stage, us)) in one.iter().enumerate() {
+        let launches = match stage {
+            Some(Stage::Embed) | Some(Stage::Head) => "1".to_string(),
+            Some(_) => "30".to_string(),
+            None => "whole step".to_string(),
+        };
+        let m = many
+            .as_ref()
+            .map_or("-".to_string(), |v| format!("{:.1}", v[i].1));
+        println!(
+            "| {} | {launches} | {us:.1} | {m} |",
+            stage.map_or("all".to_string(), |s| format!("{s:?}"))
         );
     }
     println!("\n{}", if ok { "PASS" } else { "FAIL" });

@@ -6,6 +6,7 @@
 //! the sequence for a given row count can be captured as a CUDA graph and replayed.
 
 mod load;
+mod profile;
 
 use crate::device::Gpu;
 use crate::error::{drv, CudaError, Result};
@@ -18,6 +19,41 @@ use std::collections::HashMap;
 use tf_families::llama::LlamaPlan;
 use tf_formats::checkpoint::Checkpoint;
 use tf_kernels::ops::{Rope, RopeAngles, RopeConfig, RopePairing};
+
+/// One kind of launch in a decode step (for profiling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Token embedding rows.
+    Embed,
+    /// `[q|k|v]` projection with the input norm (every layer).
+    Qkv,
+    /// RoPE and KV append (every layer).
+    RopeAppend,
+    /// Attention (every layer).
+    Attend,
+    /// Output projection with the residual add (every layer).
+    O,
+    /// `[gate|up]` projection with the MLP norm (every layer).
+    GateUp,
+    /// Down projection with SwiGLU in and the residual add (every layer).
+    Down,
+    /// Final norm and the head.
+    Head,
+}
+
+impl Stage {
+    /// Every stage, in step order.
+    pub const ALL: &'static [Stage] = &[
+        Stage::Embed,
+        Stage::Qkv,
+        Stage::RopeAppend,
+        Stage::Attend,
+        Stage::O,
+        Stage::GateUp,
+        Stage::Down,
+        Stage::Head,
+    ];
+}
 
 /// One token of one stream slot in a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,6 +388,12 @@ impl GpuLlama {
     /// layer: [q|k|v] with the input norm; RoPE + KV append; attention; o with the residual add;
     /// [gate|up] with the MLP norm; down with SwiGLU on its input and the residual add.
     fn launch_all(&mut self, n: usize) -> Result<()> {
+        self.launch_stages(n, Stage::ALL)
+    }
+
+    /// The launches of the stages in `stages` for `n` rows (every layer for layer stages).
+    fn launch_stages(&mut self, n: usize, stages: &[Stage]) -> Result<()> {
+        let has = |s: Stage| stages.contains(&s);
         let g = &self.gpu;
         let ws = &mut self.ws;
         let Dims {
@@ -361,93 +403,110 @@ impl GpuLlama {
             ..
         } = self.dims;
         let (nh, hd) = (self.shape.heads, self.shape.head_dim);
-        ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
+        if has(Stage::Embed) {
+            ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
+        }
         for (li, l) in self.layers.iter().enumerate() {
+            if has(Stage::Qkv) {
+                let norm = XForm::Norm {
+                    gain: &l.attn_norm,
+                    eps: self.eps,
+                };
+                matmul_fused(
+                    g,
+                    &l.qkv,
+                    &ws.x,
+                    hidden,
+                    norm,
+                    Epilogue::Store,
+                    n,
+                    &mut ws.qkv,
+                )?;
+            }
+            if has(Stage::RopeAppend) {
+                rope_append(
+                    g,
+                    &mut ws.qkv,
+                    &ws.cs,
+                    &mut self.kv,
+                    &self.rows,
+                    li,
+                    nh,
+                    rotary,
+                    self.pairing,
+                )?;
+            }
+            if has(Stage::Attend) {
+                ops::attend_with(
+                    g,
+                    "tf_attend",
+                    &ws.qkv,
+                    l.qkv.rows(),
+                    &self.kv,
+                    &self.rows,
+                    li,
+                    &self.shape,
+                    &mut ws.attn,
+                )?;
+            }
+            if has(Stage::O) {
+                matmul_fused(
+                    g,
+                    &l.o,
+                    &ws.attn,
+                    nh * hd,
+                    XForm::None,
+                    Epilogue::Add,
+                    n,
+                    &mut ws.x,
+                )?;
+            }
+            if has(Stage::GateUp) {
+                let norm = XForm::Norm {
+                    gain: &l.mlp_norm,
+                    eps: self.eps,
+                };
+                matmul_fused(
+                    g,
+                    &l.gate_up,
+                    &ws.x,
+                    hidden,
+                    norm,
+                    Epilogue::Store,
+                    n,
+                    &mut ws.gate_up,
+                )?;
+            }
+            if has(Stage::Down) {
+                matmul_fused(
+                    g,
+                    &l.down,
+                    &ws.gate_up,
+                    2 * ffn,
+                    XForm::SiluMul,
+                    Epilogue::Add,
+                    n,
+                    &mut ws.x,
+                )?;
+            }
+        }
+        if has(Stage::Head) {
+            let head = self.head.as_ref().unwrap_or(&self.embed);
             let norm = XForm::Norm {
-                gain: &l.attn_norm,
+                gain: &self.final_norm,
                 eps: self.eps,
             };
             matmul_fused(
                 g,
-                &l.qkv,
+                head,
                 &ws.x,
                 hidden,
                 norm,
                 Epilogue::Store,
                 n,
-                &mut ws.qkv,
-            )?;
-            rope_append(
-                g,
-                &mut ws.qkv,
-                &ws.cs,
-                &mut self.kv,
-                &self.rows,
-                li,
-                nh,
-                rotary,
-                self.pairing,
-            )?;
-            ops::attend_with(
-                g,
-                "tf_attend",
-                &ws.qkv,
-                l.qkv.rows(),
-                &self.kv,
-                &self.rows,
-                li,
-                &self.shape,
-                &mut ws.attn,
-            )?;
-            matmul_fused(
-                g,
-                &l.o,
-                &ws.attn,
-                nh * hd,
-                XForm::None,
-                Epilogue::Add,
-                n,
-                &mut ws.x,
-            )?;
-            let norm = XForm::Norm {
-                gain: &l.mlp_norm,
-                eps: self.eps,
-            };
-            matmul_fused(
-                g,
-                &l.gate_up,
-                &ws.x,
-                hidden,
-                norm,
-                Epilogue::Store,
-                n,
-                &mut ws.gate_up,
-            )?;
-            matmul_fused(
-                g,
-                &l.down,
-                &ws.gate_up,
-                2 * ffn,
-                XForm::SiluMul,
-                Epilogue::Add,
-                n,
-                &mut ws.x,
+                &mut ws.logits,
             )?;
         }
-        let head = self.head.as_ref().unwrap_or(&self.embed);
-        let norm = XForm::Norm {
-            gain: &self.final_norm,
-            eps: self.eps,
-        };
-        matmul_fused(
-            g,
-            head,
-            &ws.x,
-            hidden,
-            norm,
-            Epilogue::Store,
-            n,
-            &mut ws.logits,
-        )
+        Ok(())
     }
 }
