@@ -52,6 +52,10 @@ fn resumed_equals_fresh_and_the_planted_stale_cache_is_caught() {
     assert!(resumed >= 4, "every second turn resumes a prefix: {out}");
 
     let (code, out) = receipt(&model, &["--planted-stale-cache"]);
-    assert_eq!(code, Some(1), "the planted stale cache must fail the receipt: {out}");
+    assert_eq!(
+        code,
+        Some(1),
+        "the planted stale cache must fail the receipt: {out}"
+    );
     assert!(out.contains("MISMATCH"), "{out}");
 }

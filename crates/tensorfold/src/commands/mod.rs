@@ -8,4 +8,3 @@ pub mod receipts;
 pub mod run;
 pub mod score;
 pub mod serve;
-
