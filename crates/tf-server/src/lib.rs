@@ -2,8 +2,8 @@
 //! health and Prometheus metrics, over the scheduler's shared rounds.
 
 pub mod client;
-pub mod drafts_receipt;
 mod display;
+pub mod drafts_receipt;
 pub mod error;
 mod generate;
 mod info;
