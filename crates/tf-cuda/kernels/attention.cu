@@ -9,14 +9,15 @@
 //   acc = fmaf(p_t, v_t, acc), t ascending       one thread per head dimension
 //   out = acc / l
 // Nothing depends on the other rows of the call. Dynamic shared memory holds the scores
-// (`capacity` floats), the query, and a chunk of ATT_CHUNK value rows staged with coalesced
-// loads; the host sizes it (scores_cap = capacity rounded up to 4). head_dim <= ATT_THREADS.
+// (`capacity` floats), the query, and two buffers of ATT_CHUNK value rows: while threads
+// 0..head_dim run the fmaf chains over one chunk, threads 128.. stage the next one with
+// coalesced loads. The host sizes it (scores_cap = capacity rounded up to 4); head_dim <= 128.
 // Query row i starts at q + i * q_stride (a fused [q | k | v] row).
 //
 // PLANT = 1 is a planted control: the query reads one key too few.
 
-#define ATT_THREADS 128
-#define ATT_CHUNK 32
+#define ATT_THREADS 512
+#define ATT_CHUNK 64
 #define ATT_KEYS_PER_HW 4
 
 template <int PLANT>
@@ -91,21 +92,39 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
         l = tf_fold16_sum(l);
         if (threadIdx.x == 0) l_shared = l;
     }
-    // Weighted sum over chunks of value rows staged in shared memory.
+    // Weighted sum: chunks of value rows in two shared buffers, the next staged while the
+    // current one is consumed.
     const int d = threadIdx.x;
-    float acc = 0.0f;
-    for (int c0 = 0; c0 < n_keys; c0 += ATT_CHUNK) {
-        const int cn = min(ATT_CHUNK, n_keys - c0);
-        __syncthreads();  // the previous chunk is consumed (and l_shared written)
+    const int nchunks = (n_keys + ATT_CHUNK - 1) / ATT_CHUNK;
+    const int chunk_w = ATT_CHUNK * head_dim;
+    {
+        const int cn = min(ATT_CHUNK, n_keys);
         for (int e = threadIdx.x; e < cn * head_dim; e += ATT_THREADS) {
             const int tt = e / head_dim;
-            vs[e] = vb[(size_t)(c0 + tt) * row_w + (e - tt * head_dim)];
+            vs[e] = vb[(size_t)tt * row_w + (e - tt * head_dim)];
         }
-        __syncthreads();
-        if (d < head_dim)
-            for (int tt = 0; tt < cn; tt++) acc = fmaf(s[c0 + tt], vs[tt * head_dim + d], acc);
     }
     __syncthreads();
+    float acc = 0.0f;
+    for (int c = 0; c < nchunks; c++) {
+        const float* vc = vs + (c & 1) * chunk_w;
+        const int c0 = c * ATT_CHUNK;
+        if (threadIdx.x >= 128) {
+            if (c + 1 < nchunks) {
+                float* vn = vs + ((c + 1) & 1) * chunk_w;
+                const int n0 = c0 + ATT_CHUNK;
+                const int cn = min(ATT_CHUNK, n_keys - n0);
+                for (int e = threadIdx.x - 128; e < cn * head_dim; e += ATT_THREADS - 128) {
+                    const int tt = e / head_dim;
+                    vn[e] = vb[(size_t)(n0 + tt) * row_w + (e - tt * head_dim)];
+                }
+            }
+        } else if (d < head_dim) {
+            const int cn = min(ATT_CHUNK, n_keys - c0);
+            for (int tt = 0; tt < cn; tt++) acc = fmaf(s[c0 + tt], vc[tt * head_dim + d], acc);
+        }
+        __syncthreads();
+    }
     if (d < head_dim) out[((size_t)i * heads + h) * head_dim + d] = acc / l_shared;
 }
 

@@ -21,6 +21,32 @@
 #define EP_STORE 0
 #define EP_ADD 1
 
+// Stages nt input rows into shared memory (row r at xs + r * cols), eight loads in flight per
+// thread before their stores; XF_SILU stores silu(gate) * up of a [gate | up] row.
+template <int XF>
+__device__ __forceinline__ void tf_stage_rows(const float* __restrict__ x, float* xs, int nt,
+                                              int cols, int i0, int x_stride) {
+    const int total = nt * cols;
+    for (int t0 = threadIdx.x; t0 < total; t0 += 8 * MMF_THREADS) {
+        float a[8], b[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int t = t0 + u * MMF_THREADS;
+            if (t < total) {
+                const int r = t / cols, k = t - r * cols;
+                const float* xr = x + (size_t)(i0 + r) * x_stride;
+                a[u] = xr[k];
+                if (XF == XF_SILU) b[u] = xr[cols + k];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int t = t0 + u * MMF_THREADS;
+            if (t < total) xs[t] = XF == XF_SILU ? tf_silu(a[u]) * b[u] : a[u];
+        }
+    }
+}
+
 template <int FMT, int XF, int EP>
 __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __restrict__ x,
                                        const float* __restrict__ g, float eps, float* y, int n,
@@ -37,8 +63,16 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         const u8* src = W + (size_t)j0 * rb;
         const size_t total = (size_t)nr * rb;
         const size_t nvec = total / 16;
-        for (size_t t = threadIdx.x; t < nvec; t += MMF_THREADS)
-            ((uint4*)ws)[t] = ((const uint4*)src)[t];
+        // Four 16-byte loads in flight per thread before their stores.
+        for (size_t t0 = threadIdx.x; t0 < nvec; t0 += 4 * MMF_THREADS) {
+            uint4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (t0 + u * MMF_THREADS < nvec) v[u] = ((const uint4*)src)[t0 + u * MMF_THREADS];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (t0 + u * MMF_THREADS < nvec) ((uint4*)ws)[t0 + u * MMF_THREADS] = v[u];
+        }
         for (size_t t = nvec * 16 + threadIdx.x; t < total; t += MMF_THREADS) ws[t] = src[t];
     }
     const int lane = threadIdx.x & 15;
@@ -51,10 +85,7 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         if (XF == XF_NORM) {
             // Stage the raw rows (all threads, coalesced), then each row's sum of squares from
             // shared memory, then the normalised values in place.
-            for (int t = threadIdx.x; t < nt * cols; t += MMF_THREADS) {
-                const int r = t / cols, k = t - r * cols;
-                xs[r * cols + k] = x[(size_t)(i0 + r) * x_stride + k];
-            }
+            tf_stage_rows<XF_NONE>(x, xs, nt, cols, i0, x_stride);
             __syncthreads();
             if (hw < MM_RT) {  // threads 0..63: two whole warps
                 float acc = 0.0f;
@@ -71,11 +102,7 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
                 xs[t] = g[k] * (xs[t] * rs[r]);
             }
         } else {
-            for (int t = threadIdx.x; t < nt * cols; t += MMF_THREADS) {
-                const int r = t / cols, k = t - r * cols;
-                const float* xr = x + (size_t)(i0 + r) * x_stride;
-                xs[t] = XF == XF_SILU ? tf_silu(xr[k]) * xr[cols + k] : xr[k];
-            }
+            tf_stage_rows<XF>(x, xs, nt, cols, i0, x_stride);
         }
         __syncthreads();
         float acc[MM_RT];

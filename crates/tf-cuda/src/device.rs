@@ -84,6 +84,9 @@ pub struct DeviceInfo {
     pub ptx_origin: PtxOrigin,
     /// Time to obtain the PTX (compile or cache read) and load the module.
     pub load_time: Duration,
+    /// Dynamic shared memory a block of the big kernels may take (the device's opt-in limit,
+    /// less room for their static shared memory).
+    pub smem_per_block: usize,
 }
 
 /// A CUDA device with the program loaded: the context, the stream every launch goes to, and
@@ -154,6 +157,21 @@ impl Gpu {
             })?;
             functions.insert(name, (f, params));
         }
+        // Let the kernels that stage tiles in shared memory take up to the opt-in limit.
+        let optin = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(drv("reading the shared memory limit"))?
+            .max(48 * 1024) as usize;
+        let smem_per_block = optin - 1024;
+        for (name, (f, _)) in &functions {
+            if name.starts_with("tf_mmf_") || name.contains("attend") {
+                f.set_attribute(
+                    cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem_per_block as i32,
+                )
+                .map_err(drv("raising a kernel's shared memory limit"))?;
+            }
+        }
         let info = DeviceInfo {
             name: ctx.name().map_err(drv("reading the device name"))?,
             compute_capability: cc,
@@ -161,6 +179,7 @@ impl Gpu {
             arch,
             ptx_origin,
             load_time: t0.elapsed(),
+            smem_per_block,
         };
         Ok(Gpu {
             stream,

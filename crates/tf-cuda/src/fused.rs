@@ -14,8 +14,6 @@ const MMF_ROWS: usize = 8;
 const MMF_THREADS: u32 = 128;
 /// Activation rows per tile (kernels/matmul.cu `MM_RT`).
 const MM_RT: usize = 4;
-/// Shared memory a block may take without opting in.
-const SMEM_LIMIT: usize = 48 * 1024;
 
 /// What the fused matmul does to its input rows before the product.
 #[derive(Clone, Copy)]
@@ -71,8 +69,9 @@ pub fn matmul_fused(
     need(OP, "x", x.len(), (n - n.min(1)) * x_stride + in_w)?;
     need(OP, "y", y.len(), n * rows)?;
     let smem = fused_smem_bytes(w);
-    if smem > SMEM_LIMIT {
-        return Err(CudaError::Shape { op: OP, detail: format!("[{rows}, {cols}] {:?} needs {smem} bytes of shared memory per block (limit {SMEM_LIMIT})", w.format()) });
+    let limit = gpu.info().smem_per_block;
+    if smem > limit {
+        return Err(CudaError::Shape { op: OP, detail: format!("[{rows}, {cols}] {:?} needs {smem} bytes of shared memory per block (limit {limit})", w.format()) });
     }
     if n == 0 || rows == 0 {
         return Ok(());

@@ -452,11 +452,14 @@ pub fn attend(
     attend_with(gpu, "tf_attend", q, q_stride, kv, rows, layer, shape, out)
 }
 
-/// Shared memory of an attention block: scores for `capacity` keys, the query, and a chunk of
-/// 32 value rows (kernels/attention.cu).
+/// Shared memory of an attention block: scores for `capacity` keys, the query, and two chunks
+/// of 64 value rows (kernels/attention.cu).
 pub fn attend_smem_bytes(capacity: usize, head_dim: usize) -> usize {
-    (capacity.div_ceil(4) * 4 + head_dim.div_ceil(4) * 4 + 32 * head_dim) * 4
+    (capacity.div_ceil(4) * 4 + head_dim.div_ceil(4) * 4 + 2 * 64 * head_dim) * 4
 }
+
+/// Threads of an attention block (kernels/attention.cu `ATT_THREADS`).
+const ATT_THREADS: u32 = 512;
 
 /// [`attend`] through a named kernel, query row `i` starting at `q[i * q_stride]` (a fused
 /// `[q | k | v]` row has `q_stride = (heads + 2 * kv_heads) * head_dim`).
@@ -512,11 +515,12 @@ pub fn attend_with(
     )?;
     need(OP, "out", out.len(), n * heads * head_dim)?;
     let smem = attend_smem_bytes(kv.capacity(), head_dim);
-    if smem > 48 * 1024 || head_dim > THREADS as usize {
+    let limit = gpu.info().smem_per_block;
+    if smem > limit || head_dim > 128 {
         return Err(CudaError::Shape {
             op: OP,
             detail: format!(
-                "capacity {} x head_dim {head_dim} needs {smem} bytes of shared memory (limit 49152) or head_dim > {THREADS}",
+                "capacity {} x head_dim {head_dim} needs {smem} bytes of shared memory (limit {limit}) or head_dim > 128",
                 kv.capacity()
             ),
         });
@@ -563,7 +567,7 @@ pub fn attend_with(
         .arg(&cap4);
     let cfg = LaunchConfig {
         grid_dim: (n as u32, heads as u32, 1),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (ATT_THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
     // SAFETY: the kernel's signature matches the arguments pushed above; buffers were checked.

@@ -217,13 +217,14 @@ impl GpuLlama {
             logits: gpu.zeros(n * dims.vocab)?,
         };
         // Refuse now (not at the first round) a shape the fused kernels cannot take.
+        let limit = gpu.info().smem_per_block;
         let att = ops::attend_smem_bytes(capacity, hd);
-        if att > 48 * 1024 || hd > 128 {
-            return Err(CudaError::Shape { op: "llama", detail: format!("attention over {capacity} positions of head_dim {hd} needs {att} bytes of shared memory per block (limit 49152, head_dim <= 128)") });
+        if att > limit || hd > 128 {
+            return Err(CudaError::Shape { op: "llama", detail: format!("attention over {capacity} positions of head_dim {hd} needs {att} bytes of shared memory per block (limit {limit}, head_dim <= 128)") });
         }
         for l in &layers {
             for m in [&l.qkv, &l.o, &l.gate_up, &l.down] {
-                if fused_smem_bytes(m) > 48 * 1024 {
+                if fused_smem_bytes(m) > limit {
                     return Err(CudaError::Shape {
                         op: "llama",
                         detail: format!(
