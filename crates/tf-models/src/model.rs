@@ -84,3 +84,40 @@ pub trait Model: Send {
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError>;
 }
+
+/// Checks that rows name streams of the call, continue them, and stay in range.
+pub(crate) fn check_rows(
+    rows: &[Row],
+    states: &[&mut StreamState],
+    vocab: usize,
+    context: usize,
+) -> Result<(), ModelError> {
+    let mut next: Vec<usize> = states.iter().map(|s| s.len).collect();
+    for r in rows {
+        let len = next.get_mut(r.stream).ok_or(ModelError::NoSuchStream {
+            stream: r.stream,
+            streams: states.len(),
+        })?;
+        if r.pos != *len {
+            return Err(ModelError::PositionGap {
+                stream: r.stream,
+                pos: r.pos,
+                len: *len,
+            });
+        }
+        if r.token as usize >= vocab {
+            return Err(ModelError::TokenOutOfRange {
+                token: r.token,
+                vocab,
+            });
+        }
+        if r.pos >= context {
+            return Err(ModelError::ContextExceeded {
+                pos: r.pos,
+                context,
+            });
+        }
+        *len += 1;
+    }
+    Ok(())
+}

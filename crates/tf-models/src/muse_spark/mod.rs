@@ -25,7 +25,7 @@ mod weights;
 pub use moe::Picks;
 
 use crate::error::ModelError;
-use crate::model::{Model, ModelInfo, Row, StreamState};
+use crate::model::{check_rows, Model, ModelInfo, Row, StreamState};
 use crate::weights::{matrix, vector};
 use moe::{MoeScratch, Routing};
 use std::sync::Arc;
@@ -204,43 +204,6 @@ fn gated_add(
         for (((s, &n), &a), &b) in hr.iter_mut().zip(vr).zip(alpha).zip(beta) {
             *s = a * *s + b * n;
         }
-    }
-    Ok(())
-}
-
-/// Checks that every row names a stream of the call, continues it, and stays in range.
-fn check_rows(
-    rows: &[Row],
-    states: &[&mut StreamState],
-    vocab: usize,
-    context: usize,
-) -> Result<(), ModelError> {
-    let mut next: Vec<usize> = states.iter().map(|s| s.len).collect();
-    for r in rows {
-        let len = next.get_mut(r.stream).ok_or(ModelError::NoSuchStream {
-            stream: r.stream,
-            streams: states.len(),
-        })?;
-        if r.pos != *len {
-            return Err(ModelError::PositionGap {
-                stream: r.stream,
-                pos: r.pos,
-                len: *len,
-            });
-        }
-        if r.token as usize >= vocab {
-            return Err(ModelError::TokenOutOfRange {
-                token: r.token,
-                vocab,
-            });
-        }
-        if r.pos >= context {
-            return Err(ModelError::ContextExceeded {
-                pos: r.pos,
-                context,
-            });
-        }
-        *len += 1;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ mod layers;
 mod mixers;
 
 use crate::error::ModelError;
-use crate::model::{Model, ModelInfo, Row, StreamState};
+use crate::model::{check_rows, Model, ModelInfo, Row, StreamState};
 use crate::weights::{matrix, vector};
 use layers::{build_layer, Layer, Mixer};
 use mixers::{sized, Scratch};
@@ -210,41 +210,4 @@ impl Model for NemotronH {
         matmul(&self.head, last, m, &mut logits[..m * vocab], pool)?;
         Ok(())
     }
-}
-
-/// Checks that rows name streams of the call, continue them, and stay in range.
-fn check_rows(
-    rows: &[Row],
-    states: &[&mut StreamState],
-    vocab: usize,
-    context: usize,
-) -> Result<(), ModelError> {
-    let mut next: Vec<usize> = states.iter().map(|s| s.len).collect();
-    for r in rows {
-        let len = next.get_mut(r.stream).ok_or(ModelError::NoSuchStream {
-            stream: r.stream,
-            streams: states.len(),
-        })?;
-        if r.pos != *len {
-            return Err(ModelError::PositionGap {
-                stream: r.stream,
-                pos: r.pos,
-                len: *len,
-            });
-        }
-        if r.token as usize >= vocab {
-            return Err(ModelError::TokenOutOfRange {
-                token: r.token,
-                vocab,
-            });
-        }
-        if r.pos >= context {
-            return Err(ModelError::ContextExceeded {
-                pos: r.pos,
-                context,
-            });
-        }
-        *len += 1;
-    }
-    Ok(())
 }
