@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 0);
 
 /// Every kernel entry point of the program (loaded at start; a missing one is an error).
-pub const KERNELS: [&str; 21] = [
+pub const KERNELS: [&str; 22] = [
     "tf_matmul_f32",
     "tf_matmul_f16",
     "tf_matmul_bf16",
@@ -35,10 +35,11 @@ pub const KERNELS: [&str; 21] = [
     "tf_exp_map",
     "tf_kv_append",
     "tf_attend",
+    "tf_rope_append",
 ];
 
 /// Planted-control kernels beyond [`KERNELS`].
-pub const PLANTED_KERNELS: [&str; 2] = ["tf_plant_attend_short", "tf_rope_append"];
+pub const PLANTED_KERNELS: [&str; 1] = ["tf_plant_attend_short"];
 
 /// Format names in the fused matmul kernels' names.
 pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"];

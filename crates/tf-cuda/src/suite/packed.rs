@@ -120,3 +120,46 @@ fn nibble(qs: &[u8], e: usize) -> u8 {
         qs[e - 16] >> 4
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_kernels::matmul::embedding_row;
+
+    /// The suite's f64 reference decoder agrees with the CPU kernels' decode (exactly where the
+    /// f32 decode is exact; within one rounding for Q4_1's fma), and a wrong nibble is noticed.
+    #[test]
+    fn reference_decoder_matches_the_cpu_decode() {
+        let mut rng = Rng::new(5);
+        for f in [
+            GpuFormat::Q4_0,
+            GpuFormat::Q4_1,
+            GpuFormat::Q8_0,
+            GpuFormat::Bf16,
+            GpuFormat::F16,
+            GpuFormat::F32,
+        ] {
+            let w = HostWeights::random(f, 3, 96, &mut rng);
+            let mut row = vec![0f32; 96];
+            for j in 0..3 {
+                embedding_row(&w.packed(), j, &mut row).expect("row");
+                for (k, (&got, want)) in row.iter().zip(w.row_f64(j)).enumerate() {
+                    let tol = if f == GpuFormat::Q4_1 {
+                        want.abs() * 6e-8
+                    } else {
+                        0.0
+                    };
+                    assert!(
+                        (got as f64 - want).abs() <= tol,
+                        "{f:?} row {j} col {k}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+        // Planted control: flip one stored nibble; the reference must change.
+        let mut w = HostWeights::random(GpuFormat::Q4_1, 1, 32, &mut rng);
+        let before = w.row_f64(0);
+        w.bytes[4] ^= 0x01;
+        assert_ne!(before, w.row_f64(0));
+    }
+}
