@@ -49,9 +49,15 @@ async fn chat_inner(app: Arc<App>, body: &[u8]) -> Result<Response, ApiError> {
             m.role = "system".into();
         }
     }
+    let tool_list = req.tools.clone().unwrap_or_default();
+    crate::tools::adapt(
+        &mut messages,
+        tools.then_some(tool_list.as_slice()),
+        crate::tools::TemplateTools::of(app.text.template.as_deref()),
+    );
     let chat = ChatRequest {
         messages,
-        tools: tools.then(|| Value::Array(req.tools.clone().unwrap_or_default())),
+        tools: tools.then(|| Value::Array(tool_list.clone())),
         documents: None,
         add_generation_prompt: true,
         extra: req.chat_template_kwargs.clone().unwrap_or_default(),

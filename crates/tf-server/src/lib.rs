@@ -13,6 +13,7 @@ pub mod reply;
 pub mod resume_receipt;
 pub mod shape;
 pub mod text;
+pub mod tools;
 
 pub use error::ApiError;
 pub use text::{ModelText, TextError};
