@@ -13,8 +13,8 @@ use tf_families::llama::{LlamaConfig, LlamaPlan, RopeScaling as PlanRopeScaling}
 use tf_formats::checkpoint::Checkpoint;
 use tf_kernels::matmul::{embedding_row, matmul, PackedMatrix};
 use tf_kernels::ops::{
-    add_inplace, attend, rms_norm, rms_norm_inplace, silu_mul, AttnParams, AttnScratch, KvCache,
-    Rope, RopeAngles, RopeConfig, RopePairing, RopeScaling,
+    add_inplace, attend_heads, rms_norm, rms_norm_inplace, silu_mul, AttnParams, AttnScratch,
+    KvCache, Rope, RopeAngles, RopeConfig, RopePairing, RopeScaling,
 };
 use tf_kernels::pool::Pool;
 
@@ -224,19 +224,20 @@ impl Llama {
     }
 }
 
-/// Raw pointer to disjoint output rows written by pool tasks.
+/// Raw pointer to disjoint output ranges written by pool tasks.
 struct RowsOut(*mut f32);
 // SAFETY: tasks write disjoint row ranges of a buffer that outlives the pool call.
 unsafe impl Sync for RowsOut {}
 
 impl RowsOut {
-    /// Row `i` of width `w`.
+    /// The `len` elements from `start`.
     ///
     /// # Safety
-    /// No two live slices may overlap: each task takes distinct rows.
+    /// The range must be inside the buffer, and no two live slices may overlap: each task takes
+    /// its own ranges.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn row(&self, i: usize, w: usize) -> &mut [f32] {
-        std::slice::from_raw_parts_mut(self.0.add(i * w), w)
+    unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
 }
 
@@ -383,7 +384,9 @@ fn add_rows(x: &mut [f32], bias: &[f32]) {
     }
 }
 
-/// Attention for every row, rows spread over the pool; each row reads only its own stream.
+/// Attention for every row, its (row, head) units spread over the pool in contiguous ranges, so a
+/// lone decode row still uses every thread; each row reads only its own stream, and each head is
+/// computed the same way whatever range it falls in.
 #[allow(clippy::too_many_arguments)]
 fn attend_rows(
     rows: &[Row],
@@ -395,22 +398,29 @@ fn attend_rows(
     scratch: &mut [AttnScratch],
     pool: &Pool,
 ) -> Result<(), ModelError> {
-    let w = params.n_heads * params.head_dim;
-    let n = rows.len();
-    let tasks = pool.threads().min(n);
+    let (nh, hd) = (params.n_heads, params.head_dim);
+    let w = nh * hd;
+    let units = rows.len() * nh;
+    let tasks = pool.threads().min(units);
     let out_ptr = RowsOut(out.as_mut_ptr());
     let scratch_ptr = scratch.as_mut_ptr() as usize;
     let errors = std::sync::Mutex::new(None);
     pool.run(tasks, |t| {
-        // SAFETY: task t owns scratch[t] and the output rows t*n/tasks..(t+1)*n/tasks.
+        // SAFETY: task t owns scratch[t] and the output heads of units
+        // t*units/tasks..(t+1)*units/tasks, disjoint from every other task's.
         let s = unsafe { &mut *(scratch_ptr as *mut AttnScratch).add(t) };
-        for i in t * n / tasks..(t + 1) * n / tasks {
+        let (mut u, end) = (t * units / tasks, (t + 1) * units / tasks);
+        while u < end {
+            let (i, h0) = (u / nh, u % nh);
+            let h1 = nh.min(h0 + end - u);
             let r = &rows[i];
             let cache = states[r.stream].kv.layer(layer).expect("layer count");
-            let o = unsafe { out_ptr.row(i, w) };
-            if let Err(e) = attend(&q[i * w..(i + 1) * w], cache, r.pos, params, o, s) {
+            let o = unsafe { out_ptr.slice((i * nh + h0) * hd, (h1 - h0) * hd) };
+            let q_row = &q[i * w..(i + 1) * w];
+            if let Err(e) = attend_heads(q_row, cache, r.pos, params, h0..h1, o, s) {
                 *errors.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
+            u += h1 - h0;
         }
     });
     match errors.into_inner().unwrap_or_else(|p| p.into_inner()) {

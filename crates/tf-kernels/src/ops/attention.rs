@@ -109,10 +109,39 @@ pub fn attend(
     out_row: &mut [f32],
     scratch: &mut AttnScratch,
 ) -> Result<(), OpError> {
+    attend_heads(
+        q_row,
+        cache,
+        q_pos,
+        params,
+        0..params.n_heads,
+        out_row,
+        scratch,
+    )
+}
+
+/// [`attend`] for the query heads `heads` only (`out_heads` is `heads.len() * head_dim` long):
+/// each head is computed exactly as in a whole-row call, so a row may be split by heads across
+/// threads without changing a bit.
+pub fn attend_heads(
+    q_row: &[f32],
+    cache: &LayerKv,
+    q_pos: usize,
+    params: &AttnParams,
+    heads: std::ops::Range<usize>,
+    out_heads: &mut [f32],
+    scratch: &mut AttnScratch,
+) -> Result<(), OpError> {
     params.validate()?;
     let (nh, nkv, hd) = (params.n_heads, params.n_kv_heads, params.head_dim);
     check_len("attention", "q_row", nh * hd, q_row.len())?;
-    check_len("attention", "out_row", nh * hd, out_row.len())?;
+    if heads.end > nh || heads.start > heads.end {
+        return Err(OpError::Shape {
+            op: "attention",
+            detail: format!("heads {heads:?} out of 0..{nh}"),
+        });
+    }
+    check_len("attention", "out_heads", heads.len() * hd, out_heads.len())?;
     check_len("attention", "cache n_kv_heads", nkv, cache.n_kv_heads())?;
     check_len("attention", "cache head_dim", hd, cache.head_dim())?;
     if q_pos >= cache.len() {
@@ -132,10 +161,11 @@ pub fn attend(
     scratch.scores.resize(n_keys, 0.0);
     scratch.probs.resize(n_keys, 0.0);
     scratch.acc.resize(hd, 0.0);
-    for (h, (q, out)) in q_row
+    for (h, (q, out)) in q_row[heads.start * hd..heads.end * hd]
         .chunks_exact(hd)
-        .zip(out_row.chunks_exact_mut(hd))
+        .zip(out_heads.chunks_exact_mut(hd))
         .enumerate()
+        .map(|(i, qo)| (heads.start + i, qo))
     {
         let kvh = h / group;
         let scale = params.scale;

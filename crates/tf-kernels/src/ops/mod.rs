@@ -19,7 +19,7 @@ pub mod simd;
 pub mod softmax;
 
 pub use activation::{exp, relu2, silu, silu_inplace, silu_mul, silu_mul_fused};
-pub use attention::{attend, attend_rows, softcap, AttnParams, AttnRow, AttnScratch};
+pub use attention::{attend, attend_heads, attend_rows, softcap, AttnParams, AttnRow, AttnScratch};
 pub use elementwise::{add, add_inplace, mul_inplace, scale_inplace, softcap_inplace};
 pub use error::OpError;
 pub use kv::{KvCache, LayerKv};
