@@ -180,8 +180,16 @@ fn missing_and_bad_fields() {
         c["hidden_size"] = json!("wide")
     });
     assert_eq!(r.name(), "BadField");
-    let r = refusal_after(cfg, en, |c, _| {
+    let r = refusal_after(cfg.clone(), en.clone(), |c, _| {
         c["rope_scaling"] = json!({"rope_type": "su", "factor": 2.0})
+    });
+    assert!(
+        matches!(&r, Refusal::BadField { field, .. } if field == "rope_scaling.rope_type"),
+        "{r:?}"
+    );
+    // Dynamic NTK would be served wrongly as plain RoPE: refused by name.
+    let r = refusal_after(cfg, en, |c, _| {
+        c["rope_scaling"] = json!({"type": "dynamic", "factor": 2.0})
     });
     assert!(
         matches!(&r, Refusal::BadField { field, .. } if field == "rope_scaling.rope_type"),

@@ -81,7 +81,7 @@ pub struct Llama {
 /// The kernels' RoPE scaling for the config's.
 fn rope_scaling(s: &Option<PlanRopeScaling>) -> RopeScaling {
     match *s {
-        None | Some(PlanRopeScaling::Dynamic { .. }) => RopeScaling::None,
+        None => RopeScaling::None,
         Some(PlanRopeScaling::Linear { factor }) => RopeScaling::Linear { factor },
         Some(PlanRopeScaling::Llama3 {
             factor,

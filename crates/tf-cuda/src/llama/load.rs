@@ -86,7 +86,7 @@ pub(crate) fn vector(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<Cuda
 /// The kernels' RoPE scaling for the plan's (the CPU llama forward's mapping).
 pub(crate) fn rope_scaling(s: &Option<PlanRopeScaling>) -> RopeScaling {
     match *s {
-        None | Some(PlanRopeScaling::Dynamic { .. }) => RopeScaling::None,
+        None => RopeScaling::None,
         Some(PlanRopeScaling::Linear { factor }) => RopeScaling::Linear { factor },
         Some(PlanRopeScaling::Llama3 {
             factor,

@@ -11,8 +11,6 @@ use serde_json::Value;
 pub enum RopeScaling {
     /// Positions divided by `factor`.
     Linear { factor: f64 },
-    /// Dynamic NTK scaling.
-    Dynamic { factor: f64 },
     /// Llama 3.x frequency-band scaling.
     Llama3 {
         factor: f64,
@@ -210,7 +208,15 @@ fn parse_scaling(v: &Value, field: &str) -> Result<Option<RopeScaling>, Refusal>
     Ok(Some(match kind {
         "default" => return Ok(None),
         "linear" => RopeScaling::Linear { factor: factor()? },
-        "dynamic" => RopeScaling::Dynamic { factor: factor()? },
+        // Dynamic NTK rescales the frequencies by the current sequence length, so earlier keys
+        // would have been rotated with other frequencies: not servable exactly.
+        "dynamic" => {
+            return Err(Refusal::bad(
+                format!("{field}.rope_type"),
+                "dynamic NTK scaling changes RoPE frequencies with the sequence length; \
+                 it is not supported (use a checkpoint with default, linear, llama3 or yarn RoPE)",
+            ))
+        }
         "llama3" => RopeScaling::Llama3 {
             factor: factor()?,
             low_freq_factor: s.f64("low_freq_factor")?,
