@@ -14,5 +14,6 @@ mod nemotron_h;
 mod weights;
 
 pub use error::ModelError;
+pub use llama::rope_scaling;
 pub use load::{load, LoadOptions};
 pub use model::{Model, ModelInfo, Row, StreamState};

@@ -78,8 +78,8 @@ pub struct Llama {
     _checkpoint: Arc<Checkpoint>,
 }
 
-/// The kernels' RoPE scaling for the config's.
-fn rope_scaling(s: &Option<PlanRopeScaling>) -> RopeScaling {
+/// The kernels' RoPE scaling for the config's (shared by every backend).
+pub fn rope_scaling(s: &Option<PlanRopeScaling>) -> RopeScaling {
     match *s {
         None => RopeScaling::None,
         Some(PlanRopeScaling::Linear { factor }) => RopeScaling::Linear { factor },

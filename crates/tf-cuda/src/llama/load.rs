@@ -5,11 +5,9 @@ use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::weights::GpuMatrix;
 use cudarc::driver::CudaSlice;
-use tf_families::llama::RopeScaling as PlanRopeScaling;
 use tf_formats::checkpoint::{Checkpoint, TensorData};
 use tf_formats::TensorEntry;
 use tf_kernels::matmul::{FloatType, PackedMatrix};
-use tf_kernels::ops::RopeScaling;
 
 fn bad(e: &TensorEntry, why: String) -> CudaError {
     CudaError::Shape {
@@ -81,42 +79,4 @@ pub(crate) fn vector_host(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> 
 /// A small tensor decoded to f32 and uploaded.
 pub(crate) fn vector(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<CudaSlice<f32>> {
     gpu.upload(&vector_host(ck, e)?)
-}
-
-/// The kernels' RoPE scaling for the plan's (the CPU llama forward's mapping).
-pub(crate) fn rope_scaling(s: &Option<PlanRopeScaling>) -> RopeScaling {
-    match *s {
-        None => RopeScaling::None,
-        Some(PlanRopeScaling::Linear { factor }) => RopeScaling::Linear { factor },
-        Some(PlanRopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        }) => RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings: original_max_position_embeddings as usize,
-        },
-        Some(PlanRopeScaling::Yarn {
-            factor,
-            original_max_position_embeddings,
-            beta_fast,
-            beta_slow,
-            mscale,
-            mscale_all_dim,
-            attention_factor,
-        }) => RopeScaling::Yarn {
-            factor,
-            beta_fast,
-            beta_slow,
-            mscale: Some(mscale),
-            mscale_all_dim: Some(mscale_all_dim),
-            attention_factor,
-            original_max_position_embeddings: original_max_position_embeddings.unwrap_or(4096)
-                as usize,
-            truncate: true,
-        },
-    }
 }

@@ -159,7 +159,7 @@ impl GpuLlama {
             rotary_dim: hd,
             theta: cfg.rope_theta,
             pairing,
-            scaling: load::rope_scaling(&cfg.rope_scaling),
+            scaling: tf_models::rope_scaling(&cfg.rope_scaling),
         })
         .map_err(|e| CudaError::Shape {
             op: "rope",
