@@ -10,11 +10,15 @@ use std::path::PathBuf;
 pub const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// The kernel sources, `(file name, text)`; each is compiled after [`COMMON`].
-pub const SOURCES: [(&str, &str); 4] = [
+pub const SOURCES: [(&str, &str); 8] = [
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("fused.cu", include_str!("../kernels/fused.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
+    ("quant.cu", include_str!("../kernels/quant.cu")),
+    ("mamba.cu", include_str!("../kernels/mamba.cu")),
+    ("moe.cu", include_str!("../kernels/moe.cu")),
+    ("synthetic.cu", include_str!("../kernels/synthetic.cu")),
 ];
 
 /// Options every program is compiled with: no contracted multiply-adds (each fma is written out),

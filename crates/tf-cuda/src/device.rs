@@ -58,6 +58,10 @@ pub fn all_kernel_names() -> Vec<String> {
     let mut v: Vec<String> = KERNELS
         .iter()
         .chain(PLANTED_KERNELS.iter())
+        .chain(crate::quant::KERNEL_NAMES)
+        .chain(crate::mamba::KERNEL_NAMES)
+        .chain(crate::moe::KERNEL_NAMES)
+        .chain(crate::synthetic::KERNEL_NAMES)
         .map(|s| s.to_string())
         .collect();
     for f in FUSED_FORMATS {

@@ -8,6 +8,7 @@
 //! correctly rounded division and square root; see docs/kernels.md), so each row's result is the
 //! same whatever the number of rows in the call.
 
+pub mod backend;
 pub mod compile;
 pub mod device;
 pub mod error;
@@ -15,8 +16,15 @@ pub mod fused;
 pub mod kv;
 pub mod launch;
 pub mod llama;
+pub mod load;
+pub mod mamba;
+pub mod moe;
+pub mod muse_spark;
+pub mod nemotron_h;
 pub mod ops;
+pub mod quant;
 pub mod suite;
+pub mod synthetic;
 pub mod weights;
 
 pub use device::Gpu;

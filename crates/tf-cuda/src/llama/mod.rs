@@ -5,13 +5,13 @@
 //! same `Rope` the CPU uses), then a fixed sequence of launches reads only device buffers — so
 //! the sequence for a given row count can be captured as a CUDA graph and replayed.
 
-mod load;
 mod profile;
 
 use crate::device::Gpu;
 use crate::error::{drv, CudaError, Result};
 use crate::fused::{fused_smem_bytes, matmul_fused, rope_append, Epilogue, XForm};
 use crate::kv::GpuKv;
+use crate::load;
 use crate::ops::{self, AttnShape, GpuRows, Pairing};
 use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaGraph, CudaSlice};

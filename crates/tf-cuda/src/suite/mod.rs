@@ -5,8 +5,11 @@
 
 mod attention;
 mod fused;
+mod mamba;
 mod matmul;
+mod moe;
 mod packed;
+mod quant;
 mod rows;
 
 use crate::device::Gpu;
@@ -128,6 +131,9 @@ pub fn run_all(gpu: &Gpu, depth: Depth) -> Result<SuiteResult, CudaError> {
     rows::run(gpu, depth, &mut out)?;
     attention::run(gpu, depth, &mut out)?;
     fused::run(gpu, depth, &mut out)?;
+    quant::run(gpu, depth, &mut out)?;
+    mamba::run(gpu, depth, &mut out)?;
+    moe::run(gpu, depth, &mut out)?;
     Ok(out)
 }
 

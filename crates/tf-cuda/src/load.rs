@@ -17,12 +17,12 @@ fn bad(e: &TensorEntry, why: String) -> CudaError {
 }
 
 /// Uploads the `[rows, cols]` matrix of a 2-D entry in its stored layout.
-pub(crate) fn matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuMatrix> {
+pub fn matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuMatrix> {
     GpuMatrix::upload(gpu, &packed(ck, e)?)
 }
 
 /// Uploads several 2-D entries of one format and width as one matrix, rows in order.
-pub(crate) fn matrices(gpu: &Gpu, ck: &Checkpoint, es: &[&TensorEntry]) -> Result<GpuMatrix> {
+pub fn matrices(gpu: &Gpu, ck: &Checkpoint, es: &[&TensorEntry]) -> Result<GpuMatrix> {
     let mut parts = Vec::with_capacity(es.len());
     for e in es {
         parts.push(packed(ck, e)?);
@@ -55,7 +55,7 @@ fn packed<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a>> {
 }
 
 /// A small tensor decoded to f32 on the host.
-pub(crate) fn vector_host(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> {
+pub fn vector_host(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> {
     let n = e.elements() as usize;
     match ck
         .data(&e.name)
@@ -77,6 +77,6 @@ pub(crate) fn vector_host(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> 
 }
 
 /// A small tensor decoded to f32 and uploaded.
-pub(crate) fn vector(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<CudaSlice<f32>> {
+pub fn vector(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<CudaSlice<f32>> {
     gpu.upload(&vector_host(ck, e)?)
 }

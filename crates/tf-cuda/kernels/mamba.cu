@@ -1,0 +1,1 @@
+// (empty: kernels of mamba.rs come here)

@@ -1,0 +1,1 @@
+// (empty: kernels of moe.rs come here)

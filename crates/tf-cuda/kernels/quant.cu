@@ -1,0 +1,1 @@
+// (empty: kernels of quant.rs come here)

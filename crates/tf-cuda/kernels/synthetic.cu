@@ -1,0 +1,1 @@
+// (empty: kernels of synthetic.rs come here)

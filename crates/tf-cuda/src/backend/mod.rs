@@ -1,0 +1,1 @@
+//! The engine-facing backend (scaffold).

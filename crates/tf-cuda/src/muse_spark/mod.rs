@@ -1,0 +1,1 @@
+//! Muse Spark on the GPU (scaffold).

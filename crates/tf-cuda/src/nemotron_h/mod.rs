@@ -1,0 +1,1 @@
+//! Nemotron-H on the GPU (scaffold).

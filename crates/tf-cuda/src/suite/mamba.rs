@@ -1,0 +1,10 @@
+//! Contract cases for the mamba kernels (scaffold).
+
+use super::{Depth, SuiteResult};
+use crate::device::Gpu;
+use crate::error::CudaError;
+
+/// Runs the mamba cases.
+pub(super) fn run(_gpu: &Gpu, _depth: Depth, _out: &mut SuiteResult) -> Result<(), CudaError> {
+    Ok(())
+}
