@@ -1,1 +1,174 @@
-// (empty: kernels of mamba.rs come here)
+// Mamba2 recurrent step (tf_kernels::ops::mamba) and the Nemotron-H row helpers.
+//
+// A round holds rows of any number of stream slots; a slot's rows come in ascending position.
+// The recurrent kernels give each thread (conv) or half-warp (SSM) one channel and walk the
+// round's rows in order, so a slot's state advances token by token exactly as the CPU's
+// mamba_step does, whatever the rows were grouped into. A row at position 0 starts its slot from
+// the zero state (the stored state is not read), which is how a slot is reset.
+//
+// State pools: conv [slot][slot_stride] with layer l's (kernel - 1) x conv_dim floats at
+// layer_off (oldest column first); SSM [slot][slot_stride] with [heads][head_dim][state] at
+// layer_off.
+
+// Causal depthwise conv1d of every row of a round, one thread per channel c:
+// acc = 0; acc = fmaf(w[c][t], window[t], acc) for t ascending (window = state columns, then x);
+// acc + bias; silu. The state drops its oldest column and appends x.
+// x of row i is proj[i * proj_stride + x_off + c]; the result goes to out[i * cd + c].
+// PLANT = 1 is a planted control: the taps are applied newest first (reversed kernel).
+template <int PLANT>
+__device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, int proj_stride,
+                                              int x_off, const float* __restrict__ w,
+                                              const float* __restrict__ bias, int has_bias,
+                                              float* __restrict__ pool, const int* slots,
+                                              const int* pos, int n_slots, int slot_stride,
+                                              int layer_off, int n, int cd, int kernel,
+                                              float* __restrict__ out) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cd) return;
+    const float* wc = w + (size_t)c * kernel;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= n_slots) continue;  // never: the host checks slots
+        float* st = pool + (size_t)slots[i] * slot_stride + layer_off + c;
+        const bool fresh = pos[i] == 0;
+        const float x = proj[(size_t)i * proj_stride + x_off + c];
+        float acc = 0.0f;
+        for (int t = 0; t < kernel - 1; t++) {
+            const float v = fresh ? 0.0f : st[(size_t)t * cd];
+            const int tap = PLANT == 1 ? kernel - 1 - t : t;
+            acc = fmaf(wc[tap], v, acc);
+        }
+        acc = fmaf(wc[PLANT == 1 ? 0 : kernel - 1], x, acc);
+        if (has_bias) acc = acc + bias[c];
+        out[(size_t)i * cd + c] = tf_silu(acc);
+        for (int t = 0; t + 1 < kernel - 1; t++)
+            st[(size_t)t * cd] = fresh ? 0.0f : st[(size_t)(t + 1) * cd];
+        if (kernel > 1) st[(size_t)(kernel - 2) * cd] = x;
+    }
+}
+
+#define TF_MAMBA_CONV_ENTRY(NAME, PLANT)                                                         \
+    extern "C" __global__ void NAME(const float* proj, int proj_stride, int x_off, const float* w, \
+                                    const float* bias, int has_bias, float* pool,                \
+                                    const int* slots, const int* pos, int n_slots,               \
+                                    int slot_stride, int layer_off, int n, int cd, int kernel,   \
+                                    float* out) {                                                \
+        tf_mamba_conv<PLANT>(proj, proj_stride, x_off, w, bias, has_bias, pool, slots, pos,     \
+                             n_slots, slot_stride, layer_off, n, cd, kernel, out);               \
+    }
+
+TF_MAMBA_CONV_ENTRY(tf_mamba_conv, 0)
+TF_MAMBA_CONV_ENTRY(tf_plant_mamba_conv_reversed, 1)
+
+// softplus(v) = max(v, 0) + log1p(exp(-|v|)) in double, rounded once (tf_kernels::ops::softplus).
+__device__ __forceinline__ float tf_softplus(float v) {
+    const double d = (double)v;
+    return (float)(fmax(d, 0.0) + log1p(exp(-fabs(d))));
+}
+
+// The SSM update of every row of a round. One half-warp per (head h, channel p); lane l owns
+// the state elements k = l (mod 16). Per row, in order:
+//   dt = min(max(softplus(dt_raw + dt_bias[h]), lo), hi); dA = exp(dt * a[h]); dtx = dt * x;
+//   s[k] = dA * s[k] + dtx * B[g][k]  (three roundings, no fma);
+//   y = fold16(fmaf(s[k], C[g][k], .)) + x * D[h].
+// xbc row i is the conv output [x | B | C] at xbc[i * cd]; dt_raw at proj[i * proj_stride +
+// dt_off + h]; y goes to y[i * heads * head_dim + h * head_dim + p].
+// PLANT = 1: no dt clamp (a planted control). PLANT = 2: y read from the state before the
+// update (a planted control).
+template <int PLANT>
+__device__ __forceinline__ void tf_mamba_ssm(
+    const float* __restrict__ xbc, int cd, const float* __restrict__ proj, int proj_stride,
+    int dt_off, const float* __restrict__ a, const float* __restrict__ dskip,
+    const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ pool,
+    const int* slots, const int* pos, int n_slots, int slot_stride, int layer_off, int n,
+    int heads, int head_dim, int groups, int ns, float* __restrict__ y) {
+    const int lane = threadIdx.x & 15;
+    const int hp = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 4);
+    const int inner = heads * head_dim;
+    const bool active = hp < inner;
+    const int h = active ? hp / head_dim : 0;
+    const int g = h / (heads / groups);
+    for (int i = 0; i < n; i++) {
+        float acc = 0.0f;
+        float xi = 0.0f;
+        const bool ok = active && slots[i] >= 0 && slots[i] < n_slots;  // the host checks slots
+        if (ok) {
+            const float* row = xbc + (size_t)i * cd;
+            xi = row[hp];
+            const float* bg = row + inner + (size_t)g * ns;
+            const float* cg = row + inner + (size_t)(groups + g) * ns;
+            float dt = tf_softplus(proj[(size_t)i * proj_stride + dt_off + h] + dt_bias[h]);
+            if (PLANT != 1) dt = fminf(fmaxf(dt, dt_lo), dt_hi);
+            const float da = tf_exp(dt * a[h]);
+            const float dtx = dt * xi;
+            float* st = pool + (size_t)slots[i] * slot_stride + layer_off + (size_t)hp * ns;
+            const bool fresh = pos[i] == 0;
+            for (int k = lane; k < ns; k += 16) {
+                const float old = fresh ? 0.0f : st[k];
+                const float s = da * old + dtx * bg[k];
+                st[k] = s;
+                acc = fmaf(PLANT == 2 ? old : s, cg[k], acc);
+            }
+        }
+        const float sum = tf_fold16_sum(acc);
+        if (ok && lane == 0) y[(size_t)i * inner + hp] = sum + xi * dskip[h];
+    }
+}
+
+#define TF_MAMBA_SSM_ENTRY(NAME, PLANT)                                                          \
+    extern "C" __global__ void NAME(const float* xbc, int cd, const float* proj, int proj_stride, \
+                                    int dt_off, const float* a, const float* dskip,              \
+                                    const float* dt_bias, float dt_lo, float dt_hi, float* pool, \
+                                    const int* slots, const int* pos, int n_slots,               \
+                                    int slot_stride, int layer_off, int n, int heads,            \
+                                    int head_dim, int groups, int ns, float* y) {                \
+        tf_mamba_ssm<PLANT>(xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo, dt_hi, \
+                            pool, slots, pos, n_slots, slot_stride, layer_off, n, heads,         \
+                            head_dim, groups, ns, y);                                            \
+    }
+
+TF_MAMBA_SSM_ENTRY(tf_mamba_ssm, 0)
+TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_unclamped, 1)
+TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2)
+
+// Grouped gated RMSNorm (tf_kernels::ops::rms_norm_gated), one block per (row, group):
+// h = silu(z) * y (rounded), r = 1 / sqrt(dot16(h, h) / gs + eps) per group, out = g * (h * r).
+// z of row i is at z[i * z_stride]; y and out are [n, width].
+extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, int z_stride,
+                                               const float* gain, float eps, int width, int groups,
+                                               float* out) {
+    __shared__ float r_shared;
+    const int i = blockIdx.x, grp = blockIdx.y;
+    const int gs = width / groups;
+    const size_t base = (size_t)i * width + (size_t)grp * gs;
+    const float* zr = z + (size_t)i * z_stride + (size_t)grp * gs;
+    for (int k = threadIdx.x; k < gs; k += blockDim.x) out[base + k] = tf_silu(zr[k]) * y[base + k];
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float acc = 0.0f;
+        if (lane < 16)
+            for (int k = lane; k < gs; k += 16) acc = fmaf(out[base + k], out[base + k], acc);
+        const float ss = tf_fold16_sum(acc);
+        if (lane == 0) r_shared = 1.0f / sqrtf(ss / (float)gs + eps);
+    }
+    __syncthreads();
+    const float r = r_shared;
+    for (int k = threadIdx.x; k < gs; k += blockDim.x)
+        out[base + k] = gain[(size_t)grp * gs + k] * (out[base + k] * r);
+}
+
+// relu^2: out = r * r with r = x if x > 0 else 0 (tf_kernels::ops::relu2), element-wise.
+extern "C" __global__ void tf_nh_relu2(const float* x, float* out, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) {
+        const float v = x[t];
+        const float r = v > 0.0f ? v : 0.0f;
+        out[t] = r * r;
+    }
+}
+
+// Bias add over rows: y[i, j] = y[i, j] + bias[j] for len = n * width elements.
+extern "C" __global__ void tf_nh_add_bias(float* y, const float* bias, int width, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) y[t] = y[t] + bias[t % width];
+}
