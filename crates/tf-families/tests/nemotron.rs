@@ -117,6 +117,216 @@ fn mtp_tensors_are_ignored_not_refused() {
     en.push(e("mtp.layers.0.norm.weight", F32, &[64]));
     let p = nemo(plan(&m.config(), &en).unwrap());
     assert_eq!(p.ignored, vec!["mtp.layers.0.norm.weight".to_string()]);
+    assert!(
+        p.mtp.is_none(),
+        "num_nextn_predict_layers is absent: no MTP planned"
+    );
+}
+
+/// The MTP tensors of `steps` steps of pattern `*E` over `Nemo::tiny()`'s dimensions, written
+/// from the MTP layout (fusion on a step's first block, final_layernorm on its last).
+fn mtp_entries(steps: usize) -> Vec<TensorEntry> {
+    let blocks = Nemo {
+        blocks: vec![
+            Blk::Attn,
+            Blk::Moe {
+                experts: None,
+                top_k: None,
+                inter: None,
+            },
+        ],
+        ..Nemo::tiny()
+    };
+    let h = blocks.hidden;
+    let mut out = Vec::new();
+    for step in 0..steps {
+        for t in blocks.entries() {
+            let Some(rest) = t.name.strip_prefix("backbone.layers.") else {
+                continue;
+            };
+            let (j, tail) = rest.split_once('.').unwrap();
+            let i = step * 2 + j.parse::<usize>().unwrap();
+            out.push(e(&format!("mtp.layers.{i}.{tail}"), t.format, &t.shape));
+        }
+        let (first, last) = (step * 2, step * 2 + 1);
+        out.push(e(&format!("mtp.layers.{first}.enorm.weight"), F32, &[h]));
+        out.push(e(&format!("mtp.layers.{first}.hnorm.weight"), F32, &[h]));
+        out.push(e(
+            &format!("mtp.layers.{first}.eh_proj.weight"),
+            BF16,
+            &[h, 2 * h],
+        ));
+        out.push(e(
+            &format!("mtp.layers.{last}.final_layernorm.weight"),
+            F32,
+            &[h],
+        ));
+    }
+    out
+}
+
+/// `Nemo::tiny()` with one MTP step `*E` declared and stored.
+fn with_mtp() -> (Value, Vec<TensorEntry>) {
+    let m = Nemo::tiny();
+    let mut cfg = m.config();
+    cfg["num_nextn_predict_layers"] = json!(1);
+    cfg["mtp_hybrid_override_pattern"] = json!("*E");
+    let mut en = m.entries();
+    en.extend(mtp_entries(1));
+    (cfg, en)
+}
+
+#[test]
+fn mtp_layers_are_planned_when_declared_and_stored() {
+    let (cfg, en) = with_mtp();
+    let p = nemo(plan(&cfg, &en).unwrap());
+    let mtp = p.mtp.expect("MTP planned");
+    assert!(p.ignored.is_empty(), "every mtp.* tensor is claimed");
+    assert_eq!(mtp.steps, 1);
+    let kinds: String = mtp.blocks.iter().map(|b| b.symbol()).collect();
+    assert_eq!(kinds, "*E");
+    assert_eq!(mtp.sublayers.len(), 2);
+    let start = mtp.sublayers[0]
+        .start
+        .as_ref()
+        .expect("fusion on the first block");
+    assert_eq!(start.eh_proj.shape, vec![64, 128]);
+    assert!(mtp.sublayers[0].final_norm.is_none() && mtp.sublayers[1].start.is_none());
+    assert_eq!(
+        mtp.sublayers[1]
+            .final_norm
+            .as_ref()
+            .map(|t| t.name.as_str()),
+        Some("mtp.layers.1.final_layernorm.weight")
+    );
+    assert!(matches!(
+        mtp.sublayers[0].layer.mixer,
+        NemotronMixer::Attention { .. }
+    ));
+    match &mtp.sublayers[1].layer.mixer {
+        NemotronMixer::Moe {
+            experts: ExpertWeights::PerExpert { up, .. },
+            ..
+        } => assert_eq!(up.len(), 8),
+        other => panic!("{other:?}"),
+    }
+    // The list form of the pattern and mtp_layers_block_type plan the same blocks.
+    let mut list = cfg.clone();
+    list["mtp_hybrid_override_pattern"] = json!(["attention", "moe"]);
+    assert_eq!(
+        nemo(plan(&list, &en).unwrap()).mtp.unwrap().blocks,
+        mtp.blocks
+    );
+    let mut names = cfg.clone();
+    names
+        .as_object_mut()
+        .unwrap()
+        .remove("mtp_hybrid_override_pattern");
+    names["mtp_layers_block_type"] = json!(["attention", "moe"]);
+    assert_eq!(
+        nemo(plan(&names, &en).unwrap()).mtp.unwrap().blocks,
+        mtp.blocks
+    );
+    // Two steps: four sublayers, fusion on 0 and 2, final norms on 1 and 3.
+    let m = Nemo::tiny();
+    let mut two = cfg.clone();
+    two["num_nextn_predict_layers"] = json!(2);
+    let mut en2 = m.entries();
+    en2.extend(mtp_entries(2));
+    let mtp2 = nemo(plan(&two, &en2).unwrap()).mtp.unwrap();
+    let starts: Vec<bool> = mtp2.sublayers.iter().map(|s| s.start.is_some()).collect();
+    assert_eq!(starts, vec![true, false, true, false]);
+}
+
+#[test]
+fn declared_mtp_without_tensors_is_served_without_it() {
+    let m = Nemo::tiny();
+    let mut cfg = m.config();
+    cfg["num_nextn_predict_layers"] = json!(1);
+    cfg["mtp_hybrid_override_pattern"] = json!("*E");
+    let p = nemo(plan(&cfg, &m.entries()).unwrap());
+    assert!(p.mtp.is_none());
+    assert_eq!(p.config.num_nextn_predict_layers, 1);
+}
+
+#[test]
+fn malformed_mtp_blocks_are_refused_by_name() {
+    let (cfg, en) = with_mtp();
+    let refuse = |mutate: &dyn Fn(&mut Value, &mut Vec<TensorEntry>)| {
+        let (mut c, mut t) = (cfg.clone(), en.clone());
+        plan(&c, &t).unwrap_or_else(|r| panic!("control must plan: {r}"));
+        mutate(&mut c, &mut t);
+        plan(&c, &t).expect_err("the mutation must be refused")
+    };
+    assert_eq!(
+        refuse(&|_, t| remove(t, "mtp.layers.0.eh_proj.weight")),
+        Refusal::MissingTensor {
+            name: "mtp.layers.0.eh_proj.weight".into()
+        }
+    );
+    assert_eq!(
+        refuse(&|_, t| set(t, "mtp.layers.0.eh_proj.weight", |x| x.shape = vec![64, 64])),
+        Refusal::ShapeMismatch {
+            name: "mtp.layers.0.eh_proj.weight".into(),
+            expected: vec![64, 128],
+            found: vec![64, 64],
+        }
+    );
+    assert_eq!(
+        refuse(&|_, t| remove(t, "mtp.layers.1.final_layernorm.weight")),
+        Refusal::MissingTensor {
+            name: "mtp.layers.1.final_layernorm.weight".into()
+        }
+    );
+    assert_eq!(
+        refuse(&|_, t| remove(t, "mtp.layers.1.mixer.gate.weight")),
+        Refusal::MissingTensor {
+            name: "mtp.layers.1.mixer.gate.weight".into()
+        }
+    );
+    assert_eq!(
+        refuse(&|c, _| {
+            c.as_object_mut()
+                .unwrap()
+                .remove("mtp_hybrid_override_pattern");
+        }),
+        Refusal::MissingField {
+            field: "mtp_hybrid_override_pattern".into()
+        }
+    );
+    assert!(matches!(
+        refuse(&|c, _| c["mtp_hybrid_override_pattern"] = json!("*X")),
+        Refusal::BadField { field, .. } if field == "mtp_hybrid_override_pattern"
+    ));
+    // A pattern that does not match the stored blocks: "E*" expects a router in block 0.
+    assert_eq!(
+        refuse(&|c, _| c["mtp_hybrid_override_pattern"] = json!("E*")),
+        Refusal::MissingTensor {
+            name: "mtp.layers.0.mixer.gate.weight".into()
+        }
+    );
+    // A block beyond the pattern is not silently ignored once MTP is planned.
+    assert_eq!(
+        refuse(&|_, t| t.push(e("mtp.layers.2.norm.weight", F32, &[64]))),
+        Refusal::UnexpectedTensor {
+            name: "mtp.layers.2.norm.weight".into()
+        }
+    );
+    // MTP blocks are checked like backbone ones, with their own values from
+    // mtp_block_configs (numbered after the 5 backbone layers).
+    assert_eq!(
+        refuse(&|c, _| {
+            c["mtp_block_configs"] = json!([
+                {"block_type": "attention"},
+                {"block_type": "moe", "num_experts_per_tok": 9}
+            ])
+        }),
+        Refusal::TopKExceedsExperts {
+            layer: 6,
+            top_k: 9,
+            experts: 8
+        }
+    );
 }
 
 #[test]

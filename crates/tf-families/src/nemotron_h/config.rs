@@ -151,13 +151,17 @@ pub struct NemotronHConfig {
     pub eos_token_ids: Vec<u32>,
     /// One block per layer, in order.
     pub layers: Vec<NemotronBlock>,
+    /// MTP (multi-token prediction) steps the config declares (`num_nextn_predict_layers`;
+    /// 0 when absent). The MTP blocks are resolved (`mtp::plan`) only when the checkpoint
+    /// carries `mtp.*` tensors.
+    pub num_nextn_predict_layers: u64,
 }
 
 /// Block type names and pattern characters Nemotron-H configs use.
-const KNOWN_TYPES: &str = "M/mamba, */attention, -/mlp, E/moe";
+pub(super) const KNOWN_TYPES: &str = "M/mamba, */attention, -/mlp, E/moe";
 
 /// Maps a block type spelling (pattern char or name) to its canonical name.
-fn canonical_type(t: &str) -> Option<&'static str> {
+pub(super) fn canonical_type(t: &str) -> Option<&'static str> {
     Some(match t {
         "M" | "mamba" | "mamba2" | "linear_attention" | "conv" => "mamba",
         "*" | "attention" | "full_attention" => "attention",
@@ -224,13 +228,14 @@ pub fn parse(config: &Value, has_lm_head: bool) -> Result<NemotronHConfig, Refus
         tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(!has_lm_head),
         bos_token_id: f.token_ids("bos_token_id")?.first().copied(),
         eos_token_ids: f.token_ids("eos_token_id")?,
+        num_nextn_predict_layers: f.opt_u64("num_nextn_predict_layers")?.unwrap_or(0),
         model_type,
         layers,
     })
 }
 
 /// A layer's canonical type name and, for Puzzle, its override object.
-type LayerType = (&'static str, Option<Map<String, Value>>);
+pub(super) type LayerType = (&'static str, Option<Map<String, Value>>);
 
 /// Layer types from hybrid_override_pattern (string or list) or layers_block_type/layer_types.
 fn pattern_types(f: &Fields<'_>) -> Result<Vec<LayerType>, Refusal> {
@@ -311,7 +316,7 @@ fn puzzle_types(f: &Fields<'_>) -> Result<Vec<LayerType>, Refusal> {
 }
 
 /// The global fields with one layer's overrides laid over them.
-fn merge(
+pub(super) fn merge(
     global: &Map<String, Value>,
     overrides: Option<&Map<String, Value>>,
 ) -> Map<String, Value> {
@@ -326,7 +331,7 @@ fn merge(
 }
 
 /// Resolves one layer's typed block from its merged fields.
-fn resolve_block(
+pub(super) fn resolve_block(
     layer: usize,
     kind: &str,
     f: &Fields<'_>,

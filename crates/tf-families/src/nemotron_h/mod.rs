@@ -2,9 +2,11 @@
 //! (`nemotron_h_puzzle`: the same blocks with per-layer values), in HF or MLX on-disk form.
 
 mod config;
+mod mtp;
 mod tensors;
 
 pub use config::{AttentionSpec, MambaSpec, MlpSpec, MoeSpec, NemotronBlock, NemotronHConfig};
+pub use mtp::{MtpStart, MtpSublayer, NemotronMtp, MTP_PREFIX};
 pub use tensors::{ConvLayout, ExpertWeights, NemotronLayer, NemotronMixer};
 
 use crate::formats::Role;
@@ -32,9 +34,12 @@ pub struct NemotronHPlan {
     pub norm_f: TensorEntry,
     /// `lm_head.weight`, or `None` when tied to the embedding.
     pub lm_head: Option<TensorEntry>,
+    /// The MTP (multi-token prediction) layers, when the config declares them
+    /// (`num_nextn_predict_layers > 0`) and the checkpoint carries `mtp.*` tensors.
+    pub mtp: Option<NemotronMtp>,
     /// Every tensor used, classified.
     pub claims: Vec<Claim>,
-    /// Tensors present but knowingly unused (`mtp.*`).
+    /// Tensors present but knowingly unused (`mtp.*` when no MTP layers are planned).
     pub ignored: Vec<String>,
 }
 
@@ -78,8 +83,15 @@ pub fn plan(config: &Value, tensors: &[TensorEntry]) -> Result<NemotronHPlan, Re
             None,
         )?)
     };
-    let tied = cfg.tie_word_embeddings;
-    ix.ignore_where(|n| n.starts_with("mtp.") || (tied && n == "lm_head.weight"));
+    let mtp = mtp::plan(
+        &mut ix,
+        config,
+        cfg.num_nextn_predict_layers,
+        cfg.layers.len(),
+        h,
+    )?;
+    let (tied, planned) = (cfg.tie_word_embeddings, mtp.is_some());
+    ix.ignore_where(|n| (!planned && n.starts_with("mtp.")) || (tied && n == "lm_head.weight"));
     let (claims, ignored) = ix.finish()?;
     Ok(NemotronHPlan {
         config: cfg,
@@ -88,6 +100,7 @@ pub fn plan(config: &Value, tensors: &[TensorEntry]) -> Result<NemotronHPlan, Re
         layers,
         norm_f,
         lm_head,
+        mtp,
         claims,
         ignored,
     })
