@@ -1,1 +1,357 @@
-// (empty: kernels of moe.rs come here)
+// Mixture-of-experts kernels (src/moe.rs) and the small row operators of the Muse Spark forward.
+//
+// Routing mirrors the two CPU routines bit for bit, one block per row with thread 0 running the
+// CPU's selection loop literally over scores kept in shared memory:
+// - tf_moe_route_grouped: tf_kernels ops::moe::route (sigmoid, correction bias, grouped top-k,
+//   insertion top-k with ties to the lower id, weights normalised in pick order, then scaled);
+// - tf_moe_route_muse: tf_models muse_spark::moe::route (logit * multiplier, the mirrored
+//   sigmoid, bias, k rounds of argmax with strictly-greater so ties keep the lower id, NaN never
+//   wins; weights s / (total + 1e-15) * scale).
+// Picks are stored per slot (row i, pick j) at i * top_k + j; a missing pick is expert -1.
+// tf_moe_sort lists the slots of each expert (counting sort, slot order inside an expert), and
+// the expert matmuls run tf_matmul (matmul.cu) on each expert's contiguous group of gathered rows:
+// the matmul is row-invariant, so a slot's bits do not depend on the group. tf_moe_combine adds
+// the picks of a row in pick order from 0, each term rounded then added (the CPU's combine).
+
+__device__ __forceinline__ float tf_moe_sigmoid(float x) { return 1.0f / (1.0f + tf_exp(-x)); }
+
+// Muse Spark's router sigmoid: y = 1 / (1 + exp(|x|)), mirrored for x >= 0.
+__device__ __forceinline__ float tf_muse_score(float x) {
+    const float y = 1.0f / (1.0f + tf_exp(fabsf(x)));
+    return x < 0.0f ? y : 1.0f - y;
+}
+
+// tf_kernels' ranks_before: larger score first, then the lower id; NaN ranks last.
+// PLANT = 1 (planted control) breaks equal scores toward the higher id.
+template <int PLANT>
+__device__ __forceinline__ bool tf_moe_ranks_before(float a, int ia, float b, int ib) {
+    const bool na = isnan(a), nb = isnan(b);
+    if (na && nb) return ia < ib;
+    if (na) return false;
+    if (nb) return true;
+    return a > b || (a == b && (PLANT == 1 ? ia > ib : ia < ib));
+}
+
+// Dynamic shared memory: probs[n_experts], scores[n_experts], group scores[n_group].
+template <int PLANT>
+__device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ logits,
+                                                     const float* __restrict__ corr, int* experts,
+                                                     float* weights, int n_experts, int top_k,
+                                                     int n_group, int topk_group, float scaling,
+                                                     int norm_topk, float fill) {
+    extern __shared__ float rt_smem[];
+    float* probs = rt_smem;
+    float* scores = rt_smem + n_experts;
+    float* gs = scores + n_experts;
+    const int i = blockIdx.x;
+    const float* lr = logits + (size_t)i * n_experts;
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+        const float p = tf_moe_sigmoid(lr[e]);
+        probs[e] = p;
+        scores[e] = p + corr[e];
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    if (n_group > 1) {
+        const int per = n_experts / n_group;
+        for (int g = 0; g < n_group; g++) {
+            const float* s = scores + g * per;
+            float a = s[0];
+            int ia = 0;
+            for (int t = 1; t < per; t++)
+                if (tf_moe_ranks_before<PLANT>(s[t], t, a, ia)) { a = s[t]; ia = t; }
+            float b = __int_as_float(0x7fc00000);
+            int ib = -1;
+            for (int t = 0; t < per; t++)
+                if (t != ia && (ib < 0 || tf_moe_ranks_before<PLANT>(s[t], t, b, ib))) {
+                    b = s[t];
+                    ib = t;
+                }
+            gs[g] = a + b;
+        }
+        // A group is dropped when topk_group or more groups rank before it (the CPU's stable
+        // sort by the same total order).
+        for (int g = 0; g < n_group; g++) {
+            int rank = 0;
+            for (int h = 0; h < n_group; h++)
+                if (h != g && tf_moe_ranks_before<PLANT>(gs[h], h, gs[g], g)) rank++;
+            if (rank >= topk_group)
+                for (int t = g * per; t < (g + 1) * per; t++) scores[t] = fill;
+        }
+    }
+    int* pk = experts + (size_t)i * top_k;
+    float* pw = weights + (size_t)i * top_k;
+    const int k = top_k;
+    int len = 0;
+    for (int e = 0; e < n_experts; e++) {
+        const float s = scores[e];
+        if (len == k && !tf_moe_ranks_before<PLANT>(s, e, scores[pk[k - 1]], pk[k - 1])) continue;
+        int at = len < k - 1 ? len : k - 1;
+        if (len < k) len++;
+        while (at > 0) {
+            const int prev = pk[at - 1];
+            if (tf_moe_ranks_before<PLANT>(s, e, scores[prev], prev)) {
+                pk[at] = pk[at - 1];
+                at--;
+            } else {
+                break;
+            }
+        }
+        pk[at] = e;
+    }
+    for (int j = 0; j < k; j++) pw[j] = probs[pk[j]];
+    if (norm_topk && k > 1) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; j++) sum = sum + pw[j];
+        const float denom = sum + 1e-20f;
+        for (int j = 0; j < k; j++) pw[j] = pw[j] / denom;
+    }
+    for (int j = 0; j < k; j++) pw[j] = pw[j] * scaling;
+}
+
+extern "C" __global__ void tf_moe_route_grouped(const float* logits, const float* corr,
+                                                int* experts, float* weights, int n_experts,
+                                                int top_k, int n_group, int topk_group,
+                                                float scaling, int norm_topk, float fill) {
+    tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k, n_group,
+                            topk_group, scaling, norm_topk, fill);
+}
+
+extern "C" __global__ void tf_plant_moe_route_tie_high(const float* logits, const float* corr,
+                                                       int* experts, float* weights,
+                                                       int n_experts, int top_k, int n_group,
+                                                       int topk_group, float scaling,
+                                                       int norm_topk, float fill) {
+    tf_moe_route_grouped<1>(logits, corr, experts, weights, n_experts, top_k, n_group,
+                            topk_group, scaling, norm_topk, fill);
+}
+
+// Dynamic shared memory: scores[n_experts], biased[n_experts], picked[top_k].
+extern "C" __global__ void tf_moe_route_muse(const float* logits, const float* bias, int* experts,
+                                             float* weights, int n_experts, int top_k,
+                                             float multiplier, float scale) {
+    extern __shared__ float muse_smem[];
+    float* scores = muse_smem;
+    float* biased = muse_smem + n_experts;
+    float* picked = biased + n_experts;
+    const int i = blockIdx.x;
+    const float* lr = logits + (size_t)i * n_experts;
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+        const float s = tf_muse_score(lr[e] * multiplier);
+        scores[e] = s;
+        biased[e] = s + bias[e];
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    int* pk = experts + (size_t)i * top_k;
+    float* pw = weights + (size_t)i * top_k;
+    int count = 0;
+    for (int r = 0; r < top_k; r++) {
+        int at = -1;
+        for (int e = 0; e < n_experts; e++) {
+            const float v = biased[e];
+            if (!isnan(v) && (at < 0 || v > biased[at])) at = e;
+        }
+        if (at < 0) break;
+        pk[r] = at;
+        picked[r] = scores[at];
+        biased[at] = __int_as_float(0xff800000);
+        count++;
+    }
+    float total = 0.0f;
+    for (int r = 0; r < count; r++) total = total + picked[r];
+    for (int r = 0; r < count; r++) pw[r] = picked[r] / (total + 1e-15f) * scale;
+    for (int r = count; r < top_k; r++) {
+        pk[r] = -1;
+        pw[r] = 0.0f;
+    }
+}
+
+// Lists each expert's slots: offsets[e]..offsets[e + 1] of `order` hold the slots picking e (in
+// slot order); where_[slot] is the slot's position in `order` (-1 without a pick). One thread;
+// dynamic shared memory: a cursor per expert.
+extern "C" __global__ void tf_moe_sort(const int* experts, int* offsets, int* order, int* where_,
+                                       int slots, int n_experts) {
+    extern __shared__ int sort_smem[];
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    int* cursor = sort_smem;
+    for (int e = 0; e < n_experts; e++) cursor[e] = 0;
+    for (int s = 0; s < slots; s++) {
+        const int e = experts[s];
+        if (e >= 0 && e < n_experts) cursor[e]++;
+    }
+    int acc = 0;
+    for (int e = 0; e < n_experts; e++) {
+        offsets[e] = acc;
+        const int c = cursor[e];
+        cursor[e] = acc;
+        acc += c;
+    }
+    offsets[n_experts] = acc;
+    for (int s = 0; s < slots; s++) {
+        const int e = experts[s];
+        if (e >= 0 && e < n_experts) {
+            const int p = cursor[e]++;
+            order[p] = s;
+            where_[s] = p;
+        } else {
+            where_[s] = -1;
+        }
+    }
+}
+
+// Gathers the routed rows: xg[p] = x[order[p] / top_k] for p < offsets[n_experts]. One block per
+// position (the grid covers every slot; positions past the total return).
+extern "C" __global__ void tf_moe_gather(const float* x, const int* order, const int* offsets,
+                                         float* xg, int top_k, int width, int n_experts) {
+    const int p = blockIdx.x;
+    if (p >= offsets[n_experts]) return;
+    const float* src = x + (size_t)(order[p] / top_k) * width;
+    float* dst = xg + (size_t)p * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = src[c];
+}
+
+// Expert matmuls: blockIdx.y is the expert e; its rows of the stacked weight [E * rows, cols]
+// multiply its group of gathered rows, yg[p, j] for p in offsets[e]..offsets[e + 1], with
+// tf_matmul's arithmetic (the same bits as the plain matmul of those rows).
+template <int FMT, int PLANT>
+__device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const float* __restrict__ xg,
+                                              float* __restrict__ yg, const int* __restrict__ offsets,
+                                              int rows, int cols) {
+    const int e = blockIdx.y;
+    const int off = offsets[e];
+    const int cnt = offsets[e + 1] - off;
+    if (cnt <= 0) return;
+    tf_matmul<FMT, PLANT>(W + (size_t)e * rows * tf_row_bytes(FMT, cols), xg + (size_t)off * cols,
+                          yg + (size_t)off * rows, cnt, rows, cols);
+}
+
+#define TF_MOE_MATMUL_ENTRY(NAME, FMT, PLANT)                                                 \
+    extern "C" __global__ void NAME(const u8* W, const float* xg, float* yg, const int* offsets, \
+                                    int rows, int cols) {                                     \
+        tf_moe_matmul<FMT, PLANT>(W, xg, yg, offsets, rows, cols);                            \
+    }
+
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_f32, FMT_F32, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_f16, FMT_F16, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_bf16, FMT_BF16, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q4_0, FMT_Q4_0, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q4_1, FMT_Q4_1, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q8_0, FMT_Q8_0, 0)
+TF_MOE_MATMUL_ENTRY(tf_plant_moe_matmul_q4_1_rowvar, FMT_Q4_1, 1)
+
+// relu²: out = max(x, 0)², as tf_kernels' relu2 (r = x > 0 ? x : 0; r * r).
+extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) {
+        const float v = x[t];
+        const float r = v > 0.0f ? v : 0.0f;
+        out[t] = r * r;
+    }
+}
+
+// Weighted combine, one block per row i: out[i] = 0, then for each pick j in order with a
+// position p = where_[i * top_k + j] >= 0: out[i] = out[i] + w_j * f(yg[p]), with f the identity
+// (norm = 0) or Muse Spark's post-expert norm (norm = 1): v = yg[p] * gain, f = v * inv_rms(v)
+// (the RMSNorm of ops.cu with a unit gain). PLANT = 1 adds the picks in reverse order.
+template <int PLANT>
+__device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
+                                               const int* __restrict__ where_,
+                                               const float* __restrict__ weights,
+                                               const float* __restrict__ gain, float* out,
+                                               int top_k, int width, int norm, float eps) {
+    __shared__ float r_shared;
+    const int i = blockIdx.x;
+    float* orow = out + (size_t)i * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) orow[c] = 0.0f;
+    for (int jj = 0; jj < top_k; jj++) {
+        const int j = PLANT == 1 ? top_k - 1 - jj : jj;
+        const int p = where_[(size_t)i * top_k + j];
+        if (p < 0) continue;
+        const float w = weights[(size_t)i * top_k + j];
+        const float* d = yg + (size_t)p * width;
+        if (norm) {
+            if (threadIdx.x < 32) {
+                const int lane = threadIdx.x;
+                float acc = 0.0f;
+                if (lane < 16)
+                    for (int c = lane; c < width; c += 16) {
+                        const float v = d[c] * gain[c];
+                        acc = fmaf(v, v, acc);
+                    }
+                const float ss = tf_fold16_sum(acc);
+                if (lane == 0) r_shared = 1.0f / sqrtf(ss / (float)width + eps);
+            }
+            __syncthreads();
+            const float r = r_shared;
+            for (int c = threadIdx.x; c < width; c += blockDim.x) {
+                const float v = d[c] * gain[c];
+                orow[c] = orow[c] + (v * r) * w;
+            }
+            __syncthreads();
+        } else {
+            for (int c = threadIdx.x; c < width; c += blockDim.x) orow[c] = orow[c] + w * d[c];
+        }
+    }
+}
+
+extern "C" __global__ void tf_moe_combine(const float* yg, const int* where_, const float* weights,
+                                          const float* gain, float* out, int top_k, int width,
+                                          int norm, float eps) {
+    tf_moe_combine<0>(yg, where_, weights, gain, out, top_k, width, norm, eps);
+}
+
+extern "C" __global__ void tf_plant_moe_combine_reversed(const float* yg, const int* where_,
+                                                         const float* weights, const float* gain,
+                                                         float* out, int top_k, int width,
+                                                         int norm, float eps) {
+    tf_moe_combine<1>(yg, where_, weights, gain, out, top_k, width, norm, eps);
+}
+
+// ---- row operators of the Muse Spark forward ----
+
+// dst[i, c] = src[i * src_stride + offset + c] for c < width. One block per row.
+extern "C" __global__ void tf_moe_take_cols(const float* src, float* dst, int src_stride,
+                                            int offset, int width) {
+    const int i = blockIdx.x;
+    const float* s = src + (size_t)i * src_stride + offset;
+    float* d = dst + (size_t)i * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) d[c] = s[c];
+}
+
+// x = x * s.
+extern "C" __global__ void tf_moe_scale(float* x, float s, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) x[t] = x[t] * s;
+}
+
+// x[i, c] = x[i, c] * g[c] (rows of `width`).
+extern "C" __global__ void tf_moe_mul_cols(float* x, const float* g, int width, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) x[t] = x[t] * g[t % width];
+}
+
+// o = o * sigmoid(g), sigmoid(g) = 1 / (1 + exp(-g)).
+extern "C" __global__ void tf_muse_sigmoid_mul(float* o, const float* g, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) o[t] = o[t] * tf_moe_sigmoid(g[t]);
+}
+
+// h[i, c] = alpha[c] * h[i, c] + beta[c] * v[i, c] (each product rounded, then added).
+extern "C" __global__ void tf_muse_gated_add(float* h, const float* v, const float* alpha,
+                                             const float* beta, int width, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) {
+        const int c = t % width;
+        h[t] = alpha[c] * h[t] + beta[c] * v[t];
+    }
+}
+
+// x = cap * tanh((x * mult) / cap), tanh in double rounded to float (the CPU's softcap).
+extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int len) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < len) {
+        const float v = x[t] * mult;
+        x[t] = cap * (float)tanh((double)(v / cap));
+    }
+}

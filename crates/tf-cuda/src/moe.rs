@@ -1,4 +1,668 @@
-//! (scaffold: filled in by the moe work)
+//! Mixture-of-experts operators on the GPU, bit-identical to the CPU routines they mirror, with
+//! every launch reading only device buffers (a round with MoE layers can be captured as a graph).
+//!
+//! A MoE layer on the GPU, for `n` rows of `x`:
+//! 1. router logits: [`ops::matmul`](crate::ops::matmul) of the router matrix (`[n, experts]`);
+//! 2. [`route`]: scores, top-k and weights per row ([`Routing`] picks which CPU routine is
+//!    mirrored), then each expert's list of slots (slot = `row * top_k + pick`);
+//! 3. [`experts`]: gathers each slot's input row, runs the expert MLP ([`ExpertMlp`]: SwiGLU or
+//!    relu²) on each expert's group of rows with the row-invariant matmul, so a slot's bits do not
+//!    depend on what else the expert got;
+//! 4. [`combine`]: per row, `Σ w_j · f(y_j)` over the picks in pick order from zero, `f` the
+//!    identity or Muse Spark's post-expert norm ([`ExpertNorm`]).
+//!
+//! Shared experts, latent projections and residual adds are plain matmuls and element-wise ops
+//! ([`relu2`] is here for the relu² MLPs). Buffers ([`MoeBuffers`]) are sized once for the
+//! largest round, top-k, expert count and widths; every call checks its shapes against them.
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::ops::{grid, i32_of, need};
+use crate::weights::GpuMatrix;
+use cudarc::driver::{CudaSlice, LaunchConfig};
+use tf_kernels::matmul::PackedMatrix;
+use tf_kernels::ops::{DroppedGroups, RouteParams};
 
 /// Kernel entry points defined in kernels/moe.cu.
-pub const KERNEL_NAMES: &[&str] = &[];
+pub const KERNEL_NAMES: &[&str] = &[
+    "tf_moe_route_grouped",
+    "tf_plant_moe_route_tie_high",
+    "tf_moe_route_muse",
+    "tf_moe_sort",
+    "tf_moe_gather",
+    "tf_moe_matmul_f32",
+    "tf_moe_matmul_f16",
+    "tf_moe_matmul_bf16",
+    "tf_moe_matmul_q4_0",
+    "tf_moe_matmul_q4_1",
+    "tf_moe_matmul_q8_0",
+    "tf_plant_moe_matmul_q4_1_rowvar",
+    "tf_moe_relu2",
+    "tf_moe_combine",
+    "tf_plant_moe_combine_reversed",
+    "tf_moe_take_cols",
+    "tf_moe_scale",
+    "tf_moe_mul_cols",
+    "tf_muse_sigmoid_mul",
+    "tf_muse_gated_add",
+    "tf_muse_softcap",
+];
+
+/// Threads per block of the routing, gather and combine kernels.
+const THREADS: u32 = 128;
+
+/// Which CPU routing routine the GPU router reproduces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Routing {
+    /// `tf_kernels::ops::moe::route` (Nemotron-H): sigmoid, correction bias, grouped top-k,
+    /// ties to the lower id, optional renormalisation (`+ 1e-20`), then `scaling`.
+    Grouped(RouteParams),
+    /// Muse Spark's router (`tf_models::muse_spark`): `score = sigmoid(logit * multiplier)` in
+    /// the mirrored form, top-k of `score + bias` (ties to the lower id, NaN never picked),
+    /// `w = score / (Σ picked + 1e-15) * scale`.
+    Muse {
+        /// Routed experts.
+        n_experts: usize,
+        /// Experts picked per row.
+        top_k: usize,
+        /// Multiplier on the router logits before the sigmoid.
+        multiplier: f32,
+        /// Multiplier on the final weights (`routed_scaling_factor`).
+        scale: f32,
+    },
+}
+
+impl Routing {
+    /// Routed experts.
+    pub fn n_experts(&self) -> usize {
+        match self {
+            Routing::Grouped(p) => p.n_experts,
+            Routing::Muse { n_experts, .. } => *n_experts,
+        }
+    }
+
+    /// Experts picked per row.
+    pub fn top_k(&self) -> usize {
+        match self {
+            Routing::Grouped(p) => p.top_k,
+            Routing::Muse { top_k, .. } => *top_k,
+        }
+    }
+
+    /// Checks the parameters (the CPU's rules, plus `top_k <= n_experts` for Muse).
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Routing::Grouped(p) => p.validate().map_err(|e| CudaError::Shape {
+                op: "moe route",
+                detail: e.to_string(),
+            }),
+            Routing::Muse {
+                n_experts, top_k, ..
+            } => {
+                if *n_experts == 0 || *top_k == 0 || top_k > n_experts {
+                    return Err(CudaError::Shape {
+                        op: "moe route",
+                        detail: format!("top_k {top_k} must be in 1..={n_experts} (n_experts)"),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `n_experts` matrices of one shape and format stacked on the device: expert `e` owns rows
+/// `e * rows .. (e + 1) * rows` of one matrix.
+pub struct GpuExperts {
+    matrix: GpuMatrix,
+    n_experts: usize,
+    rows: usize,
+}
+
+impl GpuExperts {
+    /// Uploads the experts' matrices (all of one format and shape) as one stacked matrix.
+    pub fn upload(gpu: &Gpu, experts: &[PackedMatrix]) -> Result<GpuExperts> {
+        let first = experts.first().ok_or_else(|| CudaError::Shape {
+            op: "experts upload",
+            detail: "no experts".into(),
+        })?;
+        if let Some(m) = experts.iter().find(|m| m.rows() != first.rows()) {
+            return Err(CudaError::Shape {
+                op: "experts upload",
+                detail: format!("an expert of {} rows beside {}", m.rows(), first.rows()),
+            });
+        }
+        let matrix = GpuMatrix::concat(gpu, experts)?;
+        let kernel = format!("tf_moe_matmul_{}", matrix.format().kernel_tag());
+        if !KERNEL_NAMES.contains(&kernel.as_str()) {
+            return Err(CudaError::UnsupportedFormat {
+                format: format!("{:?} experts (no grouped expert matmul)", matrix.format()),
+            });
+        }
+        Ok(GpuExperts {
+            n_experts: experts.len(),
+            rows: first.rows(),
+            matrix,
+        })
+    }
+
+    /// Experts stacked.
+    pub fn n_experts(&self) -> usize {
+        self.n_experts
+    }
+
+    /// Output features of each expert.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.matrix.cols()
+    }
+
+    /// The stacked matrix `[n_experts * rows, cols]`.
+    pub fn matrix(&self) -> &GpuMatrix {
+        &self.matrix
+    }
+
+    /// Bytes held on the device.
+    pub fn storage_bytes(&self) -> usize {
+        self.matrix.storage_bytes()
+    }
+
+    fn kernel(&self) -> &'static str {
+        KERNEL_NAMES
+            .iter()
+            .copied()
+            .find(|k| k.strip_prefix("tf_moe_matmul_") == Some(self.matrix.format().kernel_tag()))
+            .unwrap_or("tf_moe_matmul_f32")
+    }
+}
+
+/// The routed experts' MLP: `down(act(x))` with `act` SwiGLU (`silu(gate x) * up x`, when
+/// `gate` is present) or relu² (`relu2(up x)`).
+pub struct ExpertMlp {
+    /// Gate projections (SwiGLU), or `None` for relu².
+    pub gate: Option<GpuExperts>,
+    /// Up projections `[inter, dim]` per expert.
+    pub up: GpuExperts,
+    /// Down projections `[dim, inter]` per expert.
+    pub down: GpuExperts,
+}
+
+impl ExpertMlp {
+    /// Checks the three stacks agree (expert count, widths, formats with grouped kernels).
+    pub fn new(gate: Option<GpuExperts>, up: GpuExperts, down: GpuExperts) -> Result<ExpertMlp> {
+        let bad = |detail: String| CudaError::Shape {
+            op: "expert mlp",
+            detail,
+        };
+        if down.cols() != up.rows() || down.n_experts() != up.n_experts() {
+            return Err(bad(format!(
+                "up {} x [{}, {}] and down {} x [{}, {}]",
+                up.n_experts(),
+                up.rows(),
+                up.cols(),
+                down.n_experts(),
+                down.rows(),
+                down.cols()
+            )));
+        }
+        if let Some(g) = &gate {
+            if g.rows() != up.rows() || g.cols() != up.cols() || g.n_experts() != up.n_experts() {
+                return Err(bad(format!(
+                    "gate {} x [{}, {}] beside up {} x [{}, {}]",
+                    g.n_experts(),
+                    g.rows(),
+                    g.cols(),
+                    up.n_experts(),
+                    up.rows(),
+                    up.cols()
+                )));
+            }
+        }
+        Ok(ExpertMlp { gate, up, down })
+    }
+
+    /// Experts.
+    pub fn n_experts(&self) -> usize {
+        self.up.n_experts()
+    }
+
+    /// Input width (and output width: `down.rows()`).
+    pub fn dim(&self) -> usize {
+        self.up.cols()
+    }
+
+    /// Output width.
+    pub fn out_dim(&self) -> usize {
+        self.down.rows()
+    }
+
+    /// Intermediate width.
+    pub fn inter(&self) -> usize {
+        self.up.rows()
+    }
+
+    /// Bytes held on the device.
+    pub fn storage_bytes(&self) -> usize {
+        self.gate.as_ref().map_or(0, |g| g.storage_bytes())
+            + self.up.storage_bytes()
+            + self.down.storage_bytes()
+    }
+}
+
+/// Muse Spark's post-expert norm inside the combine: `v = y * gain`, `f = v * inv_rms(v)`.
+#[derive(Clone, Copy)]
+pub struct ExpertNorm<'a> {
+    /// Per-column gain applied before the norm (`[width]`).
+    pub gain: &'a CudaSlice<f32>,
+    /// The norm's epsilon.
+    pub eps: f32,
+}
+
+/// Limits [`MoeBuffers`] are allocated for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeLimits {
+    /// Rows of a round.
+    pub max_rows: usize,
+    /// Largest top-k of any layer.
+    pub max_top_k: usize,
+    /// Largest expert count of any layer.
+    pub max_experts: usize,
+    /// Largest expert input or output width.
+    pub max_dim: usize,
+    /// Largest expert intermediate width.
+    pub max_inter: usize,
+}
+
+/// Device buffers of the MoE operators for one round (reused by every layer).
+pub struct MoeBuffers {
+    limits: MoeLimits,
+    /// Routing of the last [`route`]: `top_k` and `n_experts` it was made with.
+    routed: Option<(usize, usize, usize)>,
+    experts: CudaSlice<i32>,
+    weights: CudaSlice<f32>,
+    offsets: CudaSlice<i32>,
+    order: CudaSlice<i32>,
+    where_: CudaSlice<i32>,
+    xg: CudaSlice<f32>,
+    gate: CudaSlice<f32>,
+    up: CudaSlice<f32>,
+    act: CudaSlice<f32>,
+    yg: CudaSlice<f32>,
+}
+
+impl MoeBuffers {
+    /// Allocates buffers for rounds within `limits`.
+    pub fn new(gpu: &Gpu, limits: MoeLimits) -> Result<MoeBuffers> {
+        let slots = limits.max_rows.max(1) * limits.max_top_k.max(1);
+        i32_of(
+            "moe buffers",
+            "slots",
+            slots * limits.max_dim.max(limits.max_inter),
+        )?;
+        Ok(MoeBuffers {
+            limits,
+            routed: None,
+            experts: gpu.zeros(slots)?,
+            weights: gpu.zeros(slots)?,
+            offsets: gpu.zeros(limits.max_experts + 1)?,
+            order: gpu.zeros(slots)?,
+            where_: gpu.zeros(slots)?,
+            xg: gpu.zeros(slots * limits.max_dim)?,
+            gate: gpu.zeros(slots * limits.max_inter)?,
+            up: gpu.zeros(slots * limits.max_inter)?,
+            act: gpu.zeros(slots * limits.max_inter)?,
+            yg: gpu.zeros(slots * limits.max_dim)?,
+        })
+    }
+
+    /// The limits the buffers hold.
+    pub fn limits(&self) -> MoeLimits {
+        self.limits
+    }
+
+    /// Picked experts of the last [`route`], `[n, top_k]` (`-1`: no pick), downloaded.
+    pub fn picks_host(&self, gpu: &Gpu) -> Result<(Vec<i32>, Vec<f32>)> {
+        let (n, k, _) = self.routed()?;
+        Ok((
+            gpu.download(&self.experts, n * k)?,
+            gpu.download(&self.weights, n * k)?,
+        ))
+    }
+
+    fn routed(&self) -> Result<(usize, usize, usize)> {
+        self.routed.ok_or_else(|| CudaError::Shape {
+            op: "moe",
+            detail: "no routing yet (call moe::route first)".into(),
+        })
+    }
+}
+
+/// Routes `n` rows of router `logits` (`[n, n_experts]`) with `bias` (the correction bias or
+/// Muse's router bias, `[n_experts]`): picks and weights per row, then each expert's slots.
+pub fn route(
+    gpu: &Gpu,
+    routing: &Routing,
+    logits: &CudaSlice<f32>,
+    bias: &CudaSlice<f32>,
+    n: usize,
+    buf: &mut MoeBuffers,
+) -> Result<()> {
+    route_with(gpu, routing, false, logits, bias, n, buf)
+}
+
+/// [`route`], with `plant` running the planted tie-to-the-higher-id router (grouped routing only).
+pub fn route_with(
+    gpu: &Gpu,
+    routing: &Routing,
+    plant: bool,
+    logits: &CudaSlice<f32>,
+    bias: &CudaSlice<f32>,
+    n: usize,
+    buf: &mut MoeBuffers,
+) -> Result<()> {
+    const OP: &str = "moe route";
+    routing.validate()?;
+    let (e, k) = (routing.n_experts(), routing.top_k());
+    let lim = buf.limits;
+    if n > lim.max_rows || k > lim.max_top_k || e > lim.max_experts {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "{n} rows, top-{k} of {e} experts beyond buffers for {} rows, top-{} of {}",
+                lim.max_rows, lim.max_top_k, lim.max_experts
+            ),
+        });
+    }
+    need(OP, "logits", logits.len(), n * e)?;
+    need(OP, "bias", bias.len(), e)?;
+    buf.routed = Some((n, k, e));
+    if n == 0 {
+        return Ok(());
+    }
+    let (e_, k_) = (i32_of(OP, "experts", e)?, i32_of(OP, "top_k", k)?);
+    let cfg = |smem: usize| LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    let limit = 48 * 1024;
+    match routing {
+        Routing::Grouped(p) => {
+            let smem = (2 * e + p.n_group) * 4;
+            if smem > limit {
+                return Err(CudaError::Shape {
+                    op: OP,
+                    detail: format!("{e} experts need {smem} bytes of shared memory"),
+                });
+            }
+            let kernel = if plant {
+                "tf_plant_moe_route_tie_high"
+            } else {
+                "tf_moe_route_grouped"
+            };
+            let (g_, tg_) = (
+                i32_of(OP, "n_group", p.n_group)?,
+                i32_of(OP, "topk_group", p.topk_group)?,
+            );
+            let norm = i32::from(p.norm_topk_prob);
+            let fill = match p.dropped {
+                DroppedGroups::Zero => 0.0f32,
+                DroppedGroups::NegInf => f32::NEG_INFINITY,
+            };
+            let mut b = gpu.launcher(kernel)?;
+            b.arg(logits)
+                .arg(bias)
+                .arg(&mut buf.experts)
+                .arg(&mut buf.weights)
+                .arg(&e_)
+                .arg(&k_)
+                .arg(&g_)
+                .arg(&tg_)
+                .arg(&p.scaling)
+                .arg(&norm)
+                .arg(&fill);
+            // SAFETY: (f32*, f32*, i32*, f32*, i32 x4, f32, i32, f32); buffers checked above.
+            unsafe { b.go(cfg(smem), "launching moe route") }?;
+        }
+        Routing::Muse {
+            multiplier, scale, ..
+        } => {
+            if plant {
+                return Err(CudaError::Shape {
+                    op: OP,
+                    detail: "the planted router is grouped routing only".into(),
+                });
+            }
+            let smem = (2 * e + k) * 4;
+            if smem > limit {
+                return Err(CudaError::Shape {
+                    op: OP,
+                    detail: format!("{e} experts need {smem} bytes of shared memory"),
+                });
+            }
+            let mut b = gpu.launcher("tf_moe_route_muse")?;
+            b.arg(logits)
+                .arg(bias)
+                .arg(&mut buf.experts)
+                .arg(&mut buf.weights)
+                .arg(&e_)
+                .arg(&k_)
+                .arg(multiplier)
+                .arg(scale);
+            // SAFETY: (f32*, f32*, i32*, f32*, i32, i32, f32, f32); buffers checked above.
+            unsafe { b.go(cfg(smem), "launching moe route") }?;
+        }
+    }
+    let slots = i32_of(OP, "slots", n * k)?;
+    let mut b = gpu.launcher("tf_moe_sort")?;
+    b.arg(&buf.experts)
+        .arg(&mut buf.offsets)
+        .arg(&mut buf.order)
+        .arg(&mut buf.where_)
+        .arg(&slots)
+        .arg(&e_);
+    let one = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: (e * 4) as u32,
+    };
+    // SAFETY: (i32*, i32*, i32*, i32*, i32, i32); offsets holds e + 1, the rest n * k.
+    unsafe { b.go(one, "launching moe sort") }
+}
+
+/// Runs the routed experts of the last [`route`] on `x` (`[n, mlp.dim()]`, the rows routing saw):
+/// each slot's output row is left in the buffers for [`combine`].
+pub fn experts(gpu: &Gpu, mlp: &ExpertMlp, x: &CudaSlice<f32>, buf: &mut MoeBuffers) -> Result<()> {
+    experts_with(gpu, mlp, false, x, buf)
+}
+
+/// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
+pub fn experts_with(
+    gpu: &Gpu,
+    mlp: &ExpertMlp,
+    plant: bool,
+    x: &CudaSlice<f32>,
+    buf: &mut MoeBuffers,
+) -> Result<()> {
+    const OP: &str = "moe experts";
+    let (n, k, e) = buf.routed()?;
+    let (dim, inter, out) = (mlp.dim(), mlp.inter(), mlp.out_dim());
+    let lim = buf.limits;
+    if mlp.n_experts() != e || dim.max(out) > lim.max_dim || inter > lim.max_inter {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "{} experts [{dim} -> {inter} -> {out}] after routing over {e}, buffers for widths {} / {}",
+                mlp.n_experts(),
+                lim.max_dim,
+                lim.max_inter
+            ),
+        });
+    }
+    need(OP, "x", x.len(), n * dim)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let slots = n * k;
+    let (k_, dim_, e_) = (k as i32, i32_of(OP, "dim", dim)?, e as i32);
+    let mut b = gpu.launcher("tf_moe_gather")?;
+    b.arg(x)
+        .arg(&buf.order)
+        .arg(&buf.offsets)
+        .arg(&mut buf.xg)
+        .arg(&k_)
+        .arg(&dim_)
+        .arg(&e_);
+    let cfg = LaunchConfig {
+        grid_dim: (slots as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: (f32*, i32*, i32*, f32*, i32 x3); positions < offsets[e] <= n * k rows of xg.
+    unsafe { b.go(cfg, "launching moe gather") }?;
+    let grouped = |w: &GpuExperts,
+                   xin: &CudaSlice<f32>,
+                   yout: &mut CudaSlice<f32>,
+                   offsets: &CudaSlice<i32>|
+     -> Result<()> {
+        let kernel = if plant {
+            "tf_plant_moe_matmul_q4_1_rowvar"
+        } else {
+            w.kernel()
+        };
+        expert_matmul(gpu, kernel, w, xin, yout, offsets, slots)
+    };
+    match &mlp.gate {
+        Some(g) => {
+            grouped(g, &buf.xg, &mut buf.gate, &buf.offsets)?;
+            grouped(&mlp.up, &buf.xg, &mut buf.up, &buf.offsets)?;
+            crate::ops::silu_mul(gpu, &buf.gate, &buf.up, &mut buf.act, slots * inter)?;
+        }
+        None => {
+            grouped(&mlp.up, &buf.xg, &mut buf.up, &buf.offsets)?;
+            relu2(gpu, &buf.up, &mut buf.act, slots * inter)?;
+        }
+    }
+    grouped(&mlp.down, &buf.act, &mut buf.yg, &buf.offsets)
+}
+
+/// One grouped expert matmul over `slots` gathered rows (each expert's group from `offsets`).
+fn expert_matmul(
+    gpu: &Gpu,
+    kernel: &'static str,
+    w: &GpuExperts,
+    x: &CudaSlice<f32>,
+    y: &mut CudaSlice<f32>,
+    offsets: &CudaSlice<i32>,
+    slots: usize,
+) -> Result<()> {
+    const OP: &str = "moe expert matmul";
+    need(OP, "x", x.len(), slots * w.cols())?;
+    need(OP, "y", y.len(), slots * w.rows())?;
+    need(OP, "offsets", offsets.len(), w.n_experts() + 1)?;
+    let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
+    let mut b = gpu.launcher(kernel)?;
+    b.arg(w.matrix.bytes())
+        .arg(x)
+        .arg(y)
+        .arg(offsets)
+        .arg(&rows)
+        .arg(&cols);
+    let mut cfg = grid(w.rows() * 16, THREADS);
+    cfg.grid_dim.1 = u32::try_from(w.n_experts()).map_err(|_| CudaError::Param {
+        op: OP,
+        what: "experts",
+        value: w.n_experts() as f64,
+        why: "exceeds the grid",
+    })?;
+    // SAFETY: (u8*, f32*, f32*, i32*, i32, i32); the stacked weight holds n_experts * rows rows
+    // (validated at upload); every group lies within the `slots` rows checked above.
+    unsafe { b.go(cfg, "launching moe expert matmul") }
+}
+
+/// Adds each row's picks of the last [`route`]: `out[i] = Σ_j w_ij · f(y_ij)` in pick order from
+/// zero (`out` is `[n, width]`, `width` the experts' output width), `f` the identity or `norm`.
+pub fn combine(
+    gpu: &Gpu,
+    buf: &MoeBuffers,
+    width: usize,
+    norm: Option<ExpertNorm>,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    combine_with(gpu, "tf_moe_combine", buf, width, norm, out)
+}
+
+/// [`combine`] through a named kernel (the planted control adds the picks in reverse).
+pub fn combine_with(
+    gpu: &Gpu,
+    kernel: &'static str,
+    buf: &MoeBuffers,
+    width: usize,
+    norm: Option<ExpertNorm>,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "moe combine";
+    let (n, k, _) = buf.routed()?;
+    if width > buf.limits.max_dim {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("width {width} beyond buffers for {}", buf.limits.max_dim),
+        });
+    }
+    need(OP, "out", out.len(), n * width)?;
+    let (gain, eps, on) = match norm {
+        Some(ExpertNorm { gain, eps }) => {
+            need(OP, "gain", gain.len(), width)?;
+            if !(eps.is_finite() && eps >= 0.0) {
+                return Err(CudaError::Param {
+                    op: OP,
+                    what: "eps",
+                    value: eps as f64,
+                    why: "must be finite and >= 0",
+                });
+            }
+            (gain, eps, 1i32)
+        }
+        // The kernel does not read the gain without the norm; any buffer fills the slot.
+        None => (&buf.weights, 0.0, 0),
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    let (k_, w_) = (k as i32, i32_of(OP, "width", width)?);
+    let mut b = gpu.launcher(kernel)?;
+    b.arg(&buf.yg)
+        .arg(&buf.where_)
+        .arg(&buf.weights)
+        .arg(gain)
+        .arg(out)
+        .arg(&k_)
+        .arg(&w_)
+        .arg(&on)
+        .arg(&eps);
+    let cfg = LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: (f32*, i32*, f32*, f32*, f32*, i32 x3, f32); where_ holds n * k positions into yg.
+    unsafe { b.go(cfg, "launching moe combine") }
+}
+
+/// relu²: `out[e] = max(x[e], 0)²` for the first `len` elements (tf_kernels' `relu2`).
+pub fn relu2(gpu: &Gpu, x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, len: usize) -> Result<()> {
+    need("relu2", "x", x.len(), len)?;
+    need("relu2", "out", out.len(), len)?;
+    let len_ = i32_of("relu2", "len", len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let mut b = gpu.launcher("tf_moe_relu2")?;
+    b.arg(x).arg(out).arg(&len_);
+    // SAFETY: (f32*, f32*, i32); lengths checked above.
+    unsafe { b.go(grid(len, 256), "launching relu2") }
+}
