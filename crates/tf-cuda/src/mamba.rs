@@ -326,7 +326,12 @@ pub fn conv_step_with(
             detail: format!("x_off {x_off} + conv_dim {cd} > proj_stride {proj_stride}"),
         });
     }
-    need(OP, "proj", proj.len(), n.saturating_sub(1) * proj_stride + x_off + cd)?;
+    need(
+        OP,
+        "proj",
+        proj.len(),
+        n.saturating_sub(1) * proj_stride + x_off + cd,
+    )?;
     need(OP, "out", out.len(), n * cd)?;
     if n == 0 {
         return Ok(());
@@ -417,11 +422,19 @@ pub fn ssm_step_with(
     if dt_off + sh.heads > proj_stride {
         return Err(CudaError::Shape {
             op: OP,
-            detail: format!("dt_off {dt_off} + heads {} > proj_stride {proj_stride}", sh.heads),
+            detail: format!(
+                "dt_off {dt_off} + heads {} > proj_stride {proj_stride}",
+                sh.heads
+            ),
         });
     }
     need(OP, "xbc", xbc.len(), n * cd)?;
-    need(OP, "proj", proj.len(), n.saturating_sub(1) * proj_stride + dt_off + sh.heads)?;
+    need(
+        OP,
+        "proj",
+        proj.len(),
+        n.saturating_sub(1) * proj_stride + dt_off + sh.heads,
+    )?;
     need(OP, "y", y.len(), n * inner)?;
     if n == 0 {
         return Ok(());
@@ -444,7 +457,11 @@ pub fn ssm_step_with(
     ];
     i32_of(OP, "threads", inner * 16)?;
     let mut b = gpu.launcher(kernel)?;
-    b.arg(xbc).arg(&head[0]).arg(proj).arg(&head[1]).arg(&head[2]);
+    b.arg(xbc)
+        .arg(&head[0])
+        .arg(proj)
+        .arg(&head[1])
+        .arg(&head[2]);
     b.arg(&m.a).arg(&m.d).arg(&m.dt_bias).arg(&lo).arg(&hi);
     b.arg(&mut state.ssm).arg(&rows.slots).arg(&rows.pos);
     for v in &tail {
@@ -498,7 +515,14 @@ pub fn gated_norm(
         i32_of(OP, "groups", groups)?,
     );
     let mut b = gpu.launcher("tf_mamba_gated_norm")?;
-    b.arg(y).arg(z).arg(&zs).arg(gain).arg(&eps).arg(&w).arg(&g).arg(out);
+    b.arg(y)
+        .arg(z)
+        .arg(&zs)
+        .arg(gain)
+        .arg(&eps)
+        .arg(&w)
+        .arg(&g)
+        .arg(out);
     let cfg = LaunchConfig {
         grid_dim: (i32_of(OP, "n", n)? as u32, g as u32, 1),
         block_dim: (128, 1, 1),
