@@ -5,6 +5,11 @@
 //! metadata for GGUF), one [`TensorEntry`] per logical weight under canonical Hugging Face names
 //! (GGUF names mapped, shapes reversed to `[out, in]`; MLX `weight/scales/biases` triplets
 //! merged), and zero-copy [`TensorData`] views of each entry's bytes.
+//!
+//! [`Checkpoint::synthetic`] makes a checkpoint of entries without bytes (a config and the tensor
+//! list a family expects): its weights are generated where they are used ([`synthetic`]).
+
+pub mod synthetic;
 
 use crate::dtype::DType;
 use crate::gguf::{GgmlType, GgufError, GgufFile, MetaValue};
@@ -88,6 +93,10 @@ enum Source {
         names: HashMap<String, String>,
     },
     Safetensors(SafetensorsCheckpoint),
+    /// Entries without bytes; values come from [`synthetic`] under this seed.
+    Synthetic {
+        seed: u64,
+    },
 }
 
 /// An opened checkpoint: config, canonical entries and data views.
@@ -168,13 +177,14 @@ impl Checkpoint {
     pub fn gguf(&self) -> Option<&GgufFile> {
         match &self.source {
             Source::Gguf { file, .. } => Some(file),
-            Source::Safetensors(_) => None,
+            Source::Safetensors(_) | Source::Synthetic { .. } => None,
         }
     }
 
     /// The directory holding a safetensors checkpoint's side files (tokenizer.json, ...).
     pub fn dir(&self) -> Option<&Path> {
         match self.kind {
+            _ if self.is_synthetic() => None,
             CheckpointKind::Gguf => None,
             _ if self.path.is_dir() => Some(&self.path),
             _ => self.path.parent(),
@@ -214,6 +224,63 @@ impl Checkpoint {
                     scales_dtype: scales,
                 })
             }
+            _ => None,
+        }
+    }
+}
+
+/// The path a synthetic checkpoint reports.
+pub const SYNTHETIC_PATH: &str = "<synthetic>";
+
+impl Checkpoint {
+    /// A synthetic checkpoint: `config` and `entries` (canonical names, shapes, formats) with no
+    /// bytes on the host. [`data`](Self::data) returns `None` for every entry; a backend fills
+    /// each tensor from [`synthetic`] under `seed`. Its kind is the on-disk form its formats
+    /// imitate (MLX-quantized, GGUF or safetensors). Refuses two entries of one name.
+    pub fn synthetic(
+        config: Value,
+        entries: Vec<TensorEntry>,
+        seed: u64,
+    ) -> Result<Checkpoint, CheckpointError> {
+        let by_name = index_entries(&entries);
+        if by_name.len() != entries.len() {
+            let mut seen = std::collections::HashSet::new();
+            if let Some(dup) = entries.iter().find(|e| !seen.insert(e.name.as_str())) {
+                return Err(CheckpointError::DuplicateName {
+                    canonical: dup.name.clone(),
+                    first: dup.name.clone(),
+                    second: dup.name.clone(),
+                });
+            }
+        }
+        let has = |f: fn(&WeightFormat) -> bool| entries.iter().any(|e| f(&e.format));
+        let kind = if has(|f| matches!(f, WeightFormat::MlxAffine { .. })) {
+            CheckpointKind::MlxQuantized
+        } else if has(|f| matches!(f, WeightFormat::Gguf(_))) {
+            CheckpointKind::Gguf
+        } else {
+            CheckpointKind::Safetensors
+        };
+        Ok(Checkpoint {
+            path: PathBuf::from(SYNTHETIC_PATH),
+            kind,
+            config,
+            by_name,
+            entries,
+            source: Source::Synthetic { seed },
+            gguf_rope_permuted: false,
+        })
+    }
+
+    /// Whether the checkpoint is synthetic (entries without bytes).
+    pub fn is_synthetic(&self) -> bool {
+        matches!(self.source, Source::Synthetic { .. })
+    }
+
+    /// The seed of a synthetic checkpoint's generator; `None` for a checkpoint with bytes.
+    pub fn synthetic_seed(&self) -> Option<u64> {
+        match self.source {
+            Source::Synthetic { seed } => Some(seed),
             _ => None,
         }
     }
