@@ -1,17 +1,22 @@
 //! The prompt cache: retained conversation prefixes with their stream state, within a byte
 //! budget, least recently used evicted first.
 //!
-//! Resume points lie on the prefill grid `k·C` only, so a resumed request feeds the rest of its
-//! prompt in the same chunks `[k·C, (k+1)·C)` a fresh one would. Attention-only states are kept
-//! whole and cut back (`StreamState::truncate`) to the grid point below the shared prefix;
-//! states with recurrent (Mamba) layers cannot be cut back, so for them the scheduler keeps a
-//! snapshot taken when the stream stood exactly on a grid point, and that snapshot is resumed
-//! only by a prompt that extends its whole token sequence. Because every kernel is
-//! row-invariant and attention reduces over keys in absolute-position order, a resumed stream's
-//! logits equal a fresh one's bit for bit (`tensorfold receipts resume`).
+//! Resume points lie on the prompt's chunk boundaries only ([`ChunkPlan`]: a fixed grid
+//! restarted at every message start), so a resumed request feeds the rest of its prompt in the
+//! same chunks a fresh one would. Attention-only states are kept whole and cut back
+//! (`StreamState::truncate`) to the boundary below the shared prefix; states with recurrent
+//! (Mamba) layers cannot be cut back, so for them the scheduler keeps snapshots taken when the
+//! stream stood exactly on a boundary (the latest message start, and the latest boundary), and
+//! a snapshot is resumed only by a prompt that extends its whole token sequence and has a
+//! boundary there. Because every kernel is row-invariant and attention reduces over keys in
+//! absolute-position order, a resumed stream's logits equal a fresh one's bit for bit
+//! (`tensorfold receipts resume`).
 
+mod plan;
 #[cfg(test)]
 mod tests;
+
+pub use plan::ChunkPlan;
 
 use tf_models::StreamState;
 
@@ -32,7 +37,7 @@ struct Entry {
 pub struct Resumed {
     /// The state, `state.len == cached`.
     pub state: StreamState,
-    /// Prompt tokens it already holds (a multiple of the grid, less than the prompt).
+    /// Prompt tokens it already holds (a chunk boundary of the prompt, less than its length).
     pub cached: usize,
 }
 
@@ -57,7 +62,7 @@ pub struct CacheStats {
 #[derive(Debug)]
 pub struct PromptCache {
     budget: usize,
-    grid: usize,
+    plan: ChunkPlan,
     entries: Vec<Entry>,
     tick: u64,
     stats: CacheStats,
@@ -65,11 +70,11 @@ pub struct PromptCache {
 }
 
 impl PromptCache {
-    /// A cache of at most `budget_bytes` (0 disables it) resuming on the grid `k·grid`.
-    pub fn new(budget_bytes: u64, grid: usize) -> PromptCache {
+    /// A cache of at most `budget_bytes` (0 disables it) resuming on the boundaries of `plan`.
+    pub fn new(budget_bytes: u64, plan: ChunkPlan) -> PromptCache {
         PromptCache {
             budget: usize::try_from(budget_bytes).unwrap_or(usize::MAX),
-            grid: grid.max(1),
+            plan,
             entries: Vec::new(),
             tick: 0,
             stats: CacheStats::default(),
@@ -83,6 +88,16 @@ impl PromptCache {
     pub fn with_planted_ignore_tokens(mut self, on: bool) -> PromptCache {
         self.planted_ignore_tokens = on;
         self
+    }
+
+    /// The chunk plan resume points lie on.
+    pub fn plan(&self) -> &ChunkPlan {
+        &self.plan
+    }
+
+    /// The byte budget.
+    pub fn budget_bytes(&self) -> usize {
+        self.budget
     }
 
     /// Whether the cache keeps anything at all.
@@ -99,14 +114,14 @@ impl PromptCache {
         }
     }
 
-    /// The longest usable prefix of `prompt`: a copy of a retained state standing on a grid
-    /// point, with at least one prompt token left to feed (the last prompt row gives the
-    /// logits). None when nothing of at least one grid step matches.
+    /// The longest usable prefix of `prompt`: a copy of a retained state standing on a chunk
+    /// boundary of the prompt, with at least one prompt token left to feed (the last prompt
+    /// row gives the logits). None when no boundary past 0 is shared.
     pub fn lookup(&mut self, prompt: &[u32]) -> Option<Resumed> {
-        if !self.enabled() || prompt.len() <= self.grid {
+        if !self.enabled() || prompt.len() < 2 {
             return None;
         }
-        let most = (prompt.len() - 1) / self.grid * self.grid;
+        let most = prompt.len() - 1;
         let mut best: Option<(usize, usize)> = None;
         for (i, e) in self.entries.iter().enumerate() {
             let common = if self.planted_ignore_tokens {
@@ -115,9 +130,12 @@ impl PromptCache {
                 common_prefix(&e.tokens, prompt)
             }
             .min(most);
+            if best.is_some_and(|(_, b)| common <= b) {
+                continue;
+            }
             let at = if e.truncatable {
-                common / self.grid * self.grid
-            } else if common == e.tokens.len() && common % self.grid == 0 {
+                self.plan.boundary_at_most(prompt, common)
+            } else if common == e.tokens.len() && self.plan.is_boundary(prompt, common) {
                 common
             } else {
                 0
@@ -144,16 +162,17 @@ impl PromptCache {
         Some(Resumed { state, cached: at })
     }
 
-    /// Retains `state`, which has consumed `tokens[..state.len]`. Attention-only states are
-    /// kept whole; a state with recurrent layers must stand on a grid point (else it is
-    /// dropped). Evicts least recently used entries to stay within the budget; a state larger
-    /// than the whole budget is not kept.
+    /// Retains `state`, which has consumed `tokens[..state.len]` (`tokens` may go on: what
+    /// follows shows whether a message starts at `state.len`). Attention-only states are kept
+    /// whole; a state with recurrent layers must stand on a chunk boundary (else it is
+    /// dropped: it could never be resumed). Evicts least recently used entries to stay within
+    /// the budget; a state larger than the whole budget is not kept.
     pub fn insert(&mut self, tokens: &[u32], state: StreamState) {
-        if !self.enabled() || state.len < self.grid || tokens.len() < state.len {
+        if !self.enabled() || state.len == 0 || tokens.len() < state.len {
             return;
         }
         let truncatable = state.mamba.is_empty();
-        if !truncatable && state.len % self.grid != 0 {
+        if !truncatable && !self.plan.is_boundary(tokens, state.len) {
             return;
         }
         let tokens = tokens[..state.len].to_vec();

@@ -1,9 +1,9 @@
 //! The scheduler thread: admit, plan a round, run it, sample, retire.
 
-use super::draft::{propose, DraftStats};
+use super::draft::{DraftStats, Drafter};
 use super::stream::{Outcome, Running, StreamEvent};
 use super::Shared;
-use crate::prompt_cache::PromptCache;
+use crate::prompt_cache::{ChunkPlan, PromptCache};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 use tf_models::{Model, Row, StreamState};
@@ -36,11 +36,14 @@ pub(crate) struct StreamView<'a> {
 }
 
 /// Plans a round: one decode row per stream with a pending token (followed by a row per
-/// drafted token, all with logits), then whole chunks of the
-/// prompt grid `[k·chunk, (k+1)·chunk)` of prefilling streams, in admission order, while
+/// drafted token, all with logits), then whole chunks of prefilling streams' prompts (as
+/// `chunks` cuts them: a grid restarted at each message start), in admission order, while
 /// `prefill_budget` lasts (the first chunk is always taken, so prefill always moves).
-pub(crate) fn plan_round(streams: &[StreamView], chunk: usize, prefill_budget: usize) -> RoundPlan {
-    let chunk = chunk.max(1);
+pub(crate) fn plan_round(
+    streams: &[StreamView],
+    chunks: &ChunkPlan,
+    prefill_budget: usize,
+) -> RoundPlan {
     let mut plan = RoundPlan::default();
     for (i, s) in streams.iter().enumerate() {
         if let Some(token) = s.pending {
@@ -70,7 +73,7 @@ pub(crate) fn plan_round(streams: &[StreamView], chunk: usize, prefill_budget: u
             continue;
         }
         let start = s.prefilled;
-        let end = ((start / chunk + 1) * chunk).min(s.prompt.len());
+        let end = chunks.chunk_end(s.prompt, start);
         let n = end - start;
         if took && n > budget {
             continue;
@@ -104,7 +107,10 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
     let mut mixed = Vec::new();
     let context = sh.info.context;
     let vocab = sh.info.vocab_size;
-    let mut cache = PromptCache::new(sh.cfg.prompt_cache_bytes, sh.cfg.prefill_chunk)
+    let mut drafter = Drafter::new(model.as_mut());
+    eprintln!("{}", drafter.note());
+    let chunks = ChunkPlan::new(sh.cfg.prefill_chunk, sh.cfg.message_marker.clone());
+    let mut cache = PromptCache::new(sh.cfg.prompt_cache_bytes, chunks.clone())
         .with_planted_ignore_tokens(sh.cfg.planted_cache_ignores_tokens);
     loop {
         if !admit(sh, &mut running, model.as_ref(), &mut cache) {
@@ -115,11 +121,11 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
                 s.outcome = Some(Outcome::Cancelled);
             }
         }
-        retire(sh, &mut running, &mut cache);
+        retire(sh, &mut running, &mut cache, model.as_mut());
         if running.is_empty() {
             continue;
         }
-        propose_drafts(sh, &mut running, context);
+        drafter.propose(model.as_mut(), &mut running, &sh.cfg, context);
         let views: Vec<StreamView> = running
             .iter()
             .map(|s| StreamView {
@@ -130,7 +136,7 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
                 draft: &s.draft,
             })
             .collect();
-        let plan = plan_round(&views, sh.cfg.prefill_chunk, sh.cfg.round_prefill_tokens);
+        let plan = plan_round(&views, &chunks, sh.cfg.round_prefill_tokens);
         drop(views);
         // Recurrent state cannot be cut back: keep a copy to return to if a draft is rejected.
         let backups: Vec<Option<Vec<_>>> = running
@@ -151,9 +157,10 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
                 &plan.rows,
                 &format!("the forward pass failed: {e}"),
             );
-            retire(sh, &mut running, &mut cache);
+            retire(sh, &mut running, &mut cache, model.as_mut());
             continue;
         }
+        drafter.observe(model.as_mut(), &plan.rows, &mut running);
         let prefill_rows = plan.rows.len() - plan.decode_rows;
         sh.metrics.add_round(
             prefill_rows,
@@ -240,29 +247,8 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
                 );
             }
         }
-        snapshot(&mut running, &cache, sh.cfg.prefill_chunk);
-        retire(sh, &mut running, &mut cache);
-    }
-}
-
-/// Chooses each decoding stream's drafted tokens for this round: a context copy, no longer
-/// than the stream's remaining tokens (less the one sampled after the window) and its context.
-fn propose_drafts(sh: &Shared, running: &mut [Running], context: usize) {
-    for s in running.iter_mut() {
-        s.draft.clear();
-        if s.pending.is_none() || sh.cfg.draft_tokens == 0 || !s.req.draft || !s.drafts.on {
-            continue;
-        }
-        let left = s.req.max_tokens.saturating_sub(s.generated.len() + 1);
-        let room = context.saturating_sub(s.state.len + 1);
-        let k = sh.cfg.draft_tokens.min(left).min(room);
-        if k == 0 {
-            continue;
-        }
-        let mut history = Vec::with_capacity(s.req.prompt.len() + s.generated.len());
-        history.extend_from_slice(&s.req.prompt);
-        history.extend_from_slice(&s.generated);
-        s.draft = propose(&history, sh.cfg.draft_match_tokens, k);
+        snapshot(&mut running, &cache, model.as_mut());
+        retire(sh, &mut running, &mut cache, model.as_mut());
     }
 }
 
@@ -305,17 +291,34 @@ fn fail_rows(running: &mut [Running], rows: &[Row], msg: &str) {
     }
 }
 
-/// Keeps a copy of each recurrent stream's state when it stands on a grid point: such state
-/// cannot be cut back, so this is what the prompt cache retains when the stream leaves.
-fn snapshot(running: &mut [Running], cache: &PromptCache, grid: usize) {
+/// Keeps a copy of each recurrent stream's state when it stands on a chunk boundary of its
+/// tokens: such state cannot be cut back, so this is what the prompt cache retains when the
+/// stream leaves. A copy at a message start is kept apart from the latest one, so a later turn
+/// (which re-renders this turn's reply, not necessarily as the same ids) resumes at least at
+/// the start of this turn's last message.
+fn snapshot(running: &mut [Running], cache: &PromptCache, model: &mut dyn Model) {
     if !cache.enabled() {
         return;
     }
+    let plan = cache.plan();
     for s in running.iter_mut() {
         let len = s.state.len;
-        let stale = s.snapshot.as_ref().is_none_or(|snap| snap.len != len);
-        if !s.state.mamba.is_empty() && len > 0 && len % grid.max(1) == 0 && stale {
-            s.snapshot = Some(s.state.clone());
+        let have = |snap: &Option<StreamState>| snap.as_ref().is_some_and(|x| x.len == len);
+        if s.state.mamba.is_empty() || len == 0 || have(&s.snapshot) || have(&s.message_snapshot) {
+            continue;
+        }
+        let history = s.history();
+        if !plan.is_boundary(&history, len) {
+            continue;
+        }
+        let Ok(copy) = model.host_copy(&s.state) else {
+            continue;
+        };
+        if plan.segment_start(&history, len) == len {
+            s.message_snapshot = Some(copy);
+            s.snapshot = None;
+        } else {
+            s.snapshot = Some(copy);
         }
     }
 }
@@ -372,6 +375,7 @@ fn admit(
             prefilled: cached,
             cached,
             snapshot: None,
+            message_snapshot: None,
             generated: Vec::new(),
             pending: None,
             draft: Vec::new(),
@@ -385,12 +389,13 @@ fn admit(
     }
     sh.metrics.set_waiting(q.waiting.len());
     update_gauges(sh, running);
+    sh.metrics.set_cache(&cache.stats());
     true
 }
 
 /// Drops streams that are over, counting how each ended; the state of a stream that finished
 /// or was cancelled goes to the prompt cache (a failed one's may be half-advanced: dropped).
-fn retire(sh: &Shared, running: &mut Vec<Running>, cache: &mut PromptCache) {
+fn retire(sh: &Shared, running: &mut Vec<Running>, cache: &mut PromptCache, model: &mut dyn Model) {
     let mut i = 0;
     while i < running.len() {
         let Some(o) = running[i].outcome else {
@@ -405,15 +410,26 @@ fn retire(sh: &Shared, running: &mut Vec<Running>, cache: &mut PromptCache) {
         };
         counter.fetch_add(1, Relaxed);
         if o != Outcome::Failed && cache.enabled() {
-            let tokens = s.consumed();
-            if s.state.mamba.is_empty() {
+            let tokens = s.history();
+            let snaps: Vec<StreamState> = [s.message_snapshot, s.snapshot]
+                .into_iter()
+                .flatten()
+                .collect();
+            if !snaps.is_empty() {
+                for snap in snaps {
+                    cache.insert(&tokens, snap);
+                }
+            } else if s.state.device.is_some() {
+                if let Ok(host) = model.host_copy(&s.state) {
+                    cache.insert(&tokens, host);
+                }
+            } else if s.state.mamba.is_empty() {
                 cache.insert(&tokens, s.state);
-            } else if let Some(snap) = s.snapshot {
-                cache.insert(&tokens, snap);
             }
         }
     }
     update_gauges(sh, running);
+    sh.metrics.set_cache(&cache.stats());
 }
 
 fn update_gauges(sh: &Shared, running: &[Running]) {

@@ -1,5 +1,6 @@
 //! Counters and gauges the scheduler keeps, read by /health, /metrics and the live display.
 
+use crate::prompt_cache::CacheStats;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Atomic counters (totals since start) and gauges (now).
@@ -22,6 +23,12 @@ pub struct Metrics {
     pub(crate) draft_proposed: AtomicU64,
     pub(crate) draft_accepted: AtomicU64,
     pub(crate) decode_steps: AtomicU64,
+    pub(crate) cache_hits: AtomicU64,
+    pub(crate) cache_misses: AtomicU64,
+    pub(crate) cache_reused_tokens: AtomicU64,
+    pub(crate) cache_evictions: AtomicU64,
+    pub(crate) cache_entries: AtomicU64,
+    pub(crate) cache_bytes: AtomicU64,
 }
 
 /// A copy of the metrics at one instant.
@@ -62,6 +69,18 @@ pub struct Snapshot {
     /// Decode steps: one per stream per round it decoded in (a verified window counts once),
     /// so generated tokens / decode steps is the tokens per forward.
     pub decode_steps: u64,
+    /// Prompt cache lookups that resumed a retained prefix.
+    pub cache_hits: u64,
+    /// Prompt cache lookups that found nothing usable.
+    pub cache_misses: u64,
+    /// Prompt tokens resumed from the prompt cache instead of fed.
+    pub cache_reused_tokens: u64,
+    /// Prompt cache entries dropped to stay within its budget.
+    pub cache_evictions: u64,
+    /// Prompt cache entries held now.
+    pub cache_entries: u64,
+    /// Bytes the prompt cache holds now.
+    pub cache_bytes: u64,
 }
 
 impl Metrics {
@@ -85,7 +104,23 @@ impl Metrics {
             draft_proposed: self.draft_proposed.load(Relaxed),
             draft_accepted: self.draft_accepted.load(Relaxed),
             decode_steps: self.decode_steps.load(Relaxed),
+            cache_hits: self.cache_hits.load(Relaxed),
+            cache_misses: self.cache_misses.load(Relaxed),
+            cache_reused_tokens: self.cache_reused_tokens.load(Relaxed),
+            cache_evictions: self.cache_evictions.load(Relaxed),
+            cache_entries: self.cache_entries.load(Relaxed),
+            cache_bytes: self.cache_bytes.load(Relaxed),
         }
+    }
+
+    /// Copies the prompt cache's counters and size (the scheduler thread owns the cache).
+    pub(crate) fn set_cache(&self, c: &CacheStats) {
+        self.cache_hits.store(c.hits, Relaxed);
+        self.cache_misses.store(c.misses, Relaxed);
+        self.cache_reused_tokens.store(c.reused_tokens, Relaxed);
+        self.cache_evictions.store(c.evictions, Relaxed);
+        self.cache_entries.store(c.entries as u64, Relaxed);
+        self.cache_bytes.store(c.bytes as u64, Relaxed);
     }
 
     pub(crate) fn set_waiting(&self, n: usize) {

@@ -1,8 +1,9 @@
 //! The scheduler: one thread owns the model and every running stream, and runs rounds.
 //!
 //! Each round gathers one decode row per stream that has a token to feed, plus whole prompt
-//! chunks of streams still being prefilled (chunks lie on a fixed grid `[k·C, (k+1)·C)` of
-//! the prompt, so a prompt's chunk plan depends only on its tokens), runs one forward, and
+//! chunks of streams still being prefilled (chunks lie on a grid of `C` tokens restarted at
+//! every chat message start, [`crate::prompt_cache::ChunkPlan`], so a prompt's chunk plan
+//! depends only on its tokens), runs one forward, and
 //! samples each stream from its own logits with the keyed sampler at the stream's absolute
 //! position. Requests join at the next round; finished or cancelled ones (the receiver of
 //! their events is gone) leave and free their state. Because every kernel is row-invariant and
@@ -38,8 +39,14 @@ pub struct SchedulerConfig {
     pub parallel: usize,
     /// Most requests waiting for a slot; beyond it submissions are refused.
     pub queue: usize,
-    /// Prefill chunk grid: prompt rows go in chunks `[k·C, (k+1)·C)`.
+    /// Prefill chunk grid: prompt rows go in chunks of `C`, counted from the prompt's start and
+    /// from every message start (`message_marker`).
     pub prefill_chunk: usize,
+    /// The token sequence that opens a chat message (from the chat template, see
+    /// `tf_tokenize::message_marker`); the chunk grid restarts at each occurrence, so prompt
+    /// cache resume points (and recurrent snapshots) fall on message starts. Empty: the plain
+    /// grid `k·C`.
+    pub message_marker: Vec<u32>,
     /// Prompt rows one round takes (at least one chunk), so decode rows keep moving.
     pub round_prefill_tokens: usize,
     /// Bytes weights, stream states and workspace may use together.
@@ -70,6 +77,7 @@ impl Default for SchedulerConfig {
             parallel: 8,
             queue: 64,
             prefill_chunk: PREFILL_CHUNK,
+            message_marker: Vec::new(),
             round_prefill_tokens: PREFILL_CHUNK,
             memory_budget_bytes: u64::MAX,
             context: None,

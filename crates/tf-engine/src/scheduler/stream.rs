@@ -99,9 +99,12 @@ pub(crate) struct Running {
     pub prefilled: usize,
     /// Prompt tokens resumed from the prompt cache.
     pub cached: usize,
-    /// For streams with recurrent layers: the state as it stood at the latest grid point
-    /// (what the prompt cache keeps, since such state cannot be cut back).
+    /// For streams with recurrent layers: the state as it stood at the latest chunk boundary
+    /// (what the prompt cache keeps, since such state cannot be cut back), when that is later
+    /// than `message_snapshot`.
     pub snapshot: Option<StreamState>,
+    /// For streams with recurrent layers: the state as it stood at the latest message start.
+    pub message_snapshot: Option<StreamState>,
     /// Tokens generated so far.
     pub generated: Vec<u32>,
     /// The last sampled token, still to be fed (decode phase).
@@ -172,11 +175,11 @@ impl Running {
         self.pending = Some(token);
     }
 
-    /// The tokens the stream's state has consumed, in order (prompt, then generated).
-    pub fn consumed(&self) -> Vec<u32> {
+    /// The stream's tokens so far, in order (prompt, then generated): the state has consumed
+    /// the first `state.len` of them.
+    pub fn history(&self) -> Vec<u32> {
         let mut t = self.req.prompt.clone();
         t.extend_from_slice(&self.generated);
-        t.truncate(self.state.len);
         t
     }
 

@@ -4,6 +4,7 @@
 use super::engine::{plan_round, StreamView};
 use super::*;
 use crate::generate::{generate, FinishReason, GenerateRequest};
+use crate::prompt_cache::ChunkPlan;
 use crate::sampler::SamplingParams;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -27,7 +28,7 @@ fn plan_puts_decode_rows_first_and_chunks_on_the_grid() {
         view(&short, 3, Some(42)),
         view(&short, 0, None),
     ];
-    let plan = plan_round(&streams, 4, 4);
+    let plan = plan_round(&streams, &ChunkPlan::new(4, vec![]), 4);
     assert_eq!(plan.decode_rows, 1);
     assert_eq!(plan.rows[0].stream, 1);
     assert_eq!(plan.rows[0].token, 42);
@@ -41,7 +42,7 @@ fn plan_puts_decode_rows_first_and_chunks_on_the_grid() {
     // Next round: stream 0's last chunk [8, 10) ends the prompt and wants logits; stream 2's
     // chunk [0, 3) does not fit the rest of the budget (2) and waits.
     let streams = [view(&long, 8, None), view(&short, 0, None)];
-    let plan = plan_round(&streams, 4, 4);
+    let plan = plan_round(&streams, &ChunkPlan::new(4, vec![]), 4);
     assert_eq!(plan.advances, vec![(0, 10)]);
     assert_eq!(plan.owners, vec![0]);
     assert!(plan.rows.last().is_some_and(|r| r.logits && r.pos == 9));
@@ -50,7 +51,7 @@ fn plan_puts_decode_rows_first_and_chunks_on_the_grid() {
 #[test]
 fn plan_always_takes_one_chunk_even_past_the_budget() {
     let long: Vec<u32> = (0..10).collect();
-    let plan = plan_round(&[view(&long, 0, None)], 8, 2);
+    let plan = plan_round(&[view(&long, 0, None)], &ChunkPlan::new(8, vec![]), 2);
     assert_eq!(plan.advances, vec![(0, 8)]);
 }
 
@@ -221,4 +222,111 @@ fn queue_full_and_never_fits_are_refused() {
         h.submit(empty, Box::new(mpsc::channel().0)),
         Err(SubmitError::EmptyPrompt)
     );
+}
+
+/// The tiny Nemotron-H fixture (Mamba2 + attention + MoE), committed.
+fn nemotron_fixture() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/nemotron_h/plain_moe/f32_hf")
+}
+
+/// Token-level chat framing for the fixture (vocabulary 96): a message is MARKER, a role id,
+/// its content, then END.
+const MARKER: [u32; 2] = [5, 6];
+const END: u32 = 7;
+const ASSISTANT: u32 = 8;
+
+fn message(role: u32, content: &[u32]) -> Vec<u32> {
+    let mut m = MARKER.to_vec();
+    m.push(role);
+    m.extend_from_slice(content);
+    m.push(END);
+    m
+}
+
+fn content(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|t| (t * 37 + salt * 11) % 80 + 10)
+        .collect()
+}
+
+fn start_fixture(cache_bytes: u64, marker: &[u32]) -> Scheduler {
+    let cfg = SchedulerConfig {
+        parallel: 2,
+        prefill_chunk: 16,
+        round_prefill_tokens: 16,
+        prompt_cache_bytes: cache_bytes,
+        message_marker: marker.to_vec(),
+        ..Default::default()
+    };
+    Scheduler::start(load(&nemotron_fixture()), cfg).expect("start")
+}
+
+fn ask(s: &Scheduler, prompt: &[u32], seed: Option<u64>, max_tokens: usize) -> (Vec<u32>, usize) {
+    let (tx, rx) = mpsc::channel();
+    let req = StreamRequest {
+        prompt: prompt.to_vec(),
+        params: SamplingParams {
+            temperature: if seed.is_some() { 0.9 } else { 0.0 },
+            seed: seed.unwrap_or(3),
+            ..Default::default()
+        },
+        max_tokens,
+        stop_ids: vec![],
+        top_logprobs: None,
+        draft: true,
+    };
+    s.handle().submit(req, Box::new(tx)).expect("submit");
+    let (ids, f) = collect(rx);
+    wait_idle(&s.handle());
+    (ids, f.cached_tokens)
+}
+
+/// A chat conversation of `turns` turns at the token level; each turn's prompt ends with the
+/// assistant's opening, and the next turn renders the reply back without its first token (as
+/// templates that drop earlier reasoning do), so the new prompt leaves the cached one right
+/// after the assistant's opening. Returns each turn's tokens and cached tokens.
+fn chat_turns(s: &Scheduler, seed: Option<u64>, turns: usize) -> (Vec<Vec<u32>>, Vec<usize>) {
+    let mut prompt = message(1, &content(21, 1));
+    let (mut out, mut cached) = (Vec::new(), Vec::new());
+    for turn in 0..turns {
+        prompt.extend(message(2, &content(9 + 4 * turn, 2 + turn as u32)));
+        prompt.extend(MARKER);
+        prompt.push(ASSISTANT);
+        let (reply, c) = ask(s, &prompt, seed, 10);
+        prompt.extend_from_slice(&reply[1..]);
+        prompt.push(END);
+        out.push(reply);
+        cached.push(c);
+    }
+    (out, cached)
+}
+
+#[test]
+fn message_starts_resume_recurrent_state_further_than_the_plain_grid() {
+    let marked = start_fixture(1 << 26, &MARKER);
+    let grid = start_fixture(1 << 26, &[]);
+    let fresh = start_fixture(0, &MARKER);
+    for seed in [None, Some(17)] {
+        let (want, none) = chat_turns(&fresh, seed, 4);
+        assert!(none.iter().all(|&c| c == 0));
+        let (got_m, cached_m) = chat_turns(&marked, seed, 4);
+        let (got_g, cached_g) = chat_turns(&grid, seed, 4);
+        assert_eq!(got_m, want, "resumed (message starts) == fresh ({seed:?})");
+        assert_eq!(got_g, want, "resumed (plain grid) == fresh ({seed:?})");
+        eprintln!(
+            "cached tokens per turn ({seed:?}): message starts {cached_m:?}, grid {cached_g:?}"
+        );
+        // Each later turn resumes exactly at the previous turn's assistant opening.
+        let mut prompt_len = message(1, &content(21, 1)).len();
+        for turn in 0..4 {
+            prompt_len += message(2, &content(9 + 4 * turn, 2 + turn as u32)).len();
+            if turn + 1 < 4 {
+                assert_eq!(cached_m[turn + 1], prompt_len, "turn {}", turn + 1);
+            }
+            prompt_len += MARKER.len() + 1 + 10;
+        }
+        let (m, g): (usize, usize) = (cached_m.iter().sum(), cached_g.iter().sum());
+        assert!(m > g, "message starts {cached_m:?} vs grid {cached_g:?}");
+    }
 }
