@@ -1,1 +1,444 @@
-//! Nemotron-H on the GPU (scaffold).
+//! Nemotron-H and Nemotron Puzzle on the GPU (hybrid Mamba2 / attention / relu² MLP / latent
+//! MoE), over rounds of rows from any number of stream slots, with the CPU forward's arithmetic
+//! (`tf_models::nemotron_h`) kernel for kernel.
+//!
+//! Per layer: `h = rms_norm(x)`, `o = mixer(h)`, `x = x + o`; then the final norm and the head.
+//! A round is uploaded once (tokens, slots, positions); the launches then read only device
+//! buffers, so the sequence for a row count can be captured as a CUDA graph and replayed. Each
+//! slot holds a KV cache per attention layer and a conv + SSM state per Mamba layer; a row at
+//! position 0 starts its slot afresh (so [`GpuNemotronH::reset_slot`] needs no device work).
+
+mod layers;
+mod mixers;
+
+pub use crate::llama::GpuRow;
+
+use crate::device::Gpu;
+use crate::error::{drv, CudaError, Result};
+use crate::kv::GpuKv;
+use crate::load;
+use crate::mamba::{GpuMambaState, MambaShape};
+use crate::moe::{MoeBuffers, MoeLimits};
+use crate::ops::{self, GpuRows};
+use crate::weights::GpuMatrix;
+use cudarc::driver::{CudaGraph, CudaSlice};
+use layers::{build_layer, Layer, Mixer};
+use std::collections::HashMap;
+use tf_families::nemotron_h::{NemotronBlock, NemotronHPlan};
+use tf_formats::checkpoint::Checkpoint;
+
+/// Device buffers of a round, allocated once for `max_rows`.
+struct Workspace {
+    tokens: CudaSlice<i32>,
+    x: CudaSlice<f32>,
+    h: CudaSlice<f32>,
+    o: CudaSlice<f32>,
+    /// Mamba `in_proj` rows `[z | xBC | dt]`.
+    proj: CudaSlice<f32>,
+    xbc: CudaSlice<f32>,
+    y: CudaSlice<f32>,
+    yn: CudaSlice<f32>,
+    q: CudaSlice<f32>,
+    k: CudaSlice<f32>,
+    v: CudaSlice<f32>,
+    attn: CudaSlice<f32>,
+    /// MLP / shared expert intermediate rows, before and after relu².
+    up: CudaSlice<f32>,
+    act: CudaSlice<f32>,
+    /// Router logits.
+    gates: CudaSlice<f32>,
+    /// Latent rows (fc1 output) and the combined expert rows.
+    latent: CudaSlice<f32>,
+    combined: CudaSlice<f32>,
+    /// Shared expert output.
+    shared: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+}
+
+/// Widest buffers any layer needs (per row).
+#[derive(Debug, Default, Clone, Copy)]
+struct Widths {
+    proj: usize,
+    conv: usize,
+    inner: usize,
+    q: usize,
+    kv: usize,
+    mlp: usize,
+    experts: usize,
+    top_k: usize,
+    expert_dim: usize,
+    expert_inter: usize,
+}
+
+impl Widths {
+    fn of(blocks: &[NemotronBlock], hidden: usize) -> Widths {
+        let mut w = Widths::default();
+        for b in blocks {
+            match b {
+                NemotronBlock::Mamba(s) => {
+                    let sh = mamba_shape(s);
+                    w.proj = w.proj.max(sh.proj_width());
+                    w.conv = w.conv.max(sh.conv_dim());
+                    w.inner = w.inner.max(sh.inner());
+                }
+                NemotronBlock::Attention(a) => {
+                    w.q = w.q.max((a.num_heads * a.head_dim) as usize);
+                    w.kv = w.kv.max((a.num_kv_heads * a.head_dim) as usize);
+                }
+                NemotronBlock::Mlp(m) => w.mlp = w.mlp.max(m.intermediate_size as usize),
+                NemotronBlock::Moe(m) => {
+                    w.experts = w.experts.max(m.n_routed_experts as usize);
+                    w.top_k = w.top_k.max(m.num_experts_per_tok as usize);
+                    w.expert_dim = w.expert_dim.max(m.expert_dim(hidden as u64) as usize);
+                    w.expert_inter = w.expert_inter.max(m.moe_intermediate_size as usize);
+                    w.mlp = w.mlp.max(m.shared_intermediate_size.unwrap_or(0) as usize);
+                }
+            }
+        }
+        w
+    }
+}
+
+fn mamba_shape(s: &tf_families::nemotron_h::MambaSpec) -> MambaShape {
+    MambaShape {
+        heads: s.num_heads as usize,
+        head_dim: s.head_dim as usize,
+        groups: s.n_groups as usize,
+        state: s.ssm_state_size as usize,
+        kernel: s.conv_kernel as usize,
+    }
+}
+
+/// A Nemotron-H / Puzzle model resident on the GPU with state for `slots` streams.
+pub struct GpuNemotronH {
+    gpu: Gpu,
+    layers: Vec<Layer>,
+    embed: GpuMatrix,
+    head: Option<GpuMatrix>,
+    final_norm: CudaSlice<f32>,
+    eps: f32,
+    hidden: usize,
+    vocab: usize,
+    /// One KV pool per attention layer (each pool's layer 0).
+    kvs: Vec<GpuKv>,
+    /// The pool rows are checked against (the first attention layer's, or a stand-in).
+    check_kv: Option<GpuKv>,
+    mamba: GpuMambaState,
+    moe: Option<MoeBuffers>,
+    rows: GpuRows,
+    ws: Workspace,
+    lens: Vec<usize>,
+    max_rows: usize,
+    capacity: usize,
+    weight_bytes: usize,
+    graphs: HashMap<usize, CudaGraph>,
+}
+
+impl GpuNemotronH {
+    /// Uploads the plan's weights in their stored layouts, allocates KV and Mamba state for
+    /// `slots` streams of `capacity` positions, and workspaces for rounds of up to `max_rows`.
+    /// Refuses by name what has no CUDA path (a weight format, an attention shape).
+    pub fn new(
+        gpu: Gpu,
+        ck: &Checkpoint,
+        plan: &NemotronHPlan,
+        slots: usize,
+        capacity: usize,
+        max_rows: usize,
+    ) -> Result<GpuNemotronH> {
+        let cfg = &plan.config;
+        let hidden = cfg.hidden_size as usize;
+        let eps = cfg.layer_norm_epsilon as f32;
+        let (mut n_mamba, mut kv_shapes, mut mamba_shapes) = (0, Vec::new(), Vec::new());
+        let mut layers = Vec::with_capacity(plan.layers.len());
+        for (lp, block) in plan.layers.iter().zip(&cfg.layers) {
+            layers.push(build_layer(
+                &gpu,
+                ck,
+                lp,
+                block,
+                hidden,
+                n_mamba,
+                kv_shapes.len(),
+            )?);
+            match block {
+                NemotronBlock::Mamba(s) => {
+                    n_mamba += 1;
+                    mamba_shapes.push(mamba_shape(s));
+                }
+                NemotronBlock::Attention(a) => {
+                    kv_shapes.push((a.num_kv_heads as usize, a.head_dim as usize))
+                }
+                _ => {}
+            }
+        }
+        let embed = load::matrix(&gpu, ck, &plan.embeddings)?;
+        let head = plan
+            .lm_head
+            .as_ref()
+            .map(|e| load::matrix(&gpu, ck, e))
+            .transpose()?;
+        let vocab = head.as_ref().unwrap_or(&embed).rows();
+        let limit = gpu.info().smem_per_block;
+        for &(_, hd) in &kv_shapes {
+            let att = ops::attend_smem_bytes(capacity, hd);
+            if att > limit || hd > 128 {
+                return Err(CudaError::Shape {
+                    op: "nemotron_h",
+                    detail: format!("attention over {capacity} positions of head_dim {hd} needs {att} bytes of shared memory per block (limit {limit}, head_dim <= 128)"),
+                });
+            }
+        }
+        let mut kvs = Vec::with_capacity(kv_shapes.len());
+        for &(h, d) in &kv_shapes {
+            kvs.push(GpuKv::new(&gpu, slots, 1, capacity, h, d)?);
+        }
+        let check_kv = if kvs.is_empty() {
+            Some(GpuKv::new(&gpu, slots, 1, capacity, 1, 1)?)
+        } else {
+            None
+        };
+        let n = max_rows.max(1);
+        let w = Widths::of(&cfg.layers, hidden);
+        let moe = if w.experts > 0 {
+            Some(MoeBuffers::new(
+                &gpu,
+                MoeLimits {
+                    max_rows: n,
+                    max_top_k: w.top_k,
+                    max_experts: w.experts,
+                    max_dim: w.expert_dim,
+                    max_inter: w.expert_inter,
+                },
+            )?)
+        } else {
+            None
+        };
+        let ws = Workspace {
+            tokens: gpu.zeros(n)?,
+            x: gpu.zeros(n * hidden)?,
+            h: gpu.zeros(n * hidden)?,
+            o: gpu.zeros(n * hidden)?,
+            proj: gpu.zeros(n * w.proj)?,
+            xbc: gpu.zeros(n * w.conv)?,
+            y: gpu.zeros(n * w.inner)?,
+            yn: gpu.zeros(n * w.inner)?,
+            q: gpu.zeros(n * w.q)?,
+            k: gpu.zeros(n * w.kv)?,
+            v: gpu.zeros(n * w.kv)?,
+            attn: gpu.zeros(n * w.q)?,
+            up: gpu.zeros(n * w.mlp)?,
+            act: gpu.zeros(n * w.mlp)?,
+            gates: gpu.zeros(n * w.experts)?,
+            latent: gpu.zeros(n * w.expert_dim)?,
+            combined: gpu.zeros(n * w.expert_dim)?,
+            shared: gpu.zeros(n * hidden)?,
+            logits: gpu.zeros(n * vocab)?,
+        };
+        let weight_bytes = layers.iter().map(Layer::weight_bytes).sum::<usize>()
+            + embed.storage_bytes()
+            + head.as_ref().map_or(0, GpuMatrix::storage_bytes);
+        Ok(GpuNemotronH {
+            mamba: GpuMambaState::new(&gpu, slots, &mamba_shapes)?,
+            rows: GpuRows::new(&gpu, n)?,
+            final_norm: load::vector(&gpu, ck, &plan.norm_f)?,
+            lens: vec![0; slots],
+            gpu,
+            layers,
+            embed,
+            head,
+            eps,
+            hidden,
+            vocab,
+            kvs,
+            check_kv,
+            moe,
+            ws,
+            max_rows: n,
+            capacity,
+            weight_bytes,
+            graphs: HashMap::new(),
+        })
+    }
+
+    /// The device.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Rows of the logits.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    /// Positions per slot.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes of weights on the device (every matrix once; the tied head once).
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Device bytes of one slot's recurrent (Mamba) state, a fixed cost per stream.
+    pub fn mamba_state_bytes_per_slot(&self) -> usize {
+        self.mamba.bytes_per_slot()
+    }
+
+    /// Slot `slot`'s current length (its next row's position).
+    pub fn slot_len(&self, slot: usize) -> Option<usize> {
+        self.lens.get(slot).copied()
+    }
+
+    /// Forgets slot `slot`'s tokens: its next row is at position 0, which starts the Mamba
+    /// state from zero; the KV is overwritten.
+    pub fn reset_slot(&mut self, slot: usize) {
+        if let Some(l) = self.lens.get_mut(slot) {
+            *l = 0;
+        }
+    }
+
+    /// Runs one round with eager launches; `logits` gets `vocab` floats for every row with
+    /// `logits == true`, in row order.
+    pub fn forward(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
+        self.round(rows, logits, false)
+    }
+
+    /// [`forward`](Self::forward) through a CUDA graph captured (on first use) for this row
+    /// count and replayed.
+    pub fn forward_graphed(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
+        self.round(rows, logits, true)
+    }
+
+    fn round(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>, graphed: bool) -> Result<()> {
+        let n = rows.len();
+        self.upload_round(rows)?;
+        if graphed {
+            if !self.graphs.contains_key(&n) {
+                let stream = self.gpu.stream().clone();
+                stream
+                    .begin_capture(
+                        cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                    )
+                    .map_err(drv("beginning graph capture"))?;
+                let launched = self.launch_all(n);
+                let graph = stream
+                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+                    .map_err(drv("ending graph capture"))?;
+                launched?;
+                let graph = graph.ok_or_else(|| CudaError::Shape {
+                    op: "graph capture",
+                    detail: "captured an empty graph".into(),
+                })?;
+                self.graphs.insert(n, graph);
+            }
+            self.graphs[&n]
+                .launch()
+                .map_err(drv("launching the decode graph"))?;
+        } else {
+            self.launch_all(n)?;
+        }
+        for r in rows {
+            self.lens[r.slot] = r.pos + 1;
+        }
+        let vocab = self.vocab;
+        let all = self.gpu.download(&self.ws.logits, n * vocab)?;
+        logits.clear();
+        for (i, r) in rows.iter().enumerate() {
+            if r.logits {
+                logits.extend_from_slice(&all[i * vocab..(i + 1) * vocab]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the rows (each continues its slot, in order; tokens in the vocabulary) and
+    /// uploads tokens, slots and positions.
+    fn upload_round(&mut self, rows: &[GpuRow]) -> Result<()> {
+        const OP: &str = "nemotron_h round";
+        if rows.is_empty() || rows.len() > self.max_rows {
+            return Err(CudaError::Shape {
+                op: OP,
+                detail: format!("{} rows (1..={} allowed)", rows.len(), self.max_rows),
+            });
+        }
+        let mut next = self.lens.clone();
+        for r in rows {
+            let len = next.get_mut(r.slot).ok_or(CudaError::Param {
+                op: OP,
+                what: "slot",
+                value: r.slot as f64,
+                why: "no such slot",
+            })?;
+            if r.pos != *len {
+                return Err(CudaError::Param {
+                    op: OP,
+                    what: "position",
+                    value: r.pos as f64,
+                    why: "must continue its slot",
+                });
+            }
+            if r.token as usize >= self.embed.rows() {
+                return Err(CudaError::Param {
+                    op: OP,
+                    what: "token",
+                    value: r.token as f64,
+                    why: "beyond the vocabulary",
+                });
+            }
+            *len += 1;
+        }
+        let slots: Vec<usize> = rows.iter().map(|r| r.slot).collect();
+        let pos: Vec<usize> = rows.iter().map(|r| r.pos).collect();
+        let kv = self
+            .kvs
+            .first()
+            .or(self.check_kv.as_ref())
+            .ok_or_else(|| CudaError::Shape {
+                op: OP,
+                detail: "no pool to check rows against".into(),
+            })?;
+        self.rows.set(&self.gpu, kv, &slots, &pos)?;
+        let tokens: Vec<i32> = rows.iter().map(|r| r.token as i32).collect();
+        self.gpu.write(&tokens, &mut self.ws.tokens)
+    }
+
+    /// The round's launches for `n` rows; reads only device buffers (capturable).
+    fn launch_all(&mut self, n: usize) -> Result<()> {
+        let g = &self.gpu;
+        let ws = &mut self.ws;
+        let hidden = self.hidden;
+        ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
+        for l in &self.layers {
+            ops::rms_norm(g, &ws.x, &l.norm, self.eps, n, &mut ws.h)?;
+            match &l.mixer {
+                Mixer::Mamba(m) => {
+                    mixers::mamba(g, m, &mut self.mamba, &self.rows, self.eps, n, ws)?
+                }
+                Mixer::Attention(a) => {
+                    let kv = self
+                        .kvs
+                        .get_mut(a.kv_index)
+                        .ok_or_else(|| CudaError::Shape {
+                            op: "nemotron_h",
+                            detail: format!("no KV pool {}", a.kv_index),
+                        })?;
+                    mixers::attention(g, a, kv, &self.rows, n, ws)?
+                }
+                Mixer::Mlp(m) => mixers::mlp(g, m, n, ws)?,
+                Mixer::Moe(m) => {
+                    let buf = self.moe.as_mut().ok_or_else(|| CudaError::Shape {
+                        op: "nemotron_h",
+                        detail: "no MoE buffers".into(),
+                    })?;
+                    mixers::moe(g, m, buf, n, hidden, ws)?
+                }
+            }
+            ops::add_inplace(g, &mut ws.x, &ws.o, n * hidden)?;
+        }
+        ops::rms_norm(g, &ws.x, &self.final_norm, self.eps, n, &mut ws.h)?;
+        let head = self.head.as_ref().unwrap_or(&self.embed);
+        ops::matmul(g, head, &ws.h, n, &mut ws.logits)
+    }
+}

@@ -1,0 +1,147 @@
+//! The four Nemotron-H mixers' launches for a round of `n` rows: each reads the normed input
+//! `ws.h` (`[n, hidden]`) and writes its output to `ws.o` (`[n, hidden]`), which the caller adds
+//! to the residual — the CPU's `tf_models::nemotron_h::mixers` operation for operation.
+
+use super::layers::{AttnLayer, MambaLayer, MlpLayer, MoeLayer};
+use super::Workspace;
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::kv::GpuKv;
+use crate::mamba::{self, GpuMambaState};
+use crate::moe::{self, MoeBuffers};
+use crate::ops::{self, GpuRows};
+use crate::weights::GpuMatrix;
+use cudarc::driver::CudaSlice;
+
+/// `y = W x (+ bias)` for `n` rows (the CPU's `linear`: matmul, then the bias added).
+fn linear(
+    g: &Gpu,
+    w: &GpuMatrix,
+    bias: Option<&CudaSlice<f32>>,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    ops::matmul(g, w, x, n, y)?;
+    match bias {
+        Some(b) => mamba::add_bias(g, y, b, n),
+        None => Ok(()),
+    }
+}
+
+/// Mamba2: in_proj → conv step → SSM step (rows in round order, each on its slot's state) →
+/// gated group norm (z read in place from the projection) → out_proj.
+pub(super) fn mamba(
+    g: &Gpu,
+    m: &MambaLayer,
+    state: &mut GpuMambaState,
+    rows: &GpuRows,
+    eps: f32,
+    n: usize,
+    ws: &mut Workspace,
+) -> Result<()> {
+    let sh = m.mixer.shape();
+    let (width, inner, cd) = (sh.proj_width(), sh.inner(), sh.conv_dim());
+    if m.in_proj.rows() != width {
+        return Err(CudaError::Shape {
+            op: "nemotron_h mamba",
+            detail: format!(
+                "in_proj has {} rows, [z | xBC | dt] is {width}",
+                m.in_proj.rows()
+            ),
+        });
+    }
+    linear(g, &m.in_proj, m.in_bias.as_ref(), &ws.h, n, &mut ws.proj)?;
+    let (mx, si) = (&m.mixer, m.state_index);
+    mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
+    mamba::ssm_step(
+        g,
+        mx,
+        &ws.xbc,
+        &ws.proj,
+        width,
+        inner + cd,
+        state,
+        si,
+        rows,
+        &mut ws.y,
+    )?;
+    mamba::gated_norm(
+        g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
+    )?;
+    linear(g, &m.out_proj, m.out_bias.as_ref(), &ws.yn, n, &mut ws.o)
+}
+
+/// Attention without RoPE: q/k/v → append k, v at each row's slot and position → attend over
+/// the slot's keys `0..=pos` → o.
+pub(super) fn attention(
+    g: &Gpu,
+    a: &AttnLayer,
+    kv: &mut GpuKv,
+    rows: &GpuRows,
+    n: usize,
+    ws: &mut Workspace,
+) -> Result<()> {
+    let b = a.biases.as_ref();
+    linear(g, &a.q, b.map(|b| &b[0]), &ws.h, n, &mut ws.q)?;
+    linear(g, &a.k, b.map(|b| &b[1]), &ws.h, n, &mut ws.k)?;
+    linear(g, &a.v, b.map(|b| &b[2]), &ws.h, n, &mut ws.v)?;
+    ops::kv_append(g, &ws.k, &ws.v, kv, rows, 0)?;
+    ops::attend(g, &ws.q, kv, rows, 0, &a.shape, &mut ws.attn)?;
+    linear(g, &a.o, b.map(|b| &b[3]), &ws.attn, n, &mut ws.o)
+}
+
+/// relu² MLP over `n` rows of `x`: `down(relu2(up(x)))` into `out`.
+fn mlp_rows(
+    g: &Gpu,
+    m: &MlpLayer,
+    x: &CudaSlice<f32>,
+    n: usize,
+    up: &mut CudaSlice<f32>,
+    act: &mut CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let b = m.biases.as_ref();
+    linear(g, &m.up, b.map(|b| &b[0]), x, n, up)?;
+    mamba::relu2(g, up, act, n * m.up.rows())?;
+    linear(g, &m.down, b.map(|b| &b[1]), act, n, out)
+}
+
+/// The dense relu² MLP block.
+pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result<()> {
+    mlp_rows(g, m, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.o)
+}
+
+/// MoE in mlx-lm's order: router → routing per row → fc1_latent_proj → routed experts →
+/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input).
+pub(super) fn moe(
+    g: &Gpu,
+    m: &MoeLayer,
+    buf: &mut MoeBuffers,
+    n: usize,
+    hidden: usize,
+    ws: &mut Workspace,
+) -> Result<()> {
+    ops::matmul(g, &m.gate, &ws.h, n, &mut ws.gates)?;
+    moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
+    let xe = match &m.latent {
+        Some((fc1, _)) => {
+            ops::matmul(g, fc1, &ws.h, n, &mut ws.latent)?;
+            &ws.latent
+        }
+        None => &ws.h,
+    };
+    moe::experts(g, &m.experts, xe, buf)?;
+    match &m.latent {
+        Some((_, fc2)) => {
+            moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;
+            ops::matmul(g, fc2, &ws.combined, n, &mut ws.o)?;
+        }
+        None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
+    }
+    if let Some(sh) = &m.shared {
+        mlp_rows(g, sh, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.shared)?;
+        ops::add_inplace(g, &mut ws.o, &ws.shared, n * hidden)?;
+    }
+    Ok(())
+}
