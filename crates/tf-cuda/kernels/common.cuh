@@ -19,6 +19,21 @@ typedef unsigned long long u64;
 #define FMT_Q4_0 3
 #define FMT_Q4_1 4
 #define FMT_Q8_0 5
+// K-quants and MLX affine (src/quant.rs). MLX is stored re-laid: per 32-element unit, the
+// unit's 4 * bits bytes of the row's packed bit stream, then its group's scale and bias widened
+// to f32 (exact), so one decoder per width serves every group size and scale dtype.
+#define FMT_Q4_K 6
+#define FMT_Q6_K 7
+#define FMT_MLX2 8
+#define FMT_MLX3 9
+#define FMT_MLX4 10
+#define FMT_MLX5 11
+#define FMT_MLX6 12
+#define FMT_MLX8 13
+// Planted controls (never chosen by GpuFormat): a base format decoded wrongly on purpose.
+#define FMT_PLANT_Q4_K 64  // Q4_K with the (scale, min) pair of the neighbouring sub-block
+#define FMT_PLANT_Q6_K 65  // Q6_K with every 16-group of a quadrant taking the first one's scale
+#define FMT_PLANT_MLX4 66  // MLX 4-bit with the two nibbles of each byte swapped
 
 __device__ __forceinline__ float tf_bits(u32 b) { return __int_as_float((int)b); }
 
@@ -81,6 +96,75 @@ __device__ __forceinline__ float tf_fold16_max(float v) {
     return v;
 }
 
+// Bits per weight of an MLX format id (0 for other formats).
+__host__ __device__ constexpr int tf_mlx_bits(int fmt) {
+    return fmt == FMT_PLANT_MLX4                     ? 4
+           : fmt == FMT_MLX8                         ? 8
+           : (fmt >= FMT_MLX2 && fmt <= FMT_MLX6) ? fmt - FMT_MLX2 + 2
+                                                     : 0;
+}
+
+// Q4_K (tf_kernels matmul::decode::decode_q4_k): 256-element super-blocks of 144 bytes (f16 d,
+// f16 dmin, 12 bytes of packed 6-bit (scale, min) pairs, 128 bytes of nibbles). Element e is
+// nibble (e >> 5) & 1 of byte 32 * (e >> 6) + (e & 31); its sub-block j = e >> 5 has
+// d1 = d * sc, m1 = dmin * m (both exact), and w = fmaf(d1, q, -m1).
+template <bool PLANT>
+__device__ __forceinline__ float tf_decode_q4_k(const u8* row, int k) {
+    const u8* b = row + (size_t)(k >> 8) * 144;
+    const int e = k & 255;
+    int j = e >> 5;
+    const u8 byte = b[16 + 32 * (j >> 1) + (e & 31)];
+    const int q = (j & 1) ? (byte >> 4) : (byte & 15);
+    if (PLANT) j ^= 1;
+    const u8* s = b + 4;
+    int sc, m;
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    const float d1 = tf_f16(tf_ld16(b)) * (float)sc;
+    const float m1 = tf_f16(tf_ld16(b + 2)) * (float)m;
+    return fmaf(d1, (float)q, -m1);
+}
+
+// Q6_K (tf_kernels matmul::decode::decode_q6_k): 256-element super-blocks of 210 bytes (128
+// bytes of low nibbles, 64 of 2-bit highs, 16 signed 8-bit scales, f16 d). Element e lies in
+// half h = e >> 7, quadrant qd = (e >> 5) & 3, lane l = e & 31; ds = d * sc (exact), w = ds * q.
+template <bool PLANT>
+__device__ __forceinline__ float tf_decode_q6_k(const u8* row, int k) {
+    const u8* b = row + (size_t)(k >> 8) * 210;
+    const int e = k & 255;
+    const int h = e >> 7, qd = (e >> 5) & 3, l = e & 31;
+    const u8 lo = b[64 * h + 32 * (qd & 1) + l];
+    const u8 hi = b[128 + 32 * h + l];
+    const int q = (((lo >> (4 * (qd >> 1))) & 15) | (((hi >> (2 * qd)) & 3) << 4)) - 32;
+    const int is = PLANT ? 0 : (l >> 4);
+    const float ds = tf_f16(tf_ld16(b + 208)) * (float)(signed char)b[192 + 8 * h + is + 2 * qd];
+    return ds * (float)q;
+}
+
+// MLX affine (tf_kernels matmul::decode::decode_mlx_row) in the re-laid units of src/quant.rs:
+// unit u = k >> 5 is 4 * B bytes of packed bits (element k at bits [k * B, k * B + B) of the
+// row's little-endian stream), then the f32 scale, then the f32 bias; w = (s * q) + b, two
+// roundings (no fma: --fmad=false). A last element's second byte, when read, is the scale's
+// first byte, and the mask drops it.
+template <int B, bool PLANT>
+__device__ __forceinline__ float tf_decode_mlx(const u8* row, int k) {
+    const u8* p = row + (size_t)(k >> 5) * (4 * B + 8);
+    const int bit = (k & 31) * B;
+    u32 v = p[bit >> 3];
+    if (8 % B != 0) v |= (u32)p[(bit >> 3) + 1] << 8;
+    int sh = bit & 7;
+    if (PLANT) sh ^= 4;
+    const u32 q = (v >> sh) & ((1u << B) - 1u);
+    const float s = *(const float*)(p + 4 * B);
+    const float bias = *(const float*)(p + 4 * B + 4);
+    return s * (float)q + bias;
+}
+
 // Bytes of one stored weight row of `cols` elements.
 __device__ __forceinline__ size_t tf_row_bytes(int fmt, int cols) {
     switch (fmt) {
@@ -89,6 +173,17 @@ __device__ __forceinline__ size_t tf_row_bytes(int fmt, int cols) {
         case FMT_BF16: return (size_t)cols * 2;
         case FMT_Q4_0: return (size_t)(cols / 32) * 18;
         case FMT_Q4_1: return (size_t)(cols / 32) * 20;
+        case FMT_Q4_K:
+        case FMT_PLANT_Q4_K: return (size_t)(cols / 256) * 144;
+        case FMT_Q6_K:
+        case FMT_PLANT_Q6_K: return (size_t)(cols / 256) * 210;
+        case FMT_MLX2:
+        case FMT_MLX3:
+        case FMT_MLX4:
+        case FMT_MLX5:
+        case FMT_MLX6:
+        case FMT_MLX8:
+        case FMT_PLANT_MLX4: return (size_t)(cols / 32) * (4 * tf_mlx_bits(fmt) + 8);
         default: return (size_t)(cols / 32) * 34;  // FMT_Q8_0
     }
 }
@@ -112,6 +207,12 @@ __device__ __forceinline__ float tf_decode(const u8* row, int k) {
         const int v = e < 16 ? (q & 15) : (q >> 4);
         return fmaf(tf_f16(tf_ld16(b)), (float)v, tf_f16(tf_ld16(b + 2)));
     }
+    if (FMT == FMT_Q4_K) return tf_decode_q4_k<false>(row, k);
+    if (FMT == FMT_PLANT_Q4_K) return tf_decode_q4_k<true>(row, k);
+    if (FMT == FMT_Q6_K) return tf_decode_q6_k<false>(row, k);
+    if (FMT == FMT_PLANT_Q6_K) return tf_decode_q6_k<true>(row, k);
+    if (FMT == FMT_PLANT_MLX4) return tf_decode_mlx<4, true>(row, k);
+    if constexpr (tf_mlx_bits(FMT) != 0) return tf_decode_mlx<tf_mlx_bits(FMT), false>(row, k);
     // FMT_Q8_0
     const u8* b = row + (size_t)(k >> 5) * 34;
     return tf_f16(tf_ld16(b)) * (float)(signed char)b[2 + e];

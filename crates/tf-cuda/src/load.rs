@@ -45,10 +45,28 @@ fn packed<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a>> {
     {
         TensorData::Dense { dtype, bytes } => PackedMatrix::dense(dtype, rows, cols, bytes),
         TensorData::Gguf { ty, bytes } => PackedMatrix::gguf(ty, rows, cols, bytes),
-        TensorData::MlxAffine { bits, .. } => {
-            return Err(CudaError::UnsupportedFormat {
-                format: format!("{}: MLX affine {bits}-bit (no CUDA kernel yet)", e.name),
-            })
+        TensorData::MlxAffine {
+            weight,
+            scales,
+            biases,
+            bits,
+            group_size,
+            scales_dtype,
+        } => {
+            let scale_ty = FloatType::from_dtype(scales_dtype)
+                .ok_or_else(|| bad(e, format!("MLX scales stored as {scales_dtype}")))?;
+            PackedMatrix::new(
+                rows,
+                cols,
+                tf_kernels::matmul::WeightData::MlxAffine {
+                    bits,
+                    group_size: group_size as usize,
+                    scale_ty,
+                    words: weight,
+                    scales,
+                    biases,
+                },
+            )
         }
     }
     .map_err(|err| bad(e, err.to_string()))

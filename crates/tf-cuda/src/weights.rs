@@ -1,8 +1,11 @@
-//! Weight matrices on the device, uploaded in their packed (quantized) layouts unchanged.
+//! Weight matrices on the device, uploaded in their packed (quantized) layouts unchanged, except
+//! MLX affine, whose three arrays are re-laid into one buffer of rows without changing a value
+//! (see [`crate::quant`]).
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use cudarc::driver::CudaSlice;
+use std::borrow::Cow;
 use tf_formats::gguf::GgmlType;
 use tf_kernels::matmul::{FloatType, PackedMatrix, WeightData};
 
@@ -21,9 +24,69 @@ pub enum GpuFormat {
     Q4_1 = 4,
     /// GGUF Q8_0 blocks (34 bytes per 32 weights).
     Q8_0 = 5,
+    /// GGUF Q4_K super-blocks (144 bytes per 256 weights).
+    Q4K = 6,
+    /// GGUF Q6_K super-blocks (210 bytes per 256 weights).
+    Q6K = 7,
+    /// MLX affine 2-bit, re-laid (see [`crate::quant`]): 16 bytes per 32 weights.
+    Mlx2 = 8,
+    /// MLX affine 3-bit, re-laid: 20 bytes per 32 weights.
+    Mlx3 = 9,
+    /// MLX affine 4-bit, re-laid: 24 bytes per 32 weights.
+    Mlx4 = 10,
+    /// MLX affine 5-bit, re-laid: 28 bytes per 32 weights.
+    Mlx5 = 11,
+    /// MLX affine 6-bit, re-laid: 32 bytes per 32 weights.
+    Mlx6 = 12,
+    /// MLX affine 8-bit, re-laid: 40 bytes per 32 weights.
+    Mlx8 = 13,
 }
 
 impl GpuFormat {
+    /// Every format, in `FMT_*` order.
+    pub const ALL: [GpuFormat; 14] = [
+        GpuFormat::F32,
+        GpuFormat::F16,
+        GpuFormat::Bf16,
+        GpuFormat::Q4_0,
+        GpuFormat::Q4_1,
+        GpuFormat::Q8_0,
+        GpuFormat::Q4K,
+        GpuFormat::Q6K,
+        GpuFormat::Mlx2,
+        GpuFormat::Mlx3,
+        GpuFormat::Mlx4,
+        GpuFormat::Mlx5,
+        GpuFormat::Mlx6,
+        GpuFormat::Mlx8,
+    ];
+
+    /// The MLX affine format of `bits` per weight, if it has kernels.
+    pub fn mlx(bits: u8) -> Option<GpuFormat> {
+        Some(match bits {
+            2 => GpuFormat::Mlx2,
+            3 => GpuFormat::Mlx3,
+            4 => GpuFormat::Mlx4,
+            5 => GpuFormat::Mlx5,
+            6 => GpuFormat::Mlx6,
+            8 => GpuFormat::Mlx8,
+            _ => return None,
+        })
+    }
+
+    /// Bits per weight of an MLX format (`None` for the others).
+    pub fn mlx_bits(self) -> Option<u8> {
+        Some(match self {
+            GpuFormat::Mlx2 => 2,
+            GpuFormat::Mlx3 => 3,
+            GpuFormat::Mlx4 => 4,
+            GpuFormat::Mlx5 => 5,
+            GpuFormat::Mlx6 => 6,
+            GpuFormat::Mlx8 => 8,
+            _ => return None,
+        })
+    }
+
     /// The format of a packed CPU matrix, or `UnsupportedFormat`.
     pub fn of(m: &PackedMatrix) -> Result<GpuFormat> {
         match *m.data() {
@@ -36,13 +99,20 @@ impl GpuFormat {
                 GgmlType::Q4_0 => Ok(GpuFormat::Q4_0),
                 GgmlType::Q4_1 => Ok(GpuFormat::Q4_1),
                 GgmlType::Q8_0 => Ok(GpuFormat::Q8_0),
+                GgmlType::Q4K => Ok(GpuFormat::Q4K),
+                GgmlType::Q6K => Ok(GpuFormat::Q6K),
                 other => Err(CudaError::UnsupportedFormat {
                     format: format!("GGUF {other:?}"),
                 }),
             },
-            WeightData::MlxAffine { bits, .. } => Err(CudaError::UnsupportedFormat {
-                format: format!("MLX affine {bits}-bit"),
-            }),
+            WeightData::MlxAffine {
+                bits, group_size, ..
+            } => match GpuFormat::mlx(bits) {
+                Some(f) if group_size > 0 && group_size.is_multiple_of(32) => Ok(f),
+                _ => Err(CudaError::UnsupportedFormat {
+                    format: format!("MLX affine {bits}-bit with group size {group_size} (the GPU takes 2, 3, 4, 5, 6 or 8 bits and a group size that is a multiple of 32)"),
+                }),
+            },
         }
     }
 
@@ -55,6 +125,14 @@ impl GpuFormat {
             GpuFormat::Q4_0 => "tf_matmul_q4_0",
             GpuFormat::Q4_1 => "tf_matmul_q4_1",
             GpuFormat::Q8_0 => "tf_matmul_q8_0",
+            GpuFormat::Q4K => "tf_matmul_q4_k",
+            GpuFormat::Q6K => "tf_matmul_q6_k",
+            GpuFormat::Mlx2 => "tf_matmul_mlx2",
+            GpuFormat::Mlx3 => "tf_matmul_mlx3",
+            GpuFormat::Mlx4 => "tf_matmul_mlx4",
+            GpuFormat::Mlx5 => "tf_matmul_mlx5",
+            GpuFormat::Mlx6 => "tf_matmul_mlx6",
+            GpuFormat::Mlx8 => "tf_matmul_mlx8",
         }
     }
 
@@ -67,6 +145,14 @@ impl GpuFormat {
             GpuFormat::Q4_0 => "q4_0",
             GpuFormat::Q4_1 => "q4_1",
             GpuFormat::Q8_0 => "q8_0",
+            GpuFormat::Q4K => "q4_k",
+            GpuFormat::Q6K => "q6_k",
+            GpuFormat::Mlx2 => "mlx2",
+            GpuFormat::Mlx3 => "mlx3",
+            GpuFormat::Mlx4 => "mlx4",
+            GpuFormat::Mlx5 => "mlx5",
+            GpuFormat::Mlx6 => "mlx6",
+            GpuFormat::Mlx8 => "mlx8",
         }
     }
 
@@ -78,6 +164,16 @@ impl GpuFormat {
             GpuFormat::Q4_0 => cols / 32 * 18,
             GpuFormat::Q4_1 => cols / 32 * 20,
             GpuFormat::Q8_0 => cols / 32 * 34,
+            GpuFormat::Q4K => cols / 256 * 144,
+            GpuFormat::Q6K => cols / 256 * 210,
+            GpuFormat::Mlx2
+            | GpuFormat::Mlx3
+            | GpuFormat::Mlx4
+            | GpuFormat::Mlx5
+            | GpuFormat::Mlx6
+            | GpuFormat::Mlx8 => {
+                cols / 32 * crate::quant::mlx_unit_bytes(self.mlx_bits().unwrap_or(0))
+            }
         }
     }
 
@@ -90,11 +186,30 @@ impl GpuFormat {
             GpuFormat::Q4_0 => "tf_embed_q4_0",
             GpuFormat::Q4_1 => "tf_embed_q4_1",
             GpuFormat::Q8_0 => "tf_embed_q8_0",
+            GpuFormat::Q4K => "tf_embed_q4_k",
+            GpuFormat::Q6K => "tf_embed_q6_k",
+            GpuFormat::Mlx2 => "tf_embed_mlx2",
+            GpuFormat::Mlx3 => "tf_embed_mlx3",
+            GpuFormat::Mlx4 => "tf_embed_mlx4",
+            GpuFormat::Mlx5 => "tf_embed_mlx5",
+            GpuFormat::Mlx6 => "tf_embed_mlx6",
+            GpuFormat::Mlx8 => "tf_embed_mlx8",
         }
     }
 }
 
-/// A `[rows, cols]` weight matrix in device memory, in the checkpoint's own bytes.
+/// The bytes a packed matrix has on the device: its own bytes, or for MLX affine the re-laid
+/// rows of [`crate::quant::mlx_device_bytes`].
+pub fn device_bytes<'a>(m: &PackedMatrix<'a>) -> Result<Cow<'a, [u8]>> {
+    match *m.data() {
+        WeightData::Dense { bytes, .. } | WeightData::Gguf { bytes, .. } => {
+            Ok(Cow::Borrowed(bytes))
+        }
+        WeightData::MlxAffine { .. } => Ok(Cow::Owned(crate::quant::mlx_device_bytes(m)?)),
+    }
+}
+
+/// A `[rows, cols]` weight matrix in device memory, in the checkpoint's own bytes (MLX re-laid).
 pub struct GpuMatrix {
     rows: usize,
     cols: usize,
@@ -106,23 +221,39 @@ impl GpuMatrix {
     /// Uploads a packed CPU matrix unchanged (no dequantization).
     pub fn upload(gpu: &Gpu, m: &PackedMatrix) -> Result<GpuMatrix> {
         let format = GpuFormat::of(m)?;
-        let host: &[u8] = match *m.data() {
-            WeightData::Dense { bytes, .. } | WeightData::Gguf { bytes, .. } => bytes,
-            WeightData::MlxAffine { bits, .. } => {
-                return Err(CudaError::UnsupportedFormat {
-                    format: format!("MLX affine {bits}-bit"),
-                })
-            }
-        };
-        if m.rows() > i32::MAX as usize || m.cols() > i32::MAX as usize {
+        let host = device_bytes(m)?;
+        Self::from_device_layout(gpu, format, m.rows(), m.cols(), &host)
+    }
+
+    /// Uploads bytes already in the device layout of `format` (`rows` rows of
+    /// `format.row_bytes(cols)` bytes). For the suite's planted controls and tests; loaders use
+    /// [`GpuMatrix::upload`].
+    pub fn from_device_layout(
+        gpu: &Gpu,
+        format: GpuFormat,
+        rows: usize,
+        cols: usize,
+        host: &[u8],
+    ) -> Result<GpuMatrix> {
+        if rows > i32::MAX as usize || cols > i32::MAX as usize {
             return Err(CudaError::Shape {
                 op: "weight upload",
-                detail: format!("shape [{}, {}] exceeds i32 indexing", m.rows(), m.cols()),
+                detail: format!("shape [{rows}, {cols}] exceeds i32 indexing"),
+            });
+        }
+        if host.len() != rows * format.row_bytes(cols) {
+            return Err(CudaError::Shape {
+                op: "weight upload",
+                detail: format!(
+                    "{} bytes for [{rows}, {cols}] {format:?} (rows of {} bytes)",
+                    host.len(),
+                    format.row_bytes(cols)
+                ),
             });
         }
         Ok(GpuMatrix {
-            rows: m.rows(),
-            cols: m.cols(),
+            rows,
+            cols,
             format,
             bytes: gpu.upload(host)?,
         })
@@ -152,16 +283,7 @@ impl GpuMatrix {
                     ),
                 });
             }
-            match *m.data() {
-                WeightData::Dense { bytes, .. } | WeightData::Gguf { bytes, .. } => {
-                    host.extend_from_slice(bytes)
-                }
-                WeightData::MlxAffine { bits, .. } => {
-                    return Err(CudaError::UnsupportedFormat {
-                        format: format!("MLX affine {bits}-bit"),
-                    })
-                }
-            }
+            host.extend_from_slice(&device_bytes(m)?);
             rows += m.rows();
         }
         if rows > i32::MAX as usize || cols > i32::MAX as usize {
@@ -201,5 +323,97 @@ impl GpuMatrix {
     /// The device bytes.
     pub fn bytes(&self) -> &CudaSlice<u8> {
         &self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{all_kernel_names, fused_kernel_name};
+
+    #[test]
+    fn every_format_has_its_kernels_and_a_distinct_id() {
+        let names = all_kernel_names();
+        for (i, f) in GpuFormat::ALL.iter().enumerate() {
+            assert_eq!(*f as usize, i, "{f:?} out of FMT_* order");
+            assert!(names.iter().any(|n| n == f.matmul_kernel()), "{f:?} matmul");
+            assert!(names.iter().any(|n| n == f.embed_kernel()), "{f:?} embed");
+            for x in ["none", "norm", "silu"] {
+                for e in ["store", "add"] {
+                    let k = fused_kernel_name(f.kernel_tag(), x, e);
+                    assert!(names.contains(&k), "{k}");
+                }
+            }
+        }
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate kernel names");
+    }
+
+    #[test]
+    fn k_quant_row_bytes_match_the_gguf_block_sizes() {
+        for (f, ty) in [
+            (GpuFormat::Q4K, GgmlType::Q4K),
+            (GpuFormat::Q6K, GgmlType::Q6K),
+        ] {
+            for cols in [256usize, 1536, 4096] {
+                assert_eq!(f.row_bytes(cols), cols / 256 * ty.type_size(), "{f:?}");
+            }
+        }
+        // The fused kernels copy MMF_ROWS (8) rows with 16-byte loads: 8 rows must be whole
+        // 16-byte vectors, and rows must keep the decoders' 2- and 4-byte reads aligned.
+        for f in GpuFormat::ALL {
+            let cols = 1536;
+            assert_eq!((8 * f.row_bytes(cols)) % 16, 0, "{f:?}");
+        }
+        for bits in crate::quant::MLX_BITS {
+            let f = GpuFormat::mlx(bits).expect("an MLX width with kernels");
+            assert_eq!(f.mlx_bits(), Some(bits));
+            assert_eq!(f.row_bytes(64), 2 * (4 * bits as usize + 8));
+            assert_eq!(f.row_bytes(64) % 4, 0);
+        }
+        assert_eq!(GpuFormat::mlx(7), None);
+        assert_eq!(GpuFormat::Q4K.mlx_bits(), None);
+    }
+
+    #[test]
+    fn formats_of_k_quant_and_mlx_matrices() {
+        let q4k = vec![0u8; 2 * 144];
+        let m = PackedMatrix::gguf(GgmlType::Q4K, 2, 256, &q4k).expect("q4_k");
+        assert_eq!(GpuFormat::of(&m).expect("format"), GpuFormat::Q4K);
+        assert_eq!(device_bytes(&m).expect("bytes").len(), q4k.len());
+        let q6k = vec![0u8; 210];
+        let m = PackedMatrix::gguf(GgmlType::Q6K, 1, 256, &q6k).expect("q6_k");
+        assert_eq!(GpuFormat::of(&m).expect("format"), GpuFormat::Q6K);
+        let (words, sb) = (vec![0u8; 3 * 64 * 3 / 8], vec![0u8; 3 * 4 * 2]);
+        let mlx = |group_size: usize| {
+            PackedMatrix::new(
+                3,
+                64,
+                WeightData::MlxAffine {
+                    bits: 3,
+                    group_size,
+                    scale_ty: FloatType::F16,
+                    words: &words,
+                    scales: &sb[..3 * (64 / group_size) * 2],
+                    biases: &sb[..3 * (64 / group_size) * 2],
+                },
+            )
+            .expect("mlx")
+        };
+        let m = mlx(32);
+        assert_eq!(GpuFormat::of(&m).expect("format"), GpuFormat::Mlx3);
+        assert_eq!(
+            device_bytes(&m).expect("bytes").len(),
+            3 * GpuFormat::Mlx3.row_bytes(64)
+        );
+        // Control: a group size the GPU cannot take is refused by name.
+        match GpuFormat::of(&mlx(16)) {
+            Err(CudaError::UnsupportedFormat { format }) => {
+                assert!(format.contains("group size 16"), "{format}")
+            }
+            other => panic!("group 16 accepted: {other:?}"),
+        }
     }
 }
