@@ -1,0 +1,290 @@
+//! `tf-cuda-nemotron [PATH ...] [--greedy N] [--strict]`: Nemotron-H / Puzzle on the GPU against
+//! the CPU engine (`tf_models::load` + `forward`) on every fixture form under each PATH (a
+//! checkpoint folder, or a folder of them; default `fixtures/nemotron_h`).
+//!
+//! Per checkpoint:
+//! 1. fidelity: the fixture's prompt (`tokens.json` beside the form folder) then N greedy tokens
+//!    chosen by the CPU, one row per step to both engines: max |Δlogit|, top-1 agreement,
+//!    bit-identical positions (all must be identical);
+//! 2. chunked == serial: the whole sequence as one round, and in chunks of 5;
+//! 3. concurrent == solo: three slots fed the sequence at staggered offsets in shared rounds;
+//! 4. graphed == eager: one row per step through the captured graph, and 3-row graphed rounds;
+//! 5. reset: a used slot reset and fed again equals the first run.
+//!
+//! Exit status: 0 when every checkpoint that loaded passed (checkpoints refused by name for an
+//! unsupported weight format are listed, and fail the run only with `--strict`), 1 on any
+//! mismatch, 2 on an error.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tf_cuda::nemotron_h::{GpuNemotronH, GpuRow};
+use tf_cuda::{CudaError, Gpu};
+use tf_families::ModelPlan;
+use tf_formats::checkpoint::Checkpoint;
+use tf_models::{LoadOptions, Row};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Checkpoint folders under `p` (itself, or its children / grandchildren with a config.json).
+fn checkpoints(p: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Res<()> {
+    if p.join("config.json").is_file() {
+        out.push(p.to_path_buf());
+        return Ok(());
+    }
+    if depth == 0 || !p.is_dir() {
+        return Ok(());
+    }
+    let mut kids: Vec<PathBuf> = std::fs::read_dir(p)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|k| k.is_dir())
+        .collect();
+    kids.sort();
+    for k in kids {
+        checkpoints(&k, out, depth - 1)?;
+    }
+    Ok(())
+}
+
+/// The prompt: `tokens.json` (a JSON list of ids) in the checkpoint folder or its parent.
+fn prompt(dir: &Path) -> Res<Vec<u32>> {
+    let f = [dir.join("tokens.json"), dir.join("../tokens.json")]
+        .into_iter()
+        .find(|f| f.is_file())
+        .ok_or_else(|| format!("no tokens.json beside {}", dir.display()))?;
+    let text = std::fs::read_to_string(&f)?;
+    let body = text.trim().trim_start_matches('[').trim_end_matches(']');
+    let ids = body
+        .split(',')
+        .map(|t| t.trim().parse::<u32>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", f.display()))?;
+    Ok(ids)
+}
+
+fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
+    GpuRow {
+        slot,
+        pos,
+        token,
+        logits: true,
+    }
+}
+
+/// Feeds `seq` to `slot` from position 0 in rounds of `chunk` rows; returns each position's
+/// logits.
+fn feed(
+    g: &mut GpuNemotronH,
+    slot: usize,
+    seq: &[u32],
+    chunk: usize,
+    graphed: bool,
+) -> Res<Vec<Vec<f32>>> {
+    let vocab = g.vocab_size();
+    g.reset_slot(slot);
+    let mut out = Vec::with_capacity(seq.len());
+    let mut gl = Vec::new();
+    for (c, part) in seq.chunks(chunk).enumerate() {
+        let rows: Vec<GpuRow> = part
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| row(slot, c * chunk + i, t))
+            .collect();
+        if graphed {
+            g.forward_graphed(&rows, &mut gl)?;
+        } else {
+            g.forward(&rows, &mut gl)?;
+        }
+        out.extend(gl.chunks_exact(vocab).map(|l| l.to_vec()));
+    }
+    Ok(out)
+}
+
+fn same_all(a: &[Vec<f32>], b: &[Vec<f32>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| bits_equal(x, y))
+}
+
+/// Runs every check on one checkpoint; `Ok(None)` when the GPU refused it by name.
+fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<bool>> {
+    let ck = Checkpoint::open(dir)?;
+    let ModelPlan::NemotronH(plan) =
+        tf_families::plan(ck.config(), ck.entries()).map_err(|r| format!("{r:?}"))?
+    else {
+        return Err(format!("{}: not a Nemotron-H checkpoint", dir.display()).into());
+    };
+    let base = prompt(dir)?;
+    let capacity = base.len() + greedy + 8;
+    let mut g = match GpuNemotronH::new(gpu, &ck, &plan, 8, capacity, capacity) {
+        Ok(g) => g,
+        Err(e @ CudaError::UnsupportedFormat { .. }) => {
+            println!("REFUSED by name: {e}");
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    println!(
+        "weights on the GPU: {} bytes; Mamba state {} bytes per slot",
+        g.weight_bytes(),
+        g.mamba_state_bytes_per_slot()
+    );
+    let mut cpu = tf_models::load(dir, &LoadOptions::default())?;
+    let vocab = g.vocab_size();
+    // 1. Fidelity, teacher-forced on the CPU's greedy tokens, one row per step.
+    let mut state = cpu.new_state();
+    let (mut cl, mut gl) = (Vec::new(), Vec::new());
+    let mut seq = base.clone();
+    let (mut max_d, mut top1, mut identical) = (0f64, 0usize, 0usize);
+    let mut serial: Vec<Vec<f32>> = Vec::new();
+    let mut pos = 0;
+    while pos < seq.len() {
+        let tok = seq[pos];
+        let cpu_row = Row {
+            stream: 0,
+            pos,
+            token: tok,
+            logits: true,
+        };
+        cpu.forward(&[cpu_row], &mut [&mut state], &mut cl)?;
+        g.forward(&[row(0, pos, tok)], &mut gl)?;
+        let d = cl
+            .iter()
+            .zip(&gl)
+            .map(|(a, b)| (*a as f64 - *b as f64).abs())
+            .fold(0.0, f64::max);
+        max_d = max_d.max(d);
+        top1 += (argmax(&cl) == argmax(&gl)) as usize;
+        identical += bits_equal(&cl, &gl) as usize;
+        serial.push(gl.clone());
+        if pos + 1 == seq.len() && seq.len() < base.len() + greedy {
+            seq.push(argmax(&cl) as u32);
+        }
+        pos += 1;
+    }
+    let n = seq.len();
+    println!("fidelity vs the CPU engine ({n} positions: {} prompt + {greedy} greedy): max |dlogit| = {max_d:.3e}; top-1 {top1}/{n}; bit-identical {identical}/{n}", base.len());
+    let fidelity = identical == n && top1 == n && gl.len() == vocab;
+    // 2. Chunked == serial.
+    let one_round = same_all(&feed(&mut g, 1, &seq, n, false)?, &serial);
+    let chunks5 = same_all(&feed(&mut g, 2, &seq, 5, false)?, &serial);
+    // 3. Concurrent == solo: slots 3, 4, 5 start at rounds 0, 3, 7 and share every round.
+    let starts = [0usize, 3, 7];
+    let slots = [3usize, 4, 5];
+    for &s in &slots {
+        g.reset_slot(s);
+    }
+    let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 3];
+    let mut r = 0;
+    while got.iter().any(|v| v.len() < n) {
+        let mut rows = Vec::new();
+        let mut who = Vec::new();
+        for k in 0..3 {
+            if r >= starts[k] {
+                // A varying number of rows per slot per round (1 or 2).
+                let take = 1 + (r + k) % 2;
+                for _ in 0..take {
+                    let p = got[k].len() + who.iter().filter(|&&w| w == k).count();
+                    if p < n {
+                        rows.push(row(slots[k], p, seq[p]));
+                        who.push(k);
+                    }
+                }
+            }
+        }
+        if !rows.is_empty() {
+            g.forward(&rows, &mut gl)?;
+            for (j, &k) in who.iter().enumerate() {
+                got[k].push(gl[j * vocab..(j + 1) * vocab].to_vec());
+            }
+        }
+        r += 1;
+    }
+    let concurrent = got.iter().all(|v| same_all(v, &serial));
+    // 4. Graphed == eager: one row per step, then 3-row rounds (slots 6, 7 and slot 1 again).
+    let graphed1 = same_all(&feed(&mut g, 6, &seq, 1, true)?, &serial);
+    for s in [6, 7, 1] {
+        g.reset_slot(s);
+    }
+    let mut graphed3 = true;
+    for (p, &t) in seq.iter().enumerate() {
+        let rows = [row(6, p, t), row(7, p, t), row(1, p, t)];
+        g.forward_graphed(&rows, &mut gl)?;
+        graphed3 &= (0..3).all(|j| bits_equal(&gl[j * vocab..(j + 1) * vocab], &serial[p]));
+    }
+    // 5. Reset: slot 0 (fully used) restarted.
+    let reset = same_all(&feed(&mut g, 0, &seq, 3, false)?, &serial);
+    println!("chunked == serial: one round {one_round}, chunks of 5 {chunks5}; 3 staggered slots in shared rounds == solo: {concurrent}; graphed == eager: 1 row {graphed1}, 3-row rounds {graphed3}; reset slot == fresh: {reset}");
+    Ok(Some(
+        fidelity && one_round && chunks5 && concurrent && graphed1 && graphed3 && reset,
+    ))
+}
+
+fn run() -> Res<bool> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut greedy = 16;
+    let mut strict = false;
+    let mut paths = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--greedy" => greedy = it.next().and_then(|v| v.parse().ok()).ok_or("--greedy N")?,
+            "--strict" => strict = true,
+            p => paths.push(PathBuf::from(p)),
+        }
+    }
+    if paths.is_empty() {
+        paths.push(PathBuf::from("fixtures/nemotron_h"));
+    }
+    let mut dirs = Vec::new();
+    for p in &paths {
+        checkpoints(p, &mut dirs, 2)?;
+    }
+    if dirs.is_empty() {
+        return Err(format!("no checkpoint folders under {paths:?}").into());
+    }
+    let info = Gpu::open(0)?;
+    println!(
+        "device: {} ({}), kernels {:?} in {:.2} s",
+        info.info().name,
+        info.info().arch,
+        info.info().ptx_origin,
+        info.info().load_time.as_secs_f64()
+    );
+    drop(info);
+    let (mut passed, mut failed, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    for d in &dirs {
+        println!("\n## {}", d.display());
+        match check(Gpu::open(0)?, d, greedy)? {
+            Some(true) => passed.push(d.display().to_string()),
+            Some(false) => failed.push(d.display().to_string()),
+            None => refused.push(d.display().to_string()),
+        }
+    }
+    println!("\n## summary\npassed {}: {passed:?}\nfailed {}: {failed:?}\nrefused by name {}: {refused:?}", passed.len(), failed.len(), refused.len());
+    let ok = failed.is_empty() && !passed.is_empty() && (!strict || refused.is_empty());
+    println!("{}", if ok { "PASS" } else { "FAIL" });
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("tf-cuda-nemotron: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
