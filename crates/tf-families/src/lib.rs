@@ -12,6 +12,7 @@ pub mod muse_spark;
 pub mod nemotron_h;
 mod refusal;
 mod summary;
+pub mod synthetic;
 
 pub use formats::{matrix_kernel, KernelPath, Role};
 pub use index::{Claim, TensorClass};
