@@ -344,7 +344,7 @@ fn bad(e: &TensorEntry, why: String) -> CudaError {
 }
 
 /// The packed CPU view of a 2-D entry (dense, GGUF or MLX affine), as `crate::load` reads it.
-fn packed<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a>> {
+pub(super) fn packed<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a>> {
     let [rows, cols] = e.shape[..] else {
         return Err(bad(
             e,

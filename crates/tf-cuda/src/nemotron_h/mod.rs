@@ -10,6 +10,8 @@
 
 mod layers;
 mod mixers;
+#[cfg(test)]
+mod tests;
 
 pub use crate::llama::GpuRow;
 
@@ -107,6 +109,45 @@ fn mamba_shape(s: &tf_families::nemotron_h::MambaSpec) -> MambaShape {
         state: s.ssm_state_size as usize,
         kernel: s.conv_kernel as usize,
     }
+}
+
+/// Checks a round against the slots' lengths `lens`: 1..=`max_rows` rows, each continuing its
+/// slot (a slot's rows in ascending position), tokens below `vocab`.
+fn check_rows(lens: &[usize], rows: &[GpuRow], max_rows: usize, vocab: usize) -> Result<()> {
+    const OP: &str = "nemotron_h round";
+    if rows.is_empty() || rows.len() > max_rows {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{} rows (1..={max_rows} allowed)", rows.len()),
+        });
+    }
+    let mut next = lens.to_vec();
+    for r in rows {
+        let len = next.get_mut(r.slot).ok_or(CudaError::Param {
+            op: OP,
+            what: "slot",
+            value: r.slot as f64,
+            why: "no such slot",
+        })?;
+        if r.pos != *len {
+            return Err(CudaError::Param {
+                op: OP,
+                what: "position",
+                value: r.pos as f64,
+                why: "must continue its slot",
+            });
+        }
+        if r.token as usize >= vocab {
+            return Err(CudaError::Param {
+                op: OP,
+                what: "token",
+                value: r.token as f64,
+                why: "beyond the vocabulary",
+            });
+        }
+        *len += 1;
+    }
+    Ok(())
 }
 
 /// A Nemotron-H / Puzzle model resident on the GPU with state for `slots` streams.
@@ -357,38 +398,7 @@ impl GpuNemotronH {
     /// uploads tokens, slots and positions.
     fn upload_round(&mut self, rows: &[GpuRow]) -> Result<()> {
         const OP: &str = "nemotron_h round";
-        if rows.is_empty() || rows.len() > self.max_rows {
-            return Err(CudaError::Shape {
-                op: OP,
-                detail: format!("{} rows (1..={} allowed)", rows.len(), self.max_rows),
-            });
-        }
-        let mut next = self.lens.clone();
-        for r in rows {
-            let len = next.get_mut(r.slot).ok_or(CudaError::Param {
-                op: OP,
-                what: "slot",
-                value: r.slot as f64,
-                why: "no such slot",
-            })?;
-            if r.pos != *len {
-                return Err(CudaError::Param {
-                    op: OP,
-                    what: "position",
-                    value: r.pos as f64,
-                    why: "must continue its slot",
-                });
-            }
-            if r.token as usize >= self.embed.rows() {
-                return Err(CudaError::Param {
-                    op: OP,
-                    what: "token",
-                    value: r.token as f64,
-                    why: "beyond the vocabulary",
-                });
-            }
-            *len += 1;
-        }
+        check_rows(&self.lens, rows, self.max_rows, self.embed.rows())?;
         let slots: Vec<usize> = rows.iter().map(|r| r.slot).collect();
         let pos: Vec<usize> = rows.iter().map(|r| r.pos).collect();
         let kv = self

@@ -1,0 +1,212 @@
+//! Host-side tests (no GPU): row checks, the per-layer shapes and routing taken from the plan,
+//! and the slicing of stacked expert tensors, on the committed fixtures.
+
+use super::layers::{dt_limit, expert_packs, packed, routing};
+use super::{check_rows, GpuRow, Widths};
+use crate::moe::Routing;
+use std::path::PathBuf;
+use tf_families::nemotron_h::{ExpertWeights, NemotronBlock, NemotronHPlan, NemotronMixer};
+use tf_families::ModelPlan;
+use tf_formats::checkpoint::Checkpoint;
+use tf_kernels::contract::Rng;
+use tf_kernels::matmul::{matmul, PackedMatrix, WeightData};
+use tf_kernels::pool::Pool;
+
+fn fixture(name: &str) -> (Checkpoint, NemotronHPlan) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/nemotron_h")
+        .join(name);
+    let ck = Checkpoint::open(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let plan = match tf_families::plan(ck.config(), ck.entries()) {
+        Ok(ModelPlan::NemotronH(p)) => p,
+        other => panic!("{name}: not a Nemotron-H plan: {other:?}"),
+    };
+    (ck, plan)
+}
+
+fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
+    GpuRow {
+        slot,
+        pos,
+        token,
+        logits: true,
+    }
+}
+
+#[test]
+fn rows_must_continue_their_slots_in_order() {
+    let lens = [0usize, 3, 7];
+    // Several rows of one slot, in ascending position, beside other slots: accepted.
+    let ok = [
+        row(1, 3, 5),
+        row(0, 0, 1),
+        row(1, 4, 6),
+        row(1, 5, 0),
+        row(2, 7, 95),
+    ];
+    check_rows(&lens, &ok, 8, 96).unwrap();
+    // Refused: a gap, a repeat, rows of a slot out of order, an unknown slot, a token beyond
+    // the vocabulary, no rows, too many rows.
+    let bad: [&[GpuRow]; 6] = [
+        &[row(1, 4, 0)],
+        &[row(1, 3, 0), row(1, 3, 0)],
+        &[row(1, 4, 0), row(1, 3, 0)],
+        &[row(3, 0, 0)],
+        &[row(0, 0, 96)],
+        &[],
+    ];
+    for rows in bad {
+        assert!(check_rows(&lens, rows, 8, 96).is_err(), "{rows:?} accepted");
+    }
+    let many: Vec<GpuRow> = (0..9).map(|p| row(0, p, 0)).collect();
+    assert!(check_rows(&lens, &many, 8, 96).is_err());
+    check_rows(&lens, &many[..8], 8, 96).unwrap();
+}
+
+#[test]
+fn workspace_widths_cover_every_puzzle_layer() {
+    let (_, plan) = fixture("puzzle/f32_hf");
+    let w = Widths::of(&plan.config.layers, 128);
+    // Mamba: 4 heads x 16, 2 groups of state 16: conv 64 + 64, proj 64 + 128 + 4.
+    assert_eq!((w.inner, w.conv, w.proj), (64, 128, 196));
+    assert_eq!((w.q, w.kv), (64, 64));
+    // Per-layer experts 6 / 10 / 4, top-2 / 3 / 1, widths 64 / 128 / 192; MLP 192, shared 128.
+    assert_eq!((w.experts, w.top_k, w.expert_inter), (10, 3, 192));
+    assert_eq!((w.expert_dim, w.mlp), (64, 192));
+}
+
+#[test]
+fn routing_and_dt_limits_follow_each_layer() {
+    let (_, plan) = fixture("puzzle/f32_hf");
+    let got: Vec<(usize, usize, f32, bool)> = plan
+        .config
+        .layers
+        .iter()
+        .filter_map(|b| match b {
+            NemotronBlock::Moe(s) => match routing(s).unwrap() {
+                Routing::Grouped(p) => Some((p.n_experts, p.top_k, p.scaling, p.norm_topk_prob)),
+                other => panic!("{other:?}"),
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(6, 2, 1.5, true), (10, 3, 1.5, true), (4, 1, 1.5, true)]
+    );
+    let limits = |name: &str| -> Vec<(f32, f32)> {
+        let (_, plan) = fixture(name);
+        plan.config
+            .layers
+            .iter()
+            .filter_map(|b| match b {
+                NemotronBlock::Mamba(s) => Some(dt_limit(s)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(limits("plain_moe/f32_hf"), [(0.05, 0.8); 2]);
+    assert_eq!(limits("latent_grouped/f32_hf"), [(0.0, f32::INFINITY); 2]);
+}
+
+/// The (up, down) expert matrices of the first MoE layer of a plan.
+fn first_experts<'a>(
+    ck: &'a Checkpoint,
+    plan: &NemotronHPlan,
+) -> (Vec<PackedMatrix<'a>>, Vec<PackedMatrix<'a>>) {
+    for (l, b) in plan.layers.iter().zip(&plan.config.layers) {
+        if let (NemotronMixer::Moe { experts, .. }, NemotronBlock::Moe(s)) = (&l.mixer, b) {
+            let n = s.n_routed_experts as usize;
+            return match experts {
+                ExpertWeights::Stacked { up, down } => (
+                    expert_packs(ck, up, n).unwrap(),
+                    expert_packs(ck, down, n).unwrap(),
+                ),
+                ExpertWeights::PerExpert { up, down } => (
+                    up.iter().map(|e| packed(ck, e).unwrap()).collect(),
+                    down.iter().map(|e| packed(ck, e).unwrap()).collect(),
+                ),
+            };
+        }
+    }
+    panic!("no MoE layer");
+}
+
+fn dense_bytes<'a>(m: &PackedMatrix<'a>) -> &'a [u8] {
+    match *m.data() {
+        WeightData::Dense { bytes, .. } => bytes,
+        _ => panic!("not dense"),
+    }
+}
+
+#[test]
+fn stacked_experts_slice_into_the_per_expert_matrices() {
+    // The same weights stored stacked (mlx-lm form) and one by one (HF form).
+    let (ck_m, plan_m) = fixture("plain_moe/f32_mlx");
+    let (ck_h, plan_h) = fixture("plain_moe/f32_hf");
+    let (um, dm) = first_experts(&ck_m, &plan_m);
+    let (uh, dh) = first_experts(&ck_h, &plan_h);
+    assert_eq!((um.len(), uh.len()), (8, 8));
+    for (a, b) in [(&um, &uh), (&dm, &dh)] {
+        for e in 0..a.len() {
+            assert_eq!((a[e].rows(), a[e].cols()), (b[e].rows(), b[e].cols()));
+            assert_eq!(dense_bytes(&a[e]), dense_bytes(&b[e]), "expert {e}");
+            // Control: the neighbouring expert differs, so the comparison can fail.
+            assert_ne!(dense_bytes(&a[e]), dense_bytes(&b[(e + 1) % b.len()]));
+        }
+    }
+}
+
+#[test]
+fn stacked_mlx_experts_keep_words_scales_and_biases_together() {
+    // Each 4-bit expert slice multiplies like its f32 original (quantization error only) and
+    // unlike its neighbour: the words, scales and biases were split at the same expert.
+    let (ck_q, plan_q) = fixture("plain_moe/q4g64");
+    let (ck_f, plan_f) = fixture("plain_moe/f32_hf");
+    let (uq, _) = first_experts(&ck_q, &plan_q);
+    let (uf, _) = first_experts(&ck_f, &plan_f);
+    let pool = Pool::new(1);
+    let cols = uf[0].cols();
+    let x = Rng::new(7).vec_normal(cols, 1.0);
+    let apply = |m: &PackedMatrix| {
+        let mut y = vec![0f32; m.rows()];
+        matmul(m, &x, 1, &mut y, &pool).unwrap();
+        y
+    };
+    let dist = |a: &[f32], b: &[f32]| -> f64 {
+        let num: f64 = a.iter().zip(b).map(|(p, q)| ((p - q) as f64).powi(2)).sum();
+        let den: f64 = b.iter().map(|q| (*q as f64).powi(2)).sum();
+        (num / den).sqrt()
+    };
+    for e in 0..uq.len() {
+        assert!(matches!(
+            uq[e].data(),
+            WeightData::MlxAffine { bits: 4, .. }
+        ));
+        let q = apply(&uq[e]);
+        let own = dist(&q, &apply(&uf[e]));
+        let other = dist(&q, &apply(&uf[(e + 1) % uf.len()]));
+        assert!(
+            own < 0.2 && other > 0.5,
+            "expert {e}: {own} vs neighbour {other}"
+        );
+    }
+}
+
+#[test]
+fn a_stacked_tensor_of_another_expert_count_is_refused() {
+    let (ck, plan) = fixture("plain_moe/f32_mlx");
+    for l in &plan.layers {
+        if let NemotronMixer::Moe {
+            experts: ExpertWeights::Stacked { up, .. },
+            ..
+        } = &l.mixer
+        {
+            assert!(expert_packs(&ck, up, 7).is_err());
+            assert!(expert_packs(&ck, up, 0).is_err());
+            assert_eq!(expert_packs(&ck, up, 8).unwrap().len(), 8);
+            return;
+        }
+    }
+    panic!("no stacked experts");
+}
