@@ -1,8 +1,29 @@
-//! The model argument and loading flags shared by run, score, bench and serve.
+//! The model argument and loading flags shared by run, score, bench and serve, and the choice
+//! of backend (CPU or CUDA).
 
 use anyhow::Context;
-use clap::Args;
-use std::path::PathBuf;
+use clap::{Args, ValueEnum};
+use std::path::{Path, PathBuf};
+use tf_cuda::backend::CudaOptions;
+use tf_cuda::CudaError;
+use tf_models::Model;
+
+/// Which engine runs the forward pass.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// CUDA when a usable GPU is present and the model has a CUDA path, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU engine (the reference).
+    Cpu,
+    /// The GPU (refused with exit status 2 when it cannot run the model).
+    Cuda,
+}
+
+/// A refusal before load (no GPU, a family without a CUDA path, too little memory): exit 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
 
 /// Which model to load and how.
 #[derive(Args, Debug, Clone)]
@@ -13,6 +34,10 @@ pub struct ModelArgs {
     /// Worker threads for the kernels (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where the forward pass runs: auto (CUDA when a usable GPU is present and the model
+    /// has a CUDA path, else the CPU), cpu, or cuda.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
 }
 
 impl ModelArgs {
@@ -21,14 +46,70 @@ impl ModelArgs {
         Ok(tf_hub::resolve_model(self.model.as_deref(), true)?)
     }
 
-    /// Loads the model's forward pass.
-    pub fn load(&self) -> anyhow::Result<Box<dyn tf_models::Model>> {
-        let path = self.path()?;
+    /// Loads the model's forward pass for `streams` streams at once.
+    pub fn load(&self, streams: usize) -> anyhow::Result<Box<dyn Model>> {
+        let gpu = CudaOptions {
+            slots: streams,
+            ..CudaOptions::default()
+        };
+        load_model(&self.path()?, self.backend, self.threads, &gpu)
+    }
+}
+
+/// Whether a CUDA error means "this GPU cannot take this model" (a refusal) rather than a
+/// failure along the way.
+fn is_refusal(e: &CudaError) -> bool {
+    matches!(
+        e,
+        CudaError::NoDriver
+            | CudaError::NoNvrtc
+            | CudaError::NoDevice { .. }
+            | CudaError::GpuNotSupported { .. }
+            | CudaError::UnsupportedFamily { .. }
+            | CudaError::UnsupportedFormat { .. }
+            | CudaError::DoesNotFit { .. }
+    )
+}
+
+/// Loads `path` on `backend`; auto falls back to the CPU (saying why) when CUDA cannot take
+/// the model, while an explicit `cuda` refuses with [`Refusal`].
+pub fn load_model(
+    path: &Path,
+    backend: Backend,
+    threads: Option<usize>,
+    gpu: &CudaOptions,
+) -> anyhow::Result<Box<dyn Model>> {
+    let cpu = || -> anyhow::Result<Box<dyn Model>> {
         let mut opts = tf_models::LoadOptions::default();
-        if let Some(t) = self.threads {
+        if let Some(t) = threads {
             anyhow::ensure!(t > 0, "--threads must be at least 1");
             opts.threads = t;
         }
-        tf_models::load(&path, &opts).with_context(|| format!("loading {}", path.display()))
+        tf_models::load(path, &opts).with_context(|| format!("loading {}", path.display()))
+    };
+    let driver = tf_cuda::device::driver_present();
+    if backend == Backend::Cpu || (backend == Backend::Auto && !driver) {
+        return cpu();
+    }
+    if !driver {
+        return Err(Refusal(format!("--backend cuda: {}", CudaError::NoDriver)).into());
+    }
+    let ck = tf_formats::checkpoint::Checkpoint::open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let plan = tf_families::plan(ck.config(), ck.entries())
+        .map_err(|r| Refusal(format!("{}: {r}", r.name())))?;
+    match tf_cuda::backend::load(&ck, &plan, gpu) {
+        Ok(m) => {
+            eprintln!("backend: cuda (GPU {})", gpu.ordinal);
+            Ok(m)
+        }
+        Err(e) if is_refusal(&e) && backend == Backend::Auto => {
+            eprintln!("backend: cpu (CUDA cannot take this model: {e})");
+            cpu()
+        }
+        Err(e) if is_refusal(&e) => Err(Refusal(format!("--backend cuda: {e}")).into()),
+        Err(e) => {
+            Err(anyhow::Error::new(e).context(format!("loading {} on the GPU", path.display())))
+        }
     }
 }

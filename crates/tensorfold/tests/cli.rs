@@ -188,3 +188,69 @@ fn score_modes_write_identical_logits() {
     );
     assert!(files[0] == files[1] && files[1] == files[2]);
 }
+
+#[test]
+fn backend_cuda_without_a_gpu_is_refused_with_status_2() {
+    if Path::new("/proc/driver/nvidia").exists() {
+        eprintln!(
+            "note: this machine has an NVIDIA driver; the no-GPU refusal is not testable here"
+        );
+        return;
+    }
+    let Some(model) = default_model() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(&tokens, "[504, 3575]").expect("write tokens");
+    let tokens = tokens.to_string_lossy().into_owned();
+    let out = dir.path().join("logits.safetensors");
+    let out = out.to_string_lossy().into_owned();
+    for cmd in [
+        vec![
+            "run",
+            &model,
+            "--backend",
+            "cuda",
+            "--raw",
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "1",
+        ],
+        vec!["bench", &model, "--backend", "cuda", "--prompt-tokens", "4"],
+        vec![
+            "score",
+            &model,
+            "--backend",
+            "cuda",
+            "--tokens",
+            &tokens,
+            "--out",
+            &out,
+        ],
+        vec!["serve", &model, "--backend", "cuda", "--port", "0"],
+    ] {
+        let o = tensorfold(&cmd);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {err}");
+        assert!(err.contains("no CUDA driver"), "{cmd:?}: {err}");
+    }
+    // Control: the same run on the CPU (and with the default, auto) succeeds.
+    for backend in ["cpu", "auto"] {
+        let o = tensorfold(&[
+            "run",
+            &model,
+            "--backend",
+            backend,
+            "--raw",
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "1",
+        ]);
+        assert!(
+            o.status.success(),
+            "{backend}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

@@ -280,6 +280,22 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Free device memory in bytes now.
+    pub fn free_memory(&self) -> Result<usize> {
+        self._ctx
+            .mem_get_info()
+            .map(|(free, _)| free)
+            .map_err(drv("reading free device memory"))
+    }
+
+    /// Makes the device's context current on the calling thread (a model built on one thread
+    /// and run on another).
+    pub fn bind_to_thread(&self) -> Result<()> {
+        self._ctx
+            .bind_to_thread()
+            .map_err(drv("binding the context to this thread"))
+    }
+
     /// Waits for every launch so far and reports any asynchronous error.
     pub fn synchronize(&self) -> Result<()> {
         self.stream

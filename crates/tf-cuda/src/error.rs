@@ -39,6 +39,18 @@ pub enum CudaError {
     /// A weight format has no GPU kernel.
     #[error("no CUDA kernel for weight format {format}")]
     UnsupportedFormat { format: String },
+    /// The model family has no CUDA forward pass.
+    #[error("no CUDA forward pass for the {family} family yet (use --backend cpu)")]
+    UnsupportedFamily { family: String },
+    /// The checkpoint and its stream slots do not fit in the device's free memory.
+    #[error("the model does not fit on the GPU: weights {weights_gib:.2} GiB + KV for {slots} streams of {context} positions {kv_gib:.2} GiB, but {free_gib:.2} GiB are free (lower --parallel or --context, or use --backend cpu)")]
+    DoesNotFit {
+        weights_gib: f64,
+        kv_gib: f64,
+        slots: usize,
+        context: usize,
+        free_gib: f64,
+    },
     /// A buffer or shape does not match what the operator needs.
     #[error("{op}: {detail}")]
     Shape { op: &'static str, detail: String },

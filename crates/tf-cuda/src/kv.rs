@@ -1,7 +1,7 @@
 //! The device KV cache: f32 keys and values for a fixed number of stream slots.
 
 use crate::device::Gpu;
-use crate::error::{CudaError, Result};
+use crate::error::{drv, CudaError, Result};
 use cudarc::driver::CudaSlice;
 
 /// Keys and values of `slots` streams, laid out `[slot][layer][pos][kv_heads * head_dim]` in two
@@ -107,5 +107,75 @@ impl GpuKv {
             }
         }
         Ok(())
+    }
+}
+
+impl GpuKv {
+    fn span(&self, slot: usize, layer: usize, len: usize) -> Result<std::ops::Range<usize>> {
+        if slot >= self.slots || layer >= self.layers || len > self.capacity {
+            return Err(CudaError::Shape {
+                op: "kv cache copy",
+                detail: format!(
+                    "slot {slot} layer {layer} len {len} outside {} slots x {} layers x {} positions",
+                    self.slots, self.layers, self.capacity
+                ),
+            });
+        }
+        let start = ((slot * self.layers + layer) * self.capacity) * self.row_w;
+        Ok(start..start + len * self.row_w)
+    }
+
+    /// Writes `layer` of `slot` from position 0: `k` and `v` hold whole positions
+    /// (`row_width` floats each), position-major.
+    pub fn write_layer(
+        &mut self,
+        gpu: &Gpu,
+        slot: usize,
+        layer: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<()> {
+        let len = k.len() / self.row_w.max(1);
+        if k.len() != v.len() || k.len() != len * self.row_w {
+            return Err(CudaError::Shape {
+                op: "kv cache copy",
+                detail: format!(
+                    "{} keys and {} values for rows of {}",
+                    k.len(),
+                    v.len(),
+                    self.row_w
+                ),
+            });
+        }
+        let r = self.span(slot, layer, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let s = gpu.stream();
+        s.memcpy_htod(k, &mut self.k.slice_mut(r.clone()))
+            .map_err(drv("copying keys to the device"))?;
+        s.memcpy_htod(v, &mut self.v.slice_mut(r))
+            .map_err(drv("copying values to the device"))
+    }
+
+    /// The keys and values of `layer` of `slot` at positions `0..len` (synchronizes).
+    pub fn read_layer(
+        &self,
+        gpu: &Gpu,
+        slot: usize,
+        layer: usize,
+        len: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let r = self.span(slot, layer, len)?;
+        let (mut k, mut v) = (vec![0.0; r.len()], vec![0.0; r.len()]);
+        if !r.is_empty() {
+            let s = gpu.stream();
+            s.memcpy_dtoh(&self.k.slice(r.clone()), &mut k)
+                .map_err(drv("copying keys from the device"))?;
+            s.memcpy_dtoh(&self.v.slice(r), &mut v)
+                .map_err(drv("copying values from the device"))?;
+            gpu.synchronize()?;
+        }
+        Ok((k, v))
     }
 }

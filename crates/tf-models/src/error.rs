@@ -33,6 +33,12 @@ pub enum ModelError {
     /// A position past the model's context.
     #[error("position {pos} is past the context length {context}")]
     ContextExceeded { pos: usize, context: usize },
+    /// A device backend failed (a driver call, no free stream slot, ...).
+    #[error("{backend} backend: {message}")]
+    Backend {
+        backend: &'static str,
+        message: String,
+    },
     /// A row names a stream that is not in the round.
     #[error("row names stream {stream}, but the round has {streams} streams")]
     NoSuchStream { stream: usize, streams: usize },

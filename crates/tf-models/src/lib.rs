@@ -16,4 +16,4 @@ mod weights;
 pub use error::ModelError;
 pub use llama::rope_scaling;
 pub use load::{load, LoadOptions};
-pub use model::{Model, ModelInfo, Row, StreamState};
+pub use model::{check_rows, DeviceSlot, DraftHead, Model, ModelInfo, Row, StreamState};

@@ -253,6 +253,7 @@ impl Model for Llama {
             kv,
             len: 0,
             mamba: Vec::new(),
+            device: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The interface every family's forward pass implements.
 
 use crate::error::ModelError;
+use std::sync::{Arc, Mutex};
 use tf_kernels::ops::{KvCache, MambaState};
 
 /// One token of one stream in a round.
@@ -17,7 +18,12 @@ pub struct Row {
 }
 
 /// Everything one stream carries between rounds.
-#[derive(Debug, Clone)]
+///
+/// A device backend keeps the stream's KV (and recurrent) state in its own memory, in the slot
+/// `device` names; `kv` and `mamba` are then empty and [`Model::host_copy`] brings the state to
+/// the host. A clone of such a state is an empty stream (`len` 0): device state is copied only
+/// through the model.
+#[derive(Debug)]
 pub struct StreamState {
     /// Attention keys and values, one layer cache per attention layer.
     pub kv: KvCache,
@@ -26,9 +32,68 @@ pub struct StreamState {
     /// Recurrent state (conv and SSM) of each Mamba layer, in layer order; empty for families
     /// without recurrent layers.
     pub mamba: Vec<MambaState>,
+    /// The device slot holding this stream's state, when a device backend holds it.
+    pub device: Option<DeviceSlot>,
+}
+
+impl Clone for StreamState {
+    fn clone(&self) -> StreamState {
+        let mut s = StreamState {
+            kv: self.kv.clone(),
+            len: self.len,
+            mamba: self.mamba.clone(),
+            device: None,
+        };
+        if self.device.is_some() {
+            s.truncate(0);
+            s.len = 0;
+        }
+        s
+    }
+}
+
+/// A device backend's stream slot, returned to the backend's free list when dropped.
+#[derive(Debug)]
+pub struct DeviceSlot {
+    id: usize,
+    free: Arc<Mutex<Vec<usize>>>,
+}
+
+impl DeviceSlot {
+    /// Takes a slot from `free` (None when every slot is in use).
+    pub fn take(free: &Arc<Mutex<Vec<usize>>>) -> Option<DeviceSlot> {
+        let id = free.lock().ok()?.pop()?;
+        Some(DeviceSlot {
+            id,
+            free: free.clone(),
+        })
+    }
+
+    /// The slot's index in the backend's pools.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+}
+
+impl Drop for DeviceSlot {
+    fn drop(&mut self) {
+        if let Ok(mut f) = self.free.lock() {
+            f.push(self.id);
+        }
+    }
 }
 
 impl StreamState {
+    /// A fresh host-resident state.
+    pub fn new(kv: KvCache, mamba: Vec<MambaState>) -> StreamState {
+        StreamState {
+            kv,
+            len: 0,
+            mamba,
+            device: None,
+        }
+    }
+
     /// Rolls the stream back to its first `len` tokens (a rejected draft, a resumed prefix).
     ///
     /// Recurrent (Mamba) state holds no history and cannot be rolled back: truncating such a
@@ -66,6 +131,34 @@ pub struct ModelInfo {
     pub weight_bytes: usize,
 }
 
+/// A model's own draft head (multi-token prediction layers over the model's hidden states):
+/// a draft source for the scheduler. Drafts are verified, so a head changes speed, never tokens.
+pub trait DraftHead {
+    /// Width of a hidden row.
+    fn hidden_size(&self) -> usize;
+
+    /// A fresh, empty per-stream state of the head's own layers (positions are draft positions).
+    fn new_draft_state(&self) -> Result<StreamState, ModelError>;
+
+    /// The hidden rows the head conditions on, `[rows, hidden]` in row order, of every row of
+    /// the latest [`Model::forward`] call.
+    fn target_hidden(&self) -> &[f32];
+
+    /// Runs the head over `rows`: row i conditions on `hidden[i]` (a target hidden row at some
+    /// position t, or a previous call's `hidden_out` row when chaining) and embeds
+    /// `rows[i].token`, the token at t+1; `rows[i].pos` continues the row's draft state. Writes
+    /// every row's output hidden to `hidden_out` and, for rows with `logits`, the logits of the
+    /// token at t+2 to `logits` (in row order).
+    fn draft_forward(
+        &mut self,
+        rows: &[Row],
+        hidden: &[f32],
+        states: &mut [&mut StreamState],
+        hidden_out: &mut Vec<f32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError>;
+}
+
 /// A loaded model: a forward pass over rounds of rows.
 pub trait Model: Send {
     /// Facts about the model.
@@ -83,10 +176,29 @@ pub trait Model: Send {
         states: &mut [&mut StreamState],
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError>;
+
+    /// A copy of `state` held on the host (what the prompt cache retains). Backends that keep
+    /// stream state in device memory download it; the default clones.
+    fn host_copy(&mut self, state: &StreamState) -> Result<StreamState, ModelError> {
+        Ok(state.clone())
+    }
+
+    /// The model's own draft head, when its checkpoint carries one (default: none).
+    fn draft_head(&mut self) -> Option<&mut dyn DraftHead> {
+        None
+    }
+
+    /// One line for the log saying where this model's drafts come from.
+    fn draft_note(&self) -> String {
+        format!(
+            "{}: no draft head; drafts use context copies",
+            self.info().family
+        )
+    }
 }
 
 /// Checks that rows name streams of the call, continue them, and stay in range.
-pub(crate) fn check_rows(
+pub fn check_rows(
     rows: &[Row],
     states: &[&mut StreamState],
     vocab: usize,

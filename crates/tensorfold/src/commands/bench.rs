@@ -45,7 +45,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.prompt_tokens > 0, "--prompt-tokens must be at least 1");
     anyhow::ensure!(args.repeat > 0, "--repeat must be at least 1");
-    let mut model = args.model.load()?;
+    let mut model = args.model.load(1)?;
     let vocab = model.info().vocab_size as u64;
     // A fixed, spread-out token sequence (multiplicative hashing), the same every run.
     let prompt: Vec<u32> = (0..args.prompt_tokens as u64)

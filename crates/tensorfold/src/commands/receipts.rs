@@ -154,6 +154,7 @@ fn run_concurrency(a: ConcurrencyArgs) -> anyhow::Result<ExitCode> {
                 context: None,
                 max_tokens: None,
                 threads: a.threads,
+                backend: crate::model_args::Backend::Auto,
                 api_keys: vec![],
                 name: None,
                 // Small chunks: longer prompts span several rounds shared with decode rows.
@@ -217,6 +218,7 @@ fn run_resume(a: ResumeArgs) -> anyhow::Result<ExitCode> {
                     context: None,
                     max_tokens: None,
                     threads: a.threads,
+                    backend: crate::model_args::Backend::Auto,
                     api_keys: vec![],
                     name: None,
                     // A fine grid: short chat turns still resume whole 16-token steps.
@@ -279,6 +281,7 @@ fn run_drafts(a: DraftsArgs) -> anyhow::Result<ExitCode> {
                 context: None,
                 max_tokens: None,
                 threads: a.threads,
+                backend: crate::model_args::Backend::Auto,
                 api_keys: vec![],
                 name: None,
                 prefill_chunk: 64,

@@ -1,8 +1,9 @@
 //! `tensorfold serve`: the OpenAI-compatible server.
 
-use anyhow::Context;
+use crate::model_args::{load_model, Backend};
 use clap::Parser;
 use std::process::ExitCode;
+use tf_cuda::backend::CudaOptions;
 use tf_engine::generate::PREFILL_CHUNK;
 use tf_engine::scheduler::{system_budget_bytes, SchedulerConfig};
 use tf_server::{ModelText, Server, ServerOptions};
@@ -49,6 +50,10 @@ pub struct Args {
     /// Worker threads for the kernels (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where the forward pass runs: auto (CUDA when a usable GPU is present and the model
+    /// has a CUDA path, else the CPU), cpu, or cuda (exit 2 when the GPU cannot take it).
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
     /// Accept only requests with `Authorization: Bearer KEY` on /v1 (repeat for several keys).
     #[arg(long = "api-key", env = "TENSORFOLD_API_KEY")]
     pub api_keys: Vec<String>,
@@ -124,13 +129,13 @@ fn prompt_cache_bytes(gib: Option<f64>) -> anyhow::Result<u64> {
 pub fn start(args: &Args, log: bool) -> anyhow::Result<Server> {
     let path = tf_hub::resolve_model(args.model.as_deref(), true)?;
     let text = ModelText::load(&path)?;
-    let mut opts = tf_models::LoadOptions::default();
-    if let Some(t) = args.threads {
-        anyhow::ensure!(t > 0, "--threads must be at least 1");
-        opts.threads = t;
-    }
-    let model =
-        tf_models::load(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+    let gpu = CudaOptions {
+        slots: args.parallel,
+        context: args.context,
+        max_rows: args.prefill_chunk.max(args.parallel),
+        ..CudaOptions::default()
+    };
+    let model = load_model(&path, args.backend, args.threads, &gpu)?;
     let name = args.name.clone().unwrap_or_else(|| {
         let stem = path
             .file_stem()

@@ -278,6 +278,45 @@ impl GpuLlama {
         self.weight_bytes
     }
 
+    /// Stream slots.
+    pub fn slots(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Most rows one round takes.
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+
+    /// Sets slot `slot`'s length: positions from `len` on are overwritten by the next rows (a
+    /// rolled-back draft, a reused slot, KV written with [`GpuKv::write_layer`]).
+    pub fn set_slot_len(&mut self, slot: usize, len: usize) -> Result<()> {
+        let cap = self.kv.capacity();
+        match self.lens.get_mut(slot) {
+            Some(l) if len <= cap => {
+                *l = len;
+                Ok(())
+            }
+            _ => Err(CudaError::Param {
+                op: "llama slot",
+                what: "slot length",
+                value: len as f64,
+                why: "no such slot, or longer than the slot's capacity",
+            }),
+        }
+    }
+
+    /// Writes `layer` of `slot` from position 0 (whole positions, position-major), restoring
+    /// a stream from the host; set the slot's length with [`set_slot_len`](Self::set_slot_len).
+    pub fn write_kv(&mut self, slot: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        self.kv.write_layer(&self.gpu, slot, layer, k, v)
+    }
+
+    /// The keys and values of `layer` of `slot` at positions `0..len`.
+    pub fn read_kv(&self, slot: usize, layer: usize, len: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        self.kv.read_layer(&self.gpu, slot, layer, len)
+    }
+
     /// Forgets slot `slot`'s tokens (its KV is overwritten by the next rows).
     pub fn reset_slot(&mut self, slot: usize) {
         if let Some(l) = self.lens.get_mut(slot) {

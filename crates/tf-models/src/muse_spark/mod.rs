@@ -220,6 +220,7 @@ impl Model for MuseSpark {
             kv,
             len: 0,
             mamba: Vec::new(),
+            device: None,
         }
     }
 
