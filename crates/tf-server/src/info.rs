@@ -62,6 +62,13 @@ pub async fn health(State(app): State<Arc<App>>) -> Response {
             "reserved_bytes": s.reserved_bytes,
             "state_bytes_per_token": m.state_bytes_per_token,
         },
+        "prompt_cache": {
+            "budget_bytes": cfg.prompt_cache_bytes,
+            "bytes": s.cache_bytes,
+            "entries": s.cache_entries,
+            "hits": s.cache_hits,
+            "reused_tokens": s.cache_reused_tokens,
+        },
         "uptime_s": app.started.elapsed().as_secs_f64(),
     }))
     .into_response()
@@ -200,6 +207,49 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
         } else {
             0.0
         },
+    );
+    let cache_budget = app.sched.config().prompt_cache_bytes;
+    put(
+        "prompt_cache_budget_bytes",
+        "gauge",
+        "Bytes the prompt cache may hold (--prompt-cache-gib; 0: disabled).",
+        cache_budget as f64,
+    );
+    put(
+        "prompt_cache_bytes",
+        "gauge",
+        "Bytes of retained conversation prefixes held now.",
+        s.cache_bytes as f64,
+    );
+    put(
+        "prompt_cache_entries",
+        "gauge",
+        "Retained conversation prefixes held now.",
+        s.cache_entries as f64,
+    );
+    put(
+        "prompt_cache_hits_total",
+        "counter",
+        "Requests that resumed a retained prefix.",
+        s.cache_hits as f64,
+    );
+    put(
+        "prompt_cache_misses_total",
+        "counter",
+        "Requests that found no usable retained prefix (with the cache on).",
+        s.cache_misses as f64,
+    );
+    put(
+        "prompt_cache_reused_tokens_total",
+        "counter",
+        "Prompt tokens resumed from the prompt cache instead of prefilled.",
+        s.cache_reused_tokens as f64,
+    );
+    put(
+        "prompt_cache_evictions_total",
+        "counter",
+        "Retained prefixes dropped (least recently used) to stay within the budget.",
+        s.cache_evictions as f64,
     );
     put(
         "http_chat_requests_total",

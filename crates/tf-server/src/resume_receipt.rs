@@ -60,6 +60,11 @@ impl ResumeReport {
             .count()
     }
 
+    /// Prompt tokens resumed from the cache over every turn.
+    pub fn cached_tokens(&self) -> u64 {
+        self.rows.iter().map(|r| r.cached_tokens).sum()
+    }
+
     /// The table and the verdict line.
     pub fn render(&self) -> String {
         let mut out = format!(
@@ -88,14 +93,52 @@ impl ResumeReport {
     }
 }
 
-const USER_TURNS: [&str; 6] = [
-    "Tell me about lighthouses in a few sentences.",
-    "Why were they painted in stripes?",
-    "Now summarise what you said in one line.",
-    "Name three famous ones.",
-    "Which is the oldest?",
-    "Thanks. One more fact, please.",
-];
+/// The messages a receipt's conversations are made of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Script {
+    /// The system message every conversation starts with.
+    pub system: String,
+    /// User messages, one per turn (cycled).
+    pub user_turns: Vec<String>,
+    /// The user message a tool conversation starts with.
+    pub tool_question: String,
+    /// The tool's result in a tool conversation.
+    pub tool_result: String,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script {
+            system: "You are a concise assistant. Answer in plain sentences.".into(),
+            user_turns: [
+                "Tell me about lighthouses in a few sentences.",
+                "Why were they painted in stripes?",
+                "Now summarise what you said in one line.",
+                "Name three famous ones.",
+                "Which is the oldest?",
+                "Thanks. One more fact, please.",
+            ]
+            .map(String::from)
+            .to_vec(),
+            tool_question: "What is the weather in Oslo?".into(),
+            tool_result: "{\"temp_c\": 4, \"sky\": \"overcast\"}".into(),
+        }
+    }
+}
+
+impl Script {
+    /// Short plain-ASCII messages, for models with a small context (the test fixtures).
+    pub fn brief() -> Script {
+        Script {
+            system: "Be brief.".into(),
+            user_turns: ["Hi.", "Why?", "More.", "Ok.", "And?", "Bye."]
+                .map(String::from)
+                .to_vec(),
+            tool_question: "Oslo?".into(),
+            tool_result: "{\"t\": 4}".into(),
+        }
+    }
+}
 
 fn weather_tool() -> Value {
     json!([{"type": "function", "function": {
@@ -131,31 +174,39 @@ fn ask(client: &Client, body: &Value) -> Result<Turn, ClientError> {
     })
 }
 
-/// Runs one conversation; each turn goes to `cached` and then to `fresh`.
-#[allow(clippy::too_many_arguments)]
-fn conversation(
-    cached: &Client,
-    fresh: &Client,
-    name: &str,
+/// One conversation's identity: its name, seed (None: greedy) and whether it uses tools.
+struct Conversation<'a> {
+    name: &'a str,
     seed: Option<u64>,
     tools: bool,
+}
+
+/// Runs one conversation; each turn goes to `cached` and then to `fresh`.
+fn conversation(
+    (cached, fresh): (&Client, &Client),
+    c: &Conversation,
     plan: &ResumePlan,
+    script: &Script,
     rows: &mut Vec<TurnRow>,
     progress: &mut impl FnMut(&TurnRow),
 ) -> Result<(), ClientError> {
-    let mut messages = vec![json!({"role": "system", "content":
-        "You are a concise assistant. Answer in plain sentences."})];
+    let (name, seed, tools) = (c.name, c.seed, c.tools);
+    let mut messages = vec![json!({"role": "system", "content": script.system})];
     if tools {
-        messages.push(json!({"role": "user", "content": "What is the weather in Oslo?"}));
+        messages.push(json!({"role": "user", "content": script.tool_question}));
         messages.push(json!({"role": "assistant", "content": "", "tool_calls": [{
             "id": "call_1", "type": "function",
             "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]}));
         messages.push(json!({"role": "tool", "tool_call_id": "call_1",
-            "content": "{\"temp_c\": 4, \"sky\": \"overcast\"}"}));
+            "content": script.tool_result}));
     }
     for turn in 0..plan.turns {
         if !(tools && turn == 0) {
-            messages.push(json!({"role": "user", "content": USER_TURNS[turn % USER_TURNS.len()]}));
+            let text = script
+                .user_turns
+                .get(turn % script.user_turns.len().max(1))
+                .map_or("Go on.", String::as_str);
+            messages.push(json!({"role": "user", "content": text}));
         }
         let mut body = json!({
             "messages": messages,
@@ -190,33 +241,37 @@ pub fn resume(
     cached: &Client,
     fresh: &Client,
     plan: &ResumePlan,
+    progress: impl FnMut(&TurnRow),
+) -> Result<ResumeReport, ClientError> {
+    resume_with(cached, fresh, plan, &Script::default(), progress)
+}
+
+/// [`resume`] with the conversations made of `script`'s messages.
+pub fn resume_with(
+    cached: &Client,
+    fresh: &Client,
+    plan: &ResumePlan,
+    script: &Script,
     mut progress: impl FnMut(&TurnRow),
 ) -> Result<ResumeReport, ClientError> {
     let mut report = ResumeReport::default();
+    let servers = (cached, fresh);
     for (name, seed) in [("greedy", None), ("seeded", Some(4242))] {
-        conversation(
-            cached,
-            fresh,
+        let c = Conversation {
             name,
             seed,
-            false,
-            plan,
-            &mut report.rows,
-            &mut progress,
-        )?;
+            tools: false,
+        };
+        conversation(servers, &c, plan, script, &mut report.rows, &mut progress)?;
     }
     for (name, seed) in [("tools-greedy", None), ("tools-seeded", Some(77))] {
         let mut rows = Vec::new();
-        match conversation(
-            cached,
-            fresh,
+        let c = Conversation {
             name,
             seed,
-            true,
-            plan,
-            &mut rows,
-            &mut progress,
-        ) {
+            tools: true,
+        };
+        match conversation(servers, &c, plan, script, &mut rows, &mut progress) {
             Ok(()) => report.rows.extend(rows),
             Err(ClientError::Status { status: 400, body }) => report
                 .skipped
