@@ -125,6 +125,23 @@ impl GpuMambaMixer {
     }
 }
 
+/// Where each layer's state sits in a slot: per layer (conv offset, SSM offset, shape), then
+/// the conv and SSM floats of one slot.
+pub(crate) type StateLayout = (Vec<(usize, usize, MambaShape)>, usize, usize);
+
+/// The state layout of the Mamba layers `shapes` (in layer order, packed one after another).
+pub(crate) fn state_layout(shapes: &[MambaShape]) -> Result<StateLayout> {
+    let (mut c, mut s) = (0usize, 0usize);
+    let mut layers = Vec::with_capacity(shapes.len());
+    for sh in shapes {
+        sh.validate()?;
+        layers.push((c, s, *sh));
+        c += sh.conv_state_len();
+        s += sh.ssm_state_len();
+    }
+    Ok((layers, c, s))
+}
+
 /// Conv and SSM state of every Mamba layer for `slots` stream slots, in two pools allocated once
 /// (`[slot][layers' states]`, exact f32).
 pub struct GpuMambaState {
@@ -140,14 +157,7 @@ pub struct GpuMambaState {
 impl GpuMambaState {
     /// Zeroed pools for `slots` slots of the Mamba layers `shapes` (in layer order).
     pub fn new(gpu: &Gpu, slots: usize, shapes: &[MambaShape]) -> Result<GpuMambaState> {
-        let (mut c, mut s) = (0usize, 0usize);
-        let mut layers = Vec::with_capacity(shapes.len());
-        for sh in shapes {
-            sh.validate()?;
-            layers.push((c, s, *sh));
-            c += sh.conv_state_len();
-            s += sh.ssm_state_len();
-        }
+        let (layers, c, s) = state_layout(shapes)?;
         let total = |per: usize| {
             per.checked_mul(slots)
                 .filter(|_| per <= i32::MAX as usize && slots <= i32::MAX as usize)
@@ -561,4 +571,101 @@ pub fn add_bias(gpu: &Gpu, y: &mut CudaSlice<f32>, bias: &CudaSlice<f32>, n: usi
     b.arg(y).arg(bias).arg(&w).arg(&l);
     // SAFETY: (f32*, f32*, i32, i32); lengths checked above.
     unsafe { b.go(grid(n * width, 256), "launching add_bias") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::{compile_to_ptx, nvrtc_present, program_source};
+
+    fn shape(
+        heads: usize,
+        head_dim: usize,
+        groups: usize,
+        state: usize,
+        kernel: usize,
+    ) -> MambaShape {
+        MambaShape {
+            heads,
+            head_dim,
+            groups,
+            state,
+            kernel,
+        }
+    }
+
+    #[test]
+    fn shape_sizes_match_the_cpu_params() {
+        for sh in [
+            shape(8, 16, 2, 16, 4),
+            shape(6, 5, 3, 7, 2),
+            shape(2, 4, 1, 16, 1),
+        ] {
+            let cd = sh.conv_dim();
+            let (w, z) = (vec![0.5f32; cd * sh.kernel], vec![0f32; sh.heads]);
+            let p = MambaParams {
+                n_heads: sh.heads,
+                head_dim: sh.head_dim,
+                n_groups: sh.groups,
+                state_size: sh.state,
+                conv_kernel: sh.kernel,
+                conv_weight: &w,
+                conv_bias: None,
+                a: &z,
+                d: &z,
+                dt_bias: &z,
+                dt_limit: (0.0, f32::INFINITY),
+            };
+            p.validate().unwrap();
+            assert_eq!(MambaShape::of(&p), sh);
+            assert_eq!(
+                (sh.inner(), cd, sh.conv_state_len(), sh.ssm_state_len()),
+                (
+                    p.inner(),
+                    p.conv_dim(),
+                    p.conv_state_len(),
+                    p.ssm_state_len()
+                )
+            );
+            assert_eq!(sh.proj_width(), p.inner() + p.conv_dim() + p.n_heads);
+        }
+    }
+
+    #[test]
+    fn layers_are_packed_one_after_another_and_bad_shapes_refused() {
+        let (a, b) = (shape(8, 16, 2, 16, 4), shape(2, 4, 1, 16, 1));
+        let (layers, c, s) = state_layout(&[a, b, a]).unwrap();
+        let (ca, sa, sb) = (a.conv_state_len(), a.ssm_state_len(), b.ssm_state_len());
+        assert_eq!(layers, vec![(0, 0, a), (ca, sa, b), (ca, sa + sb, a)]);
+        assert_eq!((c, s), (2 * ca, 2 * sa + sb));
+        assert!(
+            state_layout(&[shape(4, 4, 3, 4, 2)]).is_err(),
+            "3 groups over 4 heads"
+        );
+        assert!(state_layout(&[shape(4, 4, 2, 0, 2)]).is_err(), "state 0");
+    }
+
+    #[test]
+    fn kernels_take_the_arguments_the_wrappers_push() {
+        if !nvrtc_present() {
+            eprintln!("skipped: libnvrtc not found");
+            return;
+        }
+        let ptx = compile_to_ptx("tensorfold.cu", &program_source(), "compute_90").unwrap();
+        let counts: std::collections::HashMap<String, usize> =
+            crate::launch::ptx_param_counts(&ptx).into_iter().collect();
+        for (name, n) in [
+            ("tf_mamba_conv", 16),
+            ("tf_plant_mamba_conv_reversed", 16),
+            ("tf_mamba_ssm", 22),
+            ("tf_plant_mamba_ssm_unclamped", 22),
+            ("tf_plant_mamba_ssm_stale", 22),
+            ("tf_mamba_gated_norm", 8),
+            ("tf_nh_relu2", 3),
+            ("tf_nh_add_bias", 4),
+        ] {
+            assert_eq!(counts.get(name), Some(&n), "{name}");
+        }
+        assert_eq!(KERNEL_NAMES.len(), 8);
+    }
 }
