@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Here (not on the device): compresses the default model and splits it into two parts under
-# .device-parts/ (git-ignored through .git/info/exclude) for scripts/device/model-parts.sh.
+# Here (not on the device): compresses the default model and splits it into N parts (default 3),
+# part i in .device-parts/i/ (git-ignored through .git/info/exclude), for
+# scripts/device/model-parts.sh.
 set -euo pipefail
-model="${1:?usage: split-model.sh MODEL.gguf}"
+model="${1:?usage: split-model.sh MODEL.gguf [N]}"
+n="${2:-3}"
 mkdir -p .device-parts
 xz -6 -T2 -c "$model" > .device-parts/smol.gguf.xz
 size=$(stat -c %s .device-parts/smol.gguf.xz)
-split -b $(( (size + 1) / 2 )) .device-parts/smol.gguf.xz .device-parts/smol.gguf.xz.part-
-mv .device-parts/smol.gguf.xz.part-aa dist/
+split -n $n .device-parts/smol.gguf.xz .device-parts/smol.gguf.xz.part-
 rm .device-parts/smol.gguf.xz
-ls -la .device-parts
+i=1
+for p in .device-parts/smol.gguf.xz.part-*; do
+  mkdir -p .device-parts/$i
+  mv "$p" .device-parts/$i/
+  i=$((i + 1))
+done
+ls -la .device-parts/*
