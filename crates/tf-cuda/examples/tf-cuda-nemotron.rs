@@ -9,7 +9,7 @@
 //! 2. chunked == serial: the whole sequence as one round, and in chunks of 5;
 //! 3. concurrent == solo: three slots fed the sequence at staggered offsets in shared rounds;
 //! 4. graphed == eager: one row per step through the captured graph, and 3-row graphed rounds;
-//! 5. reset: a used slot reset and fed again equals the first run.
+//! 5. truncation: a used slot cut short restarts (length 0) and, fed again, equals the first run.
 //!
 //! Exit status: 0 when every checkpoint that loaded passed (checkpoints refused by name for an
 //! unsupported weight format are listed, and fail the run only with `--strict`), 1 on any
@@ -84,8 +84,8 @@ fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
     }
 }
 
-/// Feeds `seq` to `slot` from position 0 in rounds of `chunk` rows; returns each position's
-/// logits.
+/// Resets `slot` and feeds it `seq` from position 0 in rounds of `chunk` rows; returns each
+/// position's logits.
 fn feed(
     g: &mut GpuNemotronH,
     slot: usize,
@@ -223,9 +223,12 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<bool>> {
         g.forward_graphed(&rows, &mut gl)?;
         graphed3 &= (0..3).all(|j| bits_equal(&gl[j * vocab..(j + 1) * vocab], &serial[p]));
     }
-    // 5. Reset: slot 0 (fully used) restarted.
-    let reset = same_all(&feed(&mut g, 0, &seq, 3, false)?, &serial);
-    println!("chunked == serial: one round {one_round}, chunks of 5 {chunks5}; 3 staggered slots in shared rounds == solo: {concurrent}; graphed == eager: 1 row {graphed1}, 3-row rounds {graphed3}; reset slot == fresh: {reset}");
+    // 5. Truncation: slot 0 (fully used) cut to 5 tokens restarts (the CPU's rule for a
+    //    recurrent stream), then fed again from position 0 equals the first run.
+    let restarted = g.truncate_slot(0, 5) == Some(0) && g.slot_len(0) == Some(0);
+    let kept = g.truncate_slot(0, 0) == Some(0);
+    let reset = restarted && kept && same_all(&feed(&mut g, 0, &seq, 3, false)?, &serial);
+    println!("chunked == serial: one round {one_round}, chunks of 5 {chunks5}; 3 staggered slots in shared rounds == solo: {concurrent}; graphed == eager: 1 row {graphed1}, 3-row rounds {graphed3}; truncated slot restarts == fresh: {reset}");
     Ok(Some(
         fidelity && one_round && chunks5 && concurrent && graphed1 && graphed3 && reset,
     ))

@@ -340,6 +340,20 @@ impl GpuNemotronH {
         }
     }
 
+    /// Keeps the first `len` tokens of slot `slot`, as the CPU's `StreamState::truncate` does
+    /// for this family: the recurrent state has no history, so fewer tokens than held restart
+    /// the slot (length 0) — unless the model has no Mamba layer, when the KV prefix is kept;
+    /// `len` at or beyond the held length changes nothing. Returns the slot's length after the
+    /// call (`None`: no such slot).
+    pub fn truncate_slot(&mut self, slot: usize, len: usize) -> Option<usize> {
+        let recurrent = self.mamba.layers() > 0;
+        let held = self.lens.get_mut(slot)?;
+        if len < *held {
+            *held = if recurrent { 0 } else { len };
+        }
+        Some(*held)
+    }
+
     /// Runs one round with eager launches; `logits` gets `vocab` floats for every row with
     /// `logits == true`, in row order.
     pub fn forward(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
