@@ -1,5 +1,6 @@
 //! Checkpoint tensors to device operands: packed matrices uploaded unchanged, small vectors
-//! (norm gains) decoded to f32 once.
+//! (norm gains) decoded to f32 once. A synthetic checkpoint's tensors are generated on the
+//! device instead ([`crate::synthetic`]).
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -18,11 +19,17 @@ fn bad(e: &TensorEntry, why: String) -> CudaError {
 
 /// Uploads the `[rows, cols]` matrix of a 2-D entry in its stored layout.
 pub fn matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuMatrix> {
+    if let Some(seed) = ck.synthetic_seed() {
+        return crate::synthetic::matrices(gpu, seed, &[e]);
+    }
     GpuMatrix::upload(gpu, &packed(ck, e)?)
 }
 
 /// Uploads several 2-D entries of one format and width as one matrix, rows in order.
 pub fn matrices(gpu: &Gpu, ck: &Checkpoint, es: &[&TensorEntry]) -> Result<GpuMatrix> {
+    if let Some(seed) = ck.synthetic_seed() {
+        return crate::synthetic::matrices(gpu, seed, es);
+    }
     let mut parts = Vec::with_capacity(es.len());
     for e in es {
         parts.push(packed(ck, e)?);
@@ -74,6 +81,9 @@ fn packed<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a>> {
 
 /// A small tensor decoded to f32 on the host.
 pub fn vector_host(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> {
+    if ck.is_synthetic() {
+        return crate::synthetic::vector_host(ck, e);
+    }
     let n = e.elements() as usize;
     match ck
         .data(&e.name)
@@ -96,5 +106,8 @@ pub fn vector_host(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> {
 
 /// A small tensor decoded to f32 and uploaded.
 pub fn vector(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<CudaSlice<f32>> {
+    if let Some(seed) = ck.synthetic_seed() {
+        return crate::synthetic::vector(gpu, seed, e);
+    }
     gpu.upload(&vector_host(ck, e)?)
 }

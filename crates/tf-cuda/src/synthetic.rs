@@ -1,4 +1,449 @@
-//! (scaffold: filled in by the synthetic work)
+//! Synthetic weights generated in device memory: a synthetic checkpoint
+//! (`Checkpoint::synthetic`) has no bytes on the host, so its matrices and vectors are allocated
+//! on the GPU and filled there by kernels/synthetic.cu, which implements
+//! `tf_formats::checkpoint::synthetic` bit for bit. [`host_device_bytes`] computes the same
+//! device bytes on the host (the check binary compares samples of the two).
+//!
+//! The fill is generic over a format's device layout: dense floats element by element, and any
+//! packed block layout ([`BlockLayout`]: stream bytes, then scale and min/bias fields), which
+//! covers GGUF Q4_0/Q4_1/Q8_0/Q4_K/Q6_K and MLX affine re-laid per 32-value unit.
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::weights::GpuMatrix;
+use cudarc::driver::{CudaSlice, DevicePtr};
+use tf_formats::checkpoint::synthetic::{dense_kind, init_for, keys, BlockLayout, FloatKind, Init};
+use tf_formats::checkpoint::Checkpoint;
+use tf_formats::{DType, TensorEntry, WeightFormat};
+use tf_kernels::matmul::{FloatType, PackedMatrix, WeightData};
 
 /// Kernel entry points defined in kernels/synthetic.cu.
-pub const KERNEL_NAMES: &[&str] = &[];
+pub const KERNEL_NAMES: &[&str] = &["tf_synth_blocks", "tf_synth_dense"];
+
+/// Threads per block of the fill kernels.
+const THREADS: u32 = 256;
+/// Most thread blocks of one fill launch (the kernels stride over the rest).
+const MAX_GRID: u64 = 65_536;
+
+/// How a weight format lies in device memory, for the fill kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceLayout {
+    /// Plain little-endian floats.
+    Dense(FloatKind),
+    /// Packed blocks along each row.
+    Blocks(BlockLayout),
+}
+
+impl DeviceLayout {
+    /// Device bytes of `elements` values (a whole number of blocks).
+    pub fn bytes(&self, elements: u64) -> u64 {
+        match self {
+            DeviceLayout::Dense(k) => elements * k.size() as u64,
+            DeviceLayout::Blocks(b) => elements / b.block_elems as u64 * b.block_bytes as u64,
+        }
+    }
+
+    /// Values per block (1 for dense).
+    pub fn block_elems(&self) -> u64 {
+        match self {
+            DeviceLayout::Dense(_) => 1,
+            DeviceLayout::Blocks(b) => b.block_elems as u64,
+        }
+    }
+}
+
+/// MLX affine as the GPU stores it (common.cuh `FMT_MLX*`): per 32-value unit, the unit's
+/// `4 * bits` bytes of the row's packed bit stream, then its group's scale and bias as f32.
+pub fn mlx_unit_layout(bits: u8, group_size: u32) -> BlockLayout {
+    let sb = 4 * bits as u32;
+    BlockLayout {
+        block_bytes: sb + 8,
+        block_elems: 32,
+        stream_bytes: sb,
+        group_blocks: group_size / 32,
+        scale_offset: sb,
+        scale_kind: FloatKind::F32,
+        scale_mult_log2: bits as i32 - 1,
+        min: Some((sb + 4, FloatKind::F32, bits as i32 - 1, true)),
+    }
+}
+
+/// The device layout of a stored format, if the generator has one.
+pub fn device_layout(format: WeightFormat) -> Option<DeviceLayout> {
+    if let Some(k) = dense_kind(format) {
+        return Some(DeviceLayout::Dense(k));
+    }
+    match format {
+        WeightFormat::Gguf(ty) => BlockLayout::gguf(ty).map(DeviceLayout::Blocks),
+        WeightFormat::MlxAffine {
+            bits, group_size, ..
+        } if group_size % 32 == 0 => Some(DeviceLayout::Blocks(mlx_unit_layout(bits, group_size))),
+        _ => None,
+    }
+}
+
+fn unsupported(e: &TensorEntry) -> CudaError {
+    CudaError::UnsupportedFormat {
+        format: format!("{}: synthetic {} (no generator)", e.name, e.format),
+    }
+}
+
+fn layout_of(e: &TensorEntry) -> Result<DeviceLayout> {
+    let l = device_layout(e.format).ok_or_else(|| unsupported(e))?;
+    if !e.elements().is_multiple_of(l.block_elems()) {
+        return Err(CudaError::Shape {
+            op: "synthetic fill",
+            detail: format!(
+                "{}: {} values are not whole {}-value blocks",
+                e.name,
+                e.elements(),
+                l.block_elems()
+            ),
+        });
+    }
+    Ok(l)
+}
+
+/// The device bytes of values `[first, first + count)` of `e` (whole blocks) under `seed`,
+/// computed on the host with the reference generator.
+pub fn host_device_bytes(e: &TensorEntry, seed: u64, first: u64, count: u64) -> Result<Vec<u8>> {
+    let l = layout_of(e)?;
+    let k = keys(seed, &e.name);
+    let init = init_for(&e.name);
+    let be = l.block_elems();
+    if !first.is_multiple_of(be) || !count.is_multiple_of(be) || first + count > e.elements() {
+        return Err(CudaError::Shape {
+            op: "synthetic sample",
+            detail: format!("values {first}+{count} of {} in {be}-value blocks", e.name),
+        });
+    }
+    let mut out = vec![0u8; l.bytes(count) as usize];
+    match l {
+        DeviceLayout::Dense(kind) => {
+            tf_formats::checkpoint::synthetic::write_dense(init, k, kind, first, &mut out)
+        }
+        DeviceLayout::Blocks(b) => {
+            b.write(k, b.scale_exp(init.amplitude_log2()), first / be, &mut out)
+        }
+    }
+    Ok(out)
+}
+
+/// Enqueues the fill of `e`'s device bytes at `ptr` (`layout_of(e).bytes(..)` of them).
+///
+/// # Safety
+/// `ptr` must address at least that many writable device bytes on the GPU's stream.
+unsafe fn fill(
+    gpu: &Gpu,
+    ptr: u64,
+    e: &TensorEntry,
+    seed: u64,
+    out: Option<FloatKind>,
+) -> Result<()> {
+    let l = layout_of(e)?;
+    let k = keys(seed, &e.name);
+    let init: Init = init_for(&e.name);
+    match l {
+        DeviceLayout::Dense(store) => {
+            let n = e.elements();
+            let (out_kind, store_kind) = (out.unwrap_or(store) as i32, store as i32);
+            let qbits = init.qbits as i32;
+            let mut launch = gpu.launcher("tf_synth_dense")?;
+            launch
+                .arg(&ptr)
+                .arg(&n)
+                .arg(&k.bytes)
+                .arg(&out_kind)
+                .arg(&store_kind)
+                .arg(&init.center_bits)
+                .arg(&qbits)
+                .arg(&init.exp);
+            // SAFETY: argument types and order as tf_synth_dense; `ptr` holds n values (caller).
+            unsafe { launch.go(config(n), "filling a synthetic dense tensor") }
+        }
+        DeviceLayout::Blocks(b) => {
+            if out.is_some() {
+                return Err(CudaError::Shape {
+                    op: "synthetic vector",
+                    detail: format!("{}: a quantized vector is not supported", e.name),
+                });
+            }
+            let n = e.elements() / b.block_elems as u64;
+            let exp = b.scale_exp(init.amplitude_log2());
+            let (min_off, min_kind, min_exp, min_neg) = match b.min {
+                Some((off, kind, shift, neg)) => (off as i32, kind as i32, exp + shift, neg as i32),
+                None => (-1, 0, 0, 0),
+            };
+            let ints = [
+                b.block_bytes as i32,
+                b.stream_bytes as i32,
+                b.group_blocks as i32,
+                b.scale_offset as i32,
+                b.scale_kind as i32,
+            ];
+            let mut launch = gpu.launcher("tf_synth_blocks")?;
+            launch.arg(&ptr).arg(&n).arg(&k.bytes).arg(&k.scales);
+            for v in &ints {
+                launch.arg(v);
+            }
+            launch
+                .arg(&exp)
+                .arg(&min_off)
+                .arg(&min_kind)
+                .arg(&min_exp)
+                .arg(&min_neg);
+            // SAFETY: argument types and order as tf_synth_blocks; `ptr` holds n blocks (caller).
+            unsafe { launch.go(config(n), "filling synthetic packed blocks") }
+        }
+    }
+}
+
+fn config(items: u64) -> cudarc::driver::LaunchConfig {
+    cudarc::driver::LaunchConfig {
+        grid_dim: (
+            items.div_ceil(THREADS as u64).clamp(1, MAX_GRID) as u32,
+            1,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A zero packed view of `[rows, cols]` in `format` over `zeros` (for allocating the device
+/// matrix through [`GpuMatrix::upload`]).
+fn zero_view<'a>(e: &TensorEntry, zeros: &'a [u8]) -> Result<PackedMatrix<'a>> {
+    let [rows, cols] = e.shape[..] else {
+        return Err(CudaError::Shape {
+            op: "synthetic matrix",
+            detail: format!("{}: expected a matrix, found shape {:?}", e.name, e.shape),
+        });
+    };
+    let (rows, cols) = (rows as usize, cols as usize);
+    let bad = |err: String| CudaError::Shape {
+        op: "synthetic matrix",
+        detail: format!("{}: {err}", e.name),
+    };
+    let n = rows * cols;
+    match e.format {
+        WeightFormat::Dense(d) => PackedMatrix::dense(d, rows, cols, &zeros[..n * d.size()]),
+        WeightFormat::Gguf(ty) => {
+            let len = n / ty.block_size() * ty.type_size();
+            PackedMatrix::gguf(ty, rows, cols, &zeros[..len])
+        }
+        WeightFormat::MlxAffine {
+            bits,
+            group_size,
+            scales,
+        } => {
+            let ty = FloatType::from_dtype(scales).ok_or_else(|| unsupported(e))?;
+            let g = n / group_size as usize * scales.size();
+            let data = WeightData::MlxAffine {
+                bits,
+                group_size: group_size as usize,
+                scale_ty: ty,
+                words: &zeros[..n * bits as usize / 8],
+                scales: &zeros[..g],
+                biases: &zeros[..g],
+            };
+            PackedMatrix::new(rows, cols, data)
+        }
+    }
+    .map_err(|err| bad(err.to_string()))
+}
+
+/// Host bytes a zero view of `e` borrows (the largest of its parts).
+fn zero_len(e: &TensorEntry) -> usize {
+    let n = e.elements() as usize;
+    match e.format {
+        WeightFormat::Dense(d) => n * d.size(),
+        WeightFormat::Gguf(ty) => n / ty.block_size().max(1) * ty.type_size(),
+        WeightFormat::MlxAffine { bits, scales, .. } => {
+            (n * bits as usize / 8).max(n * DType::size(scales))
+        }
+    }
+}
+
+/// A synthetic `[rows, cols]` matrix, or several of one format and width as one matrix (rows in
+/// order), allocated on the device in the format's GPU layout and filled there.
+///
+/// The allocation goes through [`GpuMatrix::upload`] of zeros (one host zero buffer, reused);
+/// a device-side constructor of [`GpuMatrix`] would spare that copy.
+pub fn matrices(gpu: &Gpu, seed: u64, es: &[&TensorEntry]) -> Result<GpuMatrix> {
+    let zeros = vec![0u8; es.iter().map(|e| zero_len(e)).max().unwrap_or(0)];
+    let mut views = Vec::with_capacity(es.len());
+    let mut want = 0u64;
+    for e in es {
+        views.push(zero_view(e, &zeros)?);
+        want += layout_of(e)?.bytes(e.elements());
+    }
+    let m = match views.as_slice() {
+        [one] => GpuMatrix::upload(gpu, one)?,
+        _ => GpuMatrix::concat(gpu, &views)?,
+    };
+    if m.storage_bytes() as u64 != want {
+        return Err(CudaError::Shape {
+            op: "synthetic matrix",
+            detail: format!(
+                "{:?} holds {} device bytes, the generator's layout {want}",
+                m.format(),
+                m.storage_bytes()
+            ),
+        });
+    }
+    {
+        let (base, _sync) = m.bytes().device_ptr(gpu.stream());
+        let mut offset = 0u64;
+        for e in es {
+            // SAFETY: the matrix was allocated with exactly `want` bytes, laid out part by part
+            // in this order; each part's fill writes only its own `bytes(..)` at its offset.
+            unsafe { fill(gpu, base + offset, e, seed, None)? };
+            offset += layout_of(e)?.bytes(e.elements());
+        }
+    }
+    Ok(m)
+}
+
+/// A synthetic vector decoded to f32 on the device (its stored values widened).
+pub fn vector(gpu: &Gpu, seed: u64, e: &TensorEntry) -> Result<CudaSlice<f32>> {
+    let v: CudaSlice<f32> = gpu.zeros(e.elements() as usize)?;
+    {
+        let (ptr, _sync) = v.device_ptr(gpu.stream());
+        // SAFETY: `v` holds `elements` f32 values; the fill writes exactly those.
+        unsafe { fill(gpu, ptr, e, seed, Some(FloatKind::F32))? };
+    }
+    Ok(v)
+}
+
+/// A small synthetic dense tensor's values decoded to f32 on the host (the reference generator).
+pub fn vector_host(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> {
+    let seed = ck.synthetic_seed().ok_or_else(|| CudaError::Shape {
+        op: "synthetic vector",
+        detail: format!("{}: the checkpoint is not synthetic", e.name),
+    })?;
+    let kind = dense_kind(e.format).ok_or_else(|| unsupported(e))?;
+    let bytes = host_device_bytes(e, seed, 0, e.elements())?;
+    Ok(bytes
+        .chunks_exact(kind.size())
+        .map(|c| match kind {
+            FloatKind::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+            FloatKind::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
+            FloatKind::Bf16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_formats::checkpoint::synthetic::rand64;
+    use tf_formats::checkpoint::synthetic::{host_tensor, HostTensor};
+    use tf_formats::gguf::GgmlType;
+
+    fn entry(format: WeightFormat, shape: &[u64]) -> TensorEntry {
+        TensorEntry {
+            name: "model.layers.0.mlp.up_proj.weight".into(),
+            format,
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn gguf_and_dense_device_bytes_are_the_checkpoint_bytes() {
+        for f in [
+            WeightFormat::Gguf(GgmlType::Q4_0),
+            WeightFormat::Gguf(GgmlType::Q4_1),
+            WeightFormat::Gguf(GgmlType::Q8_0),
+            WeightFormat::Gguf(GgmlType::Q6K),
+            WeightFormat::Dense(DType::BF16),
+            WeightFormat::Gguf(GgmlType::F32),
+        ] {
+            let e = entry(f, &[3, 256]);
+            let HostTensor::Bytes(all) = host_tensor(&e, 4).unwrap() else {
+                panic!()
+            };
+            assert_eq!(host_device_bytes(&e, 4, 0, 768).unwrap(), all, "{f}");
+            // A sample from the middle equals the same bytes of the whole.
+            let l = device_layout(f).unwrap();
+            let part = host_device_bytes(&e, 4, 256, 256).unwrap();
+            let at = l.bytes(256) as usize;
+            assert_eq!(&all[at..at + part.len()], &part[..], "{f}");
+        }
+    }
+
+    #[test]
+    fn mlx_device_units_are_the_relaid_triplet() {
+        let (bits, g) = (4u8, 64u32);
+        let f = WeightFormat::MlxAffine {
+            bits,
+            group_size: g,
+            scales: DType::BF16,
+        };
+        let e = entry(f, &[2, 128]);
+        let HostTensor::MlxAffine {
+            weight,
+            scales,
+            biases,
+        } = host_tensor(&e, 8).unwrap()
+        else {
+            panic!()
+        };
+        let dev = host_device_bytes(&e, 8, 0, 256).unwrap();
+        let ub = 4 * bits as usize + 8;
+        assert_eq!(dev.len(), 8 * ub);
+        for u in 0..8 {
+            let unit = &dev[u * ub..(u + 1) * ub];
+            assert_eq!(
+                &unit[..16],
+                &weight[u * 16..(u + 1) * 16],
+                "unit {u} stream"
+            );
+            let grp = u * 32 / g as usize;
+            let bf = |b: &[u8]| half::bf16::from_le_bytes([b[2 * grp], b[2 * grp + 1]]).to_f32();
+            let f32_at =
+                |o: usize| f32::from_le_bytes([unit[o], unit[o + 1], unit[o + 2], unit[o + 3]]);
+            assert_eq!(f32_at(16), bf(&scales), "unit {u} scale");
+            assert_eq!(f32_at(20), bf(&biases), "unit {u} bias");
+        }
+        // Planted control: a unit layout whose groups are one unit long disagrees.
+        let wrong = BlockLayout {
+            group_blocks: 1,
+            ..mlx_unit_layout(bits, g)
+        };
+        let mut w = vec![0u8; 8 * ub];
+        let k = keys(8, &e.name);
+        wrong.write(
+            k,
+            wrong.scale_exp(init_for(&e.name).amplitude_log2()),
+            0,
+            &mut w,
+        );
+        assert_ne!(w, dev);
+    }
+
+    #[test]
+    fn unsupported_formats_and_partial_blocks_are_refused() {
+        let e = entry(WeightFormat::Gguf(GgmlType::Q5_0), &[1, 32]);
+        assert!(matches!(
+            host_device_bytes(&e, 1, 0, 32),
+            Err(CudaError::UnsupportedFormat { .. })
+        ));
+        let e = entry(WeightFormat::Gguf(GgmlType::Q4_0), &[1, 64]);
+        assert!(host_device_bytes(&e, 1, 16, 32).is_err());
+        assert!(host_device_bytes(&e, 1, 32, 64).is_err());
+    }
+
+    #[test]
+    fn kernel_hash_constants_match_the_host_generator() {
+        // The constants kernels/synthetic.cu spells out (a typo there changes every byte).
+        let src = include_str!("../kernels/synthetic.cu");
+        for c in [
+            "0xBF58476D1CE4E5B9ull",
+            "0x94D049BB133111EBull",
+            "0x9E3779B97F4A7C15ull",
+        ] {
+            assert!(src.contains(c), "{c}");
+        }
+        assert_eq!(rand64(0, 0), 0xe220_a839_7b1d_cdaf);
+    }
+}
