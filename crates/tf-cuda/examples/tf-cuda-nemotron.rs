@@ -9,7 +9,9 @@
 //! 2. chunked == serial: the whole sequence as one round, and in chunks of 5;
 //! 3. concurrent == solo: three slots fed the sequence at staggered offsets in shared rounds;
 //! 4. graphed == eager: one row per step through the captured graph, and 3-row graphed rounds;
-//! 5. truncation: a used slot cut short restarts (length 0) and, fed again, equals the first run.
+//! 5. truncation: a used slot cut short restarts (length 0) and, fed again, equals the first run;
+//! 6. resumed == fresh: a slot's KV and Mamba state copied through the host into another slot,
+//!    which continues the sequence.
 //!
 //! Exit status: 0 when every checkpoint that loaded passed (checkpoints refused by name for an
 //! unsupported weight format are listed, and fail the run only with `--strict`), 1 on any
@@ -228,9 +230,28 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<bool>> {
     let restarted = g.truncate_slot(0, 5) == Some(0) && g.slot_len(0) == Some(0);
     let kept = g.truncate_slot(0, 0) == Some(0);
     let reset = restarted && kept && same_all(&feed(&mut g, 0, &seq, 3, false)?, &serial);
-    println!("chunked == serial: one round {one_round}, chunks of 5 {chunks5}; 3 staggered slots in shared rounds == solo: {concurrent}; graphed == eager: 1 row {graphed1}, 3-row rounds {graphed3}; truncated slot restarts == fresh: {reset}");
+    // 6. Resumed == fresh: slot 1's state after half the sequence copied through the host into
+    //    slot 7, which then continues the sequence.
+    let half = n / 2;
+    feed(&mut g, 1, &seq[..half], 4, false)?;
+    g.reset_slot(7);
+    for l in 0..g.attention_layers() {
+        let (k, v) = g.read_kv(1, l, half)?;
+        g.write_kv(7, l, &k, &v)?;
+    }
+    for l in 0..g.mamba_layers() {
+        let (c, s) = g.read_mamba(1, l)?;
+        g.write_mamba(7, l, &c, &s)?;
+    }
+    g.set_slot_len(7, half)?;
+    let mut resumed = true;
+    for (p, &t) in seq.iter().enumerate().skip(half) {
+        g.forward(&[row(7, p, t)], &mut gl)?;
+        resumed &= bits_equal(&gl, &serial[p]);
+    }
+    println!("chunked == serial: one round {one_round}, chunks of 5 {chunks5}; 3 staggered slots in shared rounds == solo: {concurrent}; graphed == eager: 1 row {graphed1}, 3-row rounds {graphed3}; truncated slot restarts == fresh: {reset}; resumed from a host copy at {half} == fresh: {resumed}");
     Ok(Some(
-        fidelity && one_round && chunks5 && concurrent && graphed1 && graphed3 && reset,
+        fidelity && one_round && chunks5 && concurrent && graphed1 && graphed3 && reset && resumed,
     ))
 }
 

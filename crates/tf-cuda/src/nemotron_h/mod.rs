@@ -340,6 +340,83 @@ impl GpuNemotronH {
         }
     }
 
+    /// Stream slots.
+    pub fn slots(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Most rows one round takes.
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+
+    /// Attention layers (KV caches per slot), in layer order.
+    pub fn attention_layers(&self) -> usize {
+        self.kvs.len()
+    }
+
+    /// Mamba layers (recurrent states per slot), in layer order.
+    pub fn mamba_layers(&self) -> usize {
+        self.mamba.layers()
+    }
+
+    /// Sets slot `slot`'s length, restoring a stream whose KV ([`write_kv`](Self::write_kv))
+    /// and Mamba state ([`write_mamba`](Self::write_mamba)) at that length were written. The
+    /// Mamba state is not rewound: to drop tokens use [`truncate_slot`](Self::truncate_slot).
+    pub fn set_slot_len(&mut self, slot: usize, len: usize) -> Result<()> {
+        match self.lens.get_mut(slot) {
+            Some(l) if len <= self.capacity => {
+                *l = len;
+                Ok(())
+            }
+            _ => Err(CudaError::Param {
+                op: "nemotron_h slot",
+                what: "slot length",
+                value: len as f64,
+                why: "no such slot, or longer than the slot's capacity",
+            }),
+        }
+    }
+
+    fn kv(&self, layer: usize) -> Result<&GpuKv> {
+        self.kvs.get(layer).ok_or(CudaError::Param {
+            op: "nemotron_h kv",
+            what: "attention layer",
+            value: layer as f64,
+            why: "beyond the model's attention layers",
+        })
+    }
+
+    /// Writes attention layer `layer` (counted among attention layers) of `slot` from position
+    /// 0 (whole positions, position-major, as the CPU's `LayerKv` holds them).
+    pub fn write_kv(&mut self, slot: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        self.kv(layer)?;
+        self.kvs[layer].write_layer(&self.gpu, slot, 0, k, v)
+    }
+
+    /// The keys and values of attention layer `layer` of `slot` at positions `0..len`.
+    pub fn read_kv(&self, slot: usize, layer: usize, len: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        self.kv(layer)?.read_layer(&self.gpu, slot, 0, len)
+    }
+
+    /// Writes Mamba layer `layer`'s state of `slot` (conv `(kernel-1) × conv_dim` oldest
+    /// first, SSM `[heads][head_dim][state]`: the CPU's `MambaState`).
+    pub fn write_mamba(
+        &mut self,
+        slot: usize,
+        layer: usize,
+        conv: &[f32],
+        ssm: &[f32],
+    ) -> Result<()> {
+        self.mamba.write(&self.gpu, slot, layer, conv, ssm)
+    }
+
+    /// Mamba layer `layer`'s state of `slot`: (conv, SSM), as [`write_mamba`](Self::write_mamba)
+    /// takes them. A slot whose last row was at position 0 holds the state after that row.
+    pub fn read_mamba(&self, slot: usize, layer: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        self.mamba.read(&self.gpu, slot, layer)
+    }
+
     /// Keeps the first `len` tokens of slot `slot`, as the CPU's `StreamState::truncate` does
     /// for this family: the recurrent state has no history, so fewer tokens than held restart
     /// the slot (length 0) — unless the model has no Mamba layer, when the KV prefix is kept;
