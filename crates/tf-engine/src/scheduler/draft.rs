@@ -1,8 +1,113 @@
-//! Context-copy drafts: propose what followed the latest earlier occurrence of a stream's last
-//! few tokens, and keep per-stream acceptance so drafting turns itself off where it doesn't pay.
+//! Drafts: each model gets one draft source ([`Drafter`]): context copies (propose what
+//! followed the latest earlier occurrence of a stream's last few tokens) or the model's own
+//! MTP head ([`mtp`]). Per-stream acceptance turns drafting off where it doesn't pay.
 //!
 //! A draft never changes a token: the scheduler verifies each drafted token against the keyed
-//! sample at its position and keeps only the longest prefix that equals it.
+//! sample at its position and keeps only the longest prefix that equals it, whatever the
+//! source.
+
+mod mtp;
+#[cfg(test)]
+mod tests;
+
+use super::stream::Running;
+use super::SchedulerConfig;
+use tf_models::Model;
+
+/// Where a model's drafts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DraftSource {
+    /// What followed an earlier occurrence of the stream's tail.
+    ContextCopy,
+    /// The model's MTP head, conditioned on the model's hidden states.
+    Mtp,
+}
+
+/// The scheduler's draft source for one model, and the line that says which it is.
+#[derive(Debug)]
+pub(crate) struct Drafter {
+    source: DraftSource,
+    note: String,
+}
+
+impl Drafter {
+    /// Chooses the model's draft source: its draft head when it has one, else context copies.
+    pub fn new(model: &mut dyn Model) -> Drafter {
+        let source = if model.draft_head().is_some() {
+            DraftSource::Mtp
+        } else {
+            DraftSource::ContextCopy
+        };
+        Drafter {
+            source,
+            note: model.draft_note(),
+        }
+    }
+
+    /// The chosen source.
+    #[cfg(test)]
+    pub fn source(&self) -> DraftSource {
+        self.source
+    }
+
+    /// One line for the log: where this model's drafts come from.
+    pub fn note(&self) -> &str {
+        &self.note
+    }
+
+    /// Chooses each decoding stream's drafted tokens for this round, no longer than the
+    /// stream's remaining tokens (less the one sampled after the window) and its context. With
+    /// an MTP head, first feeds the head every verified position it has not seen.
+    pub fn propose(
+        &mut self,
+        model: &mut dyn Model,
+        running: &mut [Running],
+        cfg: &SchedulerConfig,
+        context: usize,
+    ) {
+        let mut want = vec![0usize; running.len()];
+        for (s, k) in running.iter_mut().zip(want.iter_mut()) {
+            s.draft.clear();
+            if s.pending.is_none() || cfg.draft_tokens == 0 || !s.req.draft || !s.drafts.on {
+                continue;
+            }
+            let left = s.req.max_tokens.saturating_sub(s.generated.len() + 1);
+            let room = context.saturating_sub(s.state.len + 1);
+            *k = cfg.draft_tokens.min(left).min(room);
+        }
+        match self.source {
+            DraftSource::ContextCopy => {
+                for (s, &k) in running.iter_mut().zip(&want) {
+                    if k > 0 {
+                        s.draft = propose(&history(s), cfg.draft_match_tokens, k);
+                    }
+                }
+            }
+            DraftSource::Mtp => mtp::propose(model, running, &want),
+        }
+    }
+
+    /// After a round's forward: hands the model's hidden rows of `rows` to the streams' MTP
+    /// trackers (nothing for context copies).
+    pub fn observe(
+        &mut self,
+        model: &mut dyn Model,
+        rows: &[tf_models::Row],
+        running: &mut [Running],
+    ) {
+        if self.source == DraftSource::Mtp {
+            mtp::observe(model, rows, running);
+        }
+    }
+}
+
+/// A stream's tokens so far: prompt, then generated (the last one possibly not yet fed).
+fn history(s: &Running) -> Vec<u32> {
+    let mut h = Vec::with_capacity(s.req.prompt.len() + s.generated.len());
+    h.extend_from_slice(&s.req.prompt);
+    h.extend_from_slice(&s.generated);
+    h
+}
 
 /// Tokens of the stream's tail that must match an earlier occurrence, by default.
 pub(crate) const MATCH_TOKENS: usize = 3;
@@ -29,7 +134,7 @@ pub fn propose(history: &[u32], n: usize, k: usize) -> Vec<u32> {
 }
 
 /// A stream's drafting record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct DraftStats {
     /// Whether the stream still drafts.
     pub on: bool,
@@ -37,6 +142,8 @@ pub(crate) struct DraftStats {
     pub proposed: u64,
     /// Drafted tokens kept.
     pub accepted: u64,
+    /// The stream's MTP head state, when its drafts come from an MTP head.
+    pub(crate) mtp: Option<Box<mtp::MtpTrack>>,
 }
 
 impl DraftStats {
@@ -46,6 +153,7 @@ impl DraftStats {
             on,
             proposed: 0,
             accepted: 0,
+            mtp: None,
         }
     }
 
@@ -55,12 +163,13 @@ impl DraftStats {
         self.accepted += accepted as u64;
         if self.proposed >= JUDGE_AFTER && self.accepted * KEEP_RATIO < self.proposed {
             self.on = false;
+            self.mtp = None;
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
+mod unit {
     use super::*;
 
     #[test]

@@ -7,12 +7,14 @@
 
 mod layers;
 mod mixers;
+mod mtp;
 
 use crate::error::ModelError;
-use crate::model::{check_rows, Model, ModelInfo, Row, StreamState};
+use crate::model::{check_rows, DraftHead, Model, ModelInfo, Row, StreamState};
 use crate::weights::{matrix, vector};
 use layers::{build_layer, Layer, Mixer};
 use mixers::{sized, Scratch};
+use mtp::MtpHead;
 use std::sync::Arc;
 use tf_families::nemotron_h::{NemotronBlock, NemotronHPlan};
 use tf_formats::checkpoint::Checkpoint;
@@ -27,6 +29,12 @@ pub struct NemotronH {
     layers: Vec<Layer<'static>>,
     embed: PackedMatrix<'static>,
     head: PackedMatrix<'static>,
+    /// The MTP head, when the checkpoint carries MTP layers (borrows the checkpoint too).
+    mtp: Option<MtpHead<'static>>,
+    /// With an MTP head: every row's final-normed hidden state of the latest forward.
+    normed: Vec<f32>,
+    /// Where drafts come from, one line for the log.
+    draft_note: String,
     final_norm: Vec<f32>,
     hidden: usize,
     eps: f32,
@@ -79,15 +87,35 @@ impl NemotronH {
             Some(e) => matrix(ck, e)?,
             None => embed,
         };
-        let weight_bytes = layers.iter().map(Layer::weight_bytes).sum::<usize>()
+        let eps = cfg.layer_norm_epsilon as f32;
+        let mtp = match &plan.mtp {
+            Some(m) => Some(MtpHead::new(ck, m, hidden, eps)?),
+            None => None,
+        };
+        let family = if cfg.model_type == "nemotron_h_puzzle" {
+            "nemotron_h_puzzle"
+        } else {
+            "nemotron_h"
+        };
+        let draft_note = match (&mtp, cfg.num_nextn_predict_layers) {
+            (Some(m), _) => format!(
+                "{family}: MTP head ({} stored step(s), blocks {}); drafts from MTP",
+                m.steps(),
+                m.pattern()
+            ),
+            (None, 0) => format!(
+                "{family}: no MTP weights (num_nextn_predict_layers = 0); drafts use context copies"
+            ),
+            (None, k) => format!(
+                "{family}: no MTP weights (num_nextn_predict_layers = {k} but no mtp.layers.* tensors); drafts use context copies"
+            ),
+        };
+        let weight_bytes = mtp.as_ref().map_or(0, MtpHead::weight_bytes)
+            + layers.iter().map(Layer::weight_bytes).sum::<usize>()
             + embed.storage_bytes()
             + plan.lm_head.as_ref().map_or(0, |_| head.storage_bytes());
         let info = ModelInfo {
-            family: if cfg.model_type == "nemotron_h_puzzle" {
-                "nemotron_h_puzzle"
-            } else {
-                "nemotron_h"
-            },
+            family,
             vocab_size: head.rows(),
             context: cfg.max_position_embeddings.unwrap_or(4096) as usize,
             state_bytes_per_token: kv_shapes.iter().map(|(h, d)| 2 * h * d * 4).sum(),
@@ -96,10 +124,13 @@ impl NemotronH {
         Ok(NemotronH {
             final_norm: vector(ck, &plan.norm_f)?,
             hidden,
-            eps: cfg.layer_norm_epsilon as f32,
+            eps,
             layers,
             embed,
             head,
+            mtp,
+            normed: Vec::new(),
+            draft_note,
             kv_shapes,
             info,
             pool: Pool::new(threads.max(1)),
@@ -146,6 +177,7 @@ impl Model for NemotronH {
             kv: KvCache::from_layers(kv),
             len: 0,
             mamba,
+            device: None,
         }
     }
 
@@ -194,6 +226,10 @@ impl Model for NemotronH {
         for r in rows {
             states[r.stream].len = r.pos + 1;
         }
+        if self.mtp.is_some() {
+            let normed = sized(&mut self.normed, n * hidden);
+            rms_norm(x, &self.final_norm, self.eps, n, normed)?;
+        }
         let picked: Vec<usize> = (0..n).filter(|&i| rows[i].logits).collect();
         let m = picked.len();
         let last = sized(&mut self.last, m * hidden);
@@ -209,5 +245,56 @@ impl Model for NemotronH {
         logits.resize(m * vocab, 0.0);
         matmul(&self.head, last, m, &mut logits[..m * vocab], pool)?;
         Ok(())
+    }
+
+    fn draft_head(&mut self) -> Option<&mut dyn DraftHead> {
+        match self.mtp {
+            Some(_) => Some(self),
+            None => None,
+        }
+    }
+
+    fn draft_note(&self) -> String {
+        self.draft_note.clone()
+    }
+}
+
+impl DraftHead for NemotronH {
+    fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
+    fn new_draft_state(&self) -> Result<StreamState, ModelError> {
+        match &self.mtp {
+            Some(m) => m.new_state(),
+            None => Err(ModelError::Kernel("this checkpoint has no MTP head".into())),
+        }
+    }
+
+    fn target_hidden(&self) -> &[f32] {
+        &self.normed
+    }
+
+    fn draft_forward(
+        &mut self,
+        rows: &[Row],
+        hidden: &[f32],
+        states: &mut [&mut StreamState],
+        hidden_out: &mut Vec<f32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let Some(m) = self.mtp.as_mut() else {
+            return Err(ModelError::Kernel("this checkpoint has no MTP head".into()));
+        };
+        m.forward(
+            &self.embed,
+            &self.head,
+            &self.pool,
+            rows,
+            hidden,
+            states,
+            hidden_out,
+            logits,
+        )
     }
 }
