@@ -330,3 +330,132 @@ fn message_starts_resume_recurrent_state_further_than_the_plain_grid() {
         assert!(m > g, "message starts {cached_m:?} vs grid {cached_g:?}");
     }
 }
+
+fn start_drafting(cache_bytes: u64) -> Scheduler {
+    let cfg = SchedulerConfig {
+        parallel: 2,
+        prefill_chunk: 16,
+        round_prefill_tokens: 16,
+        prompt_cache_bytes: cache_bytes,
+        message_marker: MARKER.to_vec(),
+        // Matching two tokens, the fixture's greedy loops give windows accepted in part.
+        draft_match_tokens: 2,
+        ..Default::default()
+    };
+    Scheduler::start(load(&nemotron_fixture()), cfg).expect("start")
+}
+
+/// The serial reference: no cache, no drafts.
+fn start_reference() -> Scheduler {
+    let cfg = SchedulerConfig {
+        prefill_chunk: 16,
+        round_prefill_tokens: 16,
+        draft_tokens: 0,
+        ..Default::default()
+    };
+    Scheduler::start(load(&nemotron_fixture()), cfg).expect("start")
+}
+
+/// A first turn's prompt: a system and a user message, then the assistant's opening.
+fn first_turn(salt: u32) -> Vec<u32> {
+    let mut p = message(1, &content(20, salt));
+    p.extend(message(2, &content(9, salt + 1)));
+    p.extend(MARKER);
+    p.push(ASSISTANT);
+    p
+}
+
+/// The next turn: `prompt`, the reply, its end, a user message and the assistant's opening.
+fn next_turn(prompt: &[u32], reply: &[u32], salt: u32) -> Vec<u32> {
+    let mut p = prompt.to_vec();
+    p.extend_from_slice(reply);
+    p.push(END);
+    p.extend(message(2, &content(7, salt)));
+    p.extend(MARKER);
+    p.push(ASSISTANT);
+    p
+}
+
+#[test]
+fn recurrent_state_is_exact_after_partial_windows_a_cancel_and_an_eviction() {
+    let reference = start_reference();
+    // Partially accepted draft windows across two cached turns (greedy loops, long replies).
+    let s = start_drafting(1 << 26);
+    for salt in 1..3 {
+        let p0 = first_turn(salt);
+        let (r0, c0) = ask(&s, &p0, None, 90);
+        assert_eq!((r0.clone(), 0), ask(&reference, &p0, None, 90), "turn 0");
+        let p1 = next_turn(&p0, &r0, salt + 5);
+        let (r1, c1) = ask(&s, &p1, None, 90);
+        assert_eq!(r1, ask(&reference, &p1, None, 90).0, "turn 1 (salt {salt})");
+        assert!(c0 == 0 || salt > 1, "{c0}");
+        assert!(c1 >= p0.len() - 3, "turn 1 resumes the opening: {c1}");
+    }
+    let m = s.handle().snapshot();
+    assert!(
+        m.draft_accepted > 0 && m.draft_accepted < m.draft_proposed,
+        "no partially accepted window: {m:?}"
+    );
+
+    // A client leaves after five tokens: the next turn (built on what it received) is exact
+    // and resumes the cancelled stream's snapshot at the assistant's opening.
+    let p0 = first_turn(9);
+    let (tx, rx) = mpsc::channel();
+    let req = StreamRequest {
+        prompt: p0.clone(),
+        params: SamplingParams::default(),
+        max_tokens: 120,
+        stop_ids: vec![],
+        top_logprobs: None,
+        draft: true,
+    };
+    s.handle().submit(req, Box::new(tx)).expect("submit");
+    let got: Vec<u32> = rx
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Token(t) => Some(t.id),
+            _ => None,
+        })
+        .take(5)
+        .collect();
+    drop(rx);
+    wait_idle(&s.handle());
+    assert_eq!(s.handle().snapshot().cancelled, 1);
+    let p1 = next_turn(&p0, &got, 3);
+    let (a, cached) = ask(&s, &p1, Some(8), 20);
+    assert_eq!(a, ask(&reference, &p1, Some(8), 20).0, "after the cancel");
+    assert!(
+        cached >= p0.len() - 3,
+        "resumed the cancelled turn: {cached}"
+    );
+
+    // A budget of one and a half times what one first turn leaves: another conversation's
+    // first turn evicts (part of) it mid-conversation.
+    let x0 = first_turn(20);
+    let one_turn = {
+        let probe = start_drafting(1 << 26);
+        ask(&probe, &x0, Some(1), 12);
+        probe.handle().snapshot().cache_bytes
+    };
+    assert!(one_turn > 0);
+    let small = start_drafting(one_turn * 3 / 2);
+    let (rx0, _) = ask(&small, &x0, Some(1), 12);
+    let y0 = first_turn(30);
+    ask(&small, &y0, Some(2), 12);
+    let evicted = small.handle().snapshot().cache_evictions;
+    assert!(evicted > 0, "nothing was evicted");
+    let x1 = next_turn(&x0, &rx0, 21);
+    let (a, x_cached) = ask(&small, &x1, Some(1), 12);
+    assert_eq!(a, ask(&reference, &x1, Some(1), 12).0, "after the eviction");
+    assert_eq!(x_cached, 0, "the first conversation's prefix was evicted");
+    let y1 = next_turn(&y0, &[40, 41], 31);
+    let (b, cached) = ask(&small, &y1, Some(2), 12);
+    assert_eq!(
+        b,
+        ask(&reference, &y1, Some(2), 12).0,
+        "the evicting conversation"
+    );
+    eprintln!(
+        "eviction: {evicted} evicted; the evicted conversation resumed {x_cached}, the other {cached}"
+    );
+}
