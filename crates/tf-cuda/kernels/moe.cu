@@ -239,6 +239,15 @@ TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q4_0, FMT_Q4_0, 0)
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q4_1, FMT_Q4_1, 0)
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q8_0, FMT_Q8_0, 0)
 TF_MOE_MATMUL_ENTRY(tf_plant_moe_matmul_q4_1_rowvar, FMT_Q4_1, 1)
+// The K-quants and MLX affine widths (decoders in common.cuh; MLX rows re-laid as in quant.cu).
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q4_k, FMT_Q4_K, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q6_k, FMT_Q6_K, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx2, FMT_MLX2, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx3, FMT_MLX3, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx4, FMT_MLX4, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx5, FMT_MLX5, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx6, FMT_MLX6, 0)
+TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx8, FMT_MLX8, 0)
 
 // relu²: out = max(x, 0)², as tf_kernels' relu2 (r = x > 0 ? x : 0; r * r).
 extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {

@@ -500,6 +500,22 @@ fn cases() -> Vec<Case> {
             false,
         ),
         c(
+            "muse: MLX 4-bit experts (group 64), top-2 of 8, 64->64->64",
+            Routing::Muse {
+                n_experts: 8,
+                top_k: 2,
+                multiplier: 0.5,
+                scale: 2.5,
+            },
+            GpuFormat::Mlx4,
+            64,
+            Some(64),
+            64,
+            true,
+            false,
+            false,
+        ),
+        c(
             "128 experts top-6, 8 groups keep 4, relu2, Q8_0 256->128",
             grouped(128, 6, 8, 4, 2.5, true),
             GpuFormat::Q8_0,

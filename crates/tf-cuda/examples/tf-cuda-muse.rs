@@ -1,0 +1,231 @@
+//! `tf-cuda-muse [MODEL_DIR ...] [--steps N] [--strict]`: the Muse Spark forward on the GPU
+//! against the CPU engine (tf_models::load + forward) on the same tokens, per checkpoint
+//! (default: fixtures/muse_spark/{hf-f32,mlx-f32,mlx-4bit}).
+//!
+//! 1. Fidelity: a 12-token prompt (longer than the fixtures' sliding window) and N greedy tokens
+//!    chosen by the CPU, fed one row per step to both engines; per position: max |Δlogit|,
+//!    top-1 agreement, bit-identical logits (all must be bit-identical).
+//! 2. Exactness on the GPU (bit for bit against the serial GPU logits): the prompt as one round
+//!    and in chunks of 5 == serial; 4 slots in one round at every position == solo; a round
+//!    mixing slots at different positions == solo; graph replay == eager (1 and 4 rows).
+//!
+//! A checkpoint the GPU path refuses by name is reported as SKIP (a failure with `--strict`).
+//! Exit status: 0 when every checkpoint passes, 1 on any mismatch, 2 on an error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tf_cuda::llama::GpuRow;
+use tf_cuda::muse_spark::GpuMuseSpark;
+use tf_cuda::{CudaError, Gpu};
+use tf_families::ModelPlan;
+use tf_formats::checkpoint::Checkpoint;
+use tf_models::{LoadOptions, Row};
+
+const PROMPT: [u32; 12] = [1, 17, 42, 99, 7, 200, 3, 55, 128, 64, 12, 250];
+const DEFAULT_DIRS: [&str; 3] = [
+    "fixtures/muse_spark/hf-f32",
+    "fixtures/muse_spark/mlx-f32",
+    "fixtures/muse_spark/mlx-4bit",
+];
+
+fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
+    GpuRow {
+        slot,
+        pos,
+        token,
+        logits: true,
+    }
+}
+
+/// Whether every row's logits (`vocab` each, in order) equal the serial ones at its position.
+fn rows_match(rows: &[GpuRow], logits: &[f32], serial: &[Vec<f32>], vocab: usize) -> bool {
+    logits.len() == rows.len() * vocab
+        && rows
+            .iter()
+            .enumerate()
+            .all(|(i, r)| bits_equal(&logits[i * vocab..(i + 1) * vocab], &serial[r.pos]))
+}
+
+enum Outcome {
+    Pass,
+    Fail,
+    Refused(CudaError),
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut steps = 20;
+    let mut strict = false;
+    let mut dirs = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--steps" => steps = it.next().and_then(|v| v.parse().ok()).unwrap_or(steps),
+            "--strict" => strict = true,
+            _ => dirs.push(PathBuf::from(a)),
+        }
+    }
+    if dirs.is_empty() {
+        dirs = DEFAULT_DIRS.iter().map(PathBuf::from).collect();
+    }
+    let mut ok = true;
+    for dir in &dirs {
+        println!("\n# {}", dir.display());
+        match check(dir, steps) {
+            Ok(Outcome::Pass) => println!("{}: PASS", dir.display()),
+            Ok(Outcome::Fail) => {
+                println!("{}: FAIL", dir.display());
+                ok = false;
+            }
+            Ok(Outcome::Refused(e)) => {
+                println!("{}: SKIP (refused by the GPU path: {e})", dir.display());
+                ok &= !strict;
+            }
+            Err(e) => {
+                eprintln!("tf-cuda-muse: {}: {e}", dir.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    println!("\n{}", if ok { "PASS" } else { "FAIL" });
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::error::Error>> {
+    let gpu = Gpu::open(0)?;
+    println!(
+        "device: {} ({}), kernels {:?} in {:.2} s",
+        gpu.info().name,
+        gpu.info().arch,
+        gpu.info().ptx_origin,
+        gpu.info().load_time.as_secs_f64()
+    );
+    let ck = Checkpoint::open(dir)?;
+    let ModelPlan::MuseSpark(plan) =
+        tf_families::plan(ck.config(), ck.entries()).map_err(|r| format!("{r:?}"))?
+    else {
+        return Err("not a Muse Spark checkpoint".into());
+    };
+    let capacity = PROMPT.len() + steps + 8;
+    let mut g = match GpuMuseSpark::new(gpu, &ck, &plan, 12, capacity, 64) {
+        Ok(g) => g,
+        Err(e @ CudaError::UnsupportedFormat { .. }) => return Ok(Outcome::Refused(e)),
+        Err(e) => return Err(e.into()),
+    };
+    println!(
+        "form {:?}, {} weight bytes on the GPU",
+        plan.form,
+        g.weight_bytes()
+    );
+    let mut cpu = tf_models::load(dir, &LoadOptions::default())?;
+    let vocab = g.vocab_size();
+    let mut ok = true;
+
+    // 1. Fidelity, teacher-forced on the CPU's greedy tokens, one row per step.
+    let mut state = cpu.new_state();
+    let (mut cl, mut gl) = (Vec::new(), Vec::new());
+    let mut seq: Vec<u32> = PROMPT.to_vec();
+    let (mut max_d, mut top1, mut identical) = (0f64, 0usize, 0usize);
+    let mut serial: Vec<Vec<f32>> = Vec::new();
+    let mut pos = 0;
+    while pos < seq.len() {
+        let tok = seq[pos];
+        let r = Row {
+            stream: 0,
+            pos,
+            token: tok,
+            logits: true,
+        };
+        cpu.forward(&[r], &mut [&mut state], &mut cl)?;
+        g.forward(&[row(0, pos, tok)], &mut gl)?;
+        let d = cl
+            .iter()
+            .zip(&gl)
+            .map(|(a, b)| (*a as f64 - *b as f64).abs())
+            .fold(0.0, f64::max);
+        max_d = max_d.max(d);
+        top1 += (argmax(&cl) == argmax(&gl)) as usize;
+        identical += bits_equal(&cl, &gl) as usize;
+        serial.push(gl.clone());
+        if pos + 1 == seq.len() && seq.len() < PROMPT.len() + steps {
+            seq.push(argmax(&cl) as u32);
+        }
+        pos += 1;
+    }
+    let n = seq.len();
+    println!("\n## fidelity vs the CPU engine ({n} positions, prompt + {steps} greedy CPU tokens)");
+    println!("max |dlogit| = {max_d:.3e}; top-1 agree {top1}/{n}; bit-identical logits at {identical}/{n} positions");
+    println!("tokens: {seq:?}");
+    ok &= identical == n && top1 == n;
+
+    // 2a. Chunked == serial: the prompt as one round (slot 1) and in chunks of 5 (slot 2).
+    let one: Vec<GpuRow> = (0..PROMPT.len()).map(|p| row(1, p, seq[p])).collect();
+    g.forward(&one, &mut gl)?;
+    let mut chunked = rows_match(&one, &gl, &serial, vocab);
+    for c in (0..n).collect::<Vec<_>>().chunks(5) {
+        let rows: Vec<GpuRow> = c.iter().map(|&p| row(2, p, seq[p])).collect();
+        g.forward(&rows, &mut gl)?;
+        chunked &= rows_match(&rows, &gl, &serial, vocab);
+    }
+    // 2b. Concurrent == solo: slots 3..7 together at every position.
+    let mut concurrent = true;
+    for (p, &t) in seq.iter().enumerate() {
+        let rows: Vec<GpuRow> = (3..7).map(|s| row(s, p, t)).collect();
+        g.forward(&rows, &mut gl)?;
+        concurrent &= rows_match(&rows, &gl, &serial, vocab);
+    }
+    // 2c. Mixed rounds: slot 7 one token a round beside slot 8 three tokens a round.
+    let mut mixed = true;
+    let (mut p7, mut p8) = (0, 0);
+    while p7 < n || p8 < n {
+        let mut rows = Vec::new();
+        if p7 < n {
+            rows.push(row(7, p7, seq[p7]));
+            p7 += 1;
+        }
+        for _ in 0..3 {
+            if p8 < n {
+                rows.push(row(8, p8, seq[p8]));
+                p8 += 1;
+            }
+        }
+        g.forward(&rows, &mut gl)?;
+        mixed &= rows_match(&rows, &gl, &serial, vocab);
+    }
+    // 2d. Graphed == eager: slot 9 alone and slots 10, 11 (+ slot 9 again after a reset) as
+    // 3-row rounds through the graph.
+    let mut graphed = true;
+    for (p, &t) in seq.iter().enumerate() {
+        let rows = [row(9, p, t)];
+        g.forward_graphed(&rows, &mut gl)?;
+        graphed &= rows_match(&rows, &gl, &serial, vocab);
+    }
+    g.reset_slot(9);
+    for (p, &t) in seq.iter().enumerate() {
+        let rows = [row(9, p, t), row(10, p, t), row(11, p, t)];
+        g.forward_graphed(&rows, &mut gl)?;
+        graphed &= rows_match(&rows, &gl, &serial, vocab);
+    }
+    println!("\n## exactness on the GPU (bit for bit)");
+    println!("chunked (12-row round; chunks of 5) == serial: {chunked}; 4 concurrent slots == solo ({n} rounds): {concurrent}; mixed positions in a round == solo: {mixed}; graphed == eager (1 and 3 rows): {graphed}");
+    ok &= chunked && concurrent && mixed && graphed;
+    Ok(if ok { Outcome::Pass } else { Outcome::Fail })
+}
