@@ -19,21 +19,6 @@ typedef unsigned long long u64;
 #define FMT_Q4_0 3
 #define FMT_Q4_1 4
 #define FMT_Q8_0 5
-// K-quants and MLX affine (src/quant.rs). MLX is stored re-laid: per 32-element unit, the
-// unit's 4 * bits bytes of the row's packed bit stream, then its group's scale and bias widened
-// to f32 (exact), so one decoder per width serves every group size and scale dtype.
-#define FMT_Q4_K 6
-#define FMT_Q6_K 7
-#define FMT_MLX2 8
-#define FMT_MLX3 9
-#define FMT_MLX4 10
-#define FMT_MLX5 11
-#define FMT_MLX6 12
-#define FMT_MLX8 13
-// Planted controls (never chosen by GpuFormat): a base format decoded wrongly on purpose.
-#define FMT_PLANT_Q4_K 64  // Q4_K with the (scale, min) pair of the neighbouring sub-block
-#define FMT_PLANT_Q6_K 65  // Q6_K with every 16-group of a quadrant taking the first one's scale
-#define FMT_PLANT_MLX4 66  // MLX 4-bit with the two nibbles of each byte swapped
 
 __device__ __forceinline__ float tf_bits(u32 b) { return __int_as_float((int)b); }
 
@@ -96,12 +81,42 @@ __device__ __forceinline__ float tf_fold16_max(float v) {
     return v;
 }
 
+// ---- quant formats begin (src/quant.rs; its tests compile this section for the host) ----
+// K-quants and MLX affine. MLX is stored re-laid: per 32-element unit, the
+// unit's 4 * bits bytes of the row's packed bit stream, then its group's scale and bias widened
+// to f32 (exact), so one decoder per width serves every group size and scale dtype.
+#define FMT_Q4_K 6
+#define FMT_Q6_K 7
+#define FMT_MLX2 8
+#define FMT_MLX3 9
+#define FMT_MLX4 10
+#define FMT_MLX5 11
+#define FMT_MLX6 12
+#define FMT_MLX8 13
+// Planted controls (never chosen by GpuFormat): a base format decoded wrongly on purpose.
+#define FMT_PLANT_Q4_K 64  // Q4_K with the (scale, min) pair of the neighbouring sub-block
+#define FMT_PLANT_Q6_K 65  // Q6_K with every 16-group of a quadrant taking the first one's scale
+#define FMT_PLANT_MLX4 66  // MLX 4-bit with the two nibbles of each byte swapped
+
 // Bits per weight of an MLX format id (0 for other formats).
 __host__ __device__ constexpr int tf_mlx_bits(int fmt) {
     return fmt == FMT_PLANT_MLX4                     ? 4
            : fmt == FMT_MLX8                         ? 8
            : (fmt >= FMT_MLX2 && fmt <= FMT_MLX6) ? fmt - FMT_MLX2 + 2
                                                      : 0;
+}
+
+// Whether a format id is one of this section's (real or planted).
+__host__ __device__ constexpr bool tf_is_quant_format(int fmt) {
+    return (fmt >= FMT_Q4_K && fmt <= FMT_MLX8) ||
+           (fmt >= FMT_PLANT_Q4_K && fmt <= FMT_PLANT_MLX4);
+}
+
+// Bytes of one stored row of `cols` elements of this section's formats.
+__device__ __forceinline__ size_t tf_quant_row_bytes(int fmt, int cols) {
+    if (fmt == FMT_Q4_K || fmt == FMT_PLANT_Q4_K) return (size_t)(cols / 256) * 144;
+    if (fmt == FMT_Q6_K || fmt == FMT_PLANT_Q6_K) return (size_t)(cols / 256) * 210;
+    return (size_t)(cols / 32) * (4 * tf_mlx_bits(fmt) + 8);
 }
 
 // Q4_K (tf_kernels matmul::decode::decode_q4_k): 256-element super-blocks of 144 bytes (f16 d,
@@ -165,6 +180,20 @@ __device__ __forceinline__ float tf_decode_mlx(const u8* row, int k) {
     return s * (float)q + bias;
 }
 
+// Element k of a stored row of one of this section's formats.
+template <int FMT>
+__device__ __forceinline__ float tf_decode_quant(const u8* row, int k) {
+    if constexpr (FMT == FMT_Q4_K) return tf_decode_q4_k<false>(row, k);
+    if constexpr (FMT == FMT_PLANT_Q4_K) return tf_decode_q4_k<true>(row, k);
+    if constexpr (FMT == FMT_Q6_K) return tf_decode_q6_k<false>(row, k);
+    if constexpr (FMT == FMT_PLANT_Q6_K) return tf_decode_q6_k<true>(row, k);
+    if constexpr (FMT == FMT_PLANT_MLX4) return tf_decode_mlx<4, true>(row, k);
+    if constexpr (tf_mlx_bits(FMT) != 0 && FMT != FMT_PLANT_MLX4)
+        return tf_decode_mlx<tf_mlx_bits(FMT), false>(row, k);
+    return 0.0f;
+}
+// ---- quant formats end ----
+
 // Bytes of one stored weight row of `cols` elements.
 __device__ __forceinline__ size_t tf_row_bytes(int fmt, int cols) {
     switch (fmt) {
@@ -174,16 +203,16 @@ __device__ __forceinline__ size_t tf_row_bytes(int fmt, int cols) {
         case FMT_Q4_0: return (size_t)(cols / 32) * 18;
         case FMT_Q4_1: return (size_t)(cols / 32) * 20;
         case FMT_Q4_K:
-        case FMT_PLANT_Q4_K: return (size_t)(cols / 256) * 144;
         case FMT_Q6_K:
-        case FMT_PLANT_Q6_K: return (size_t)(cols / 256) * 210;
         case FMT_MLX2:
         case FMT_MLX3:
         case FMT_MLX4:
         case FMT_MLX5:
         case FMT_MLX6:
         case FMT_MLX8:
-        case FMT_PLANT_MLX4: return (size_t)(cols / 32) * (4 * tf_mlx_bits(fmt) + 8);
+        case FMT_PLANT_Q4_K:
+        case FMT_PLANT_Q6_K:
+        case FMT_PLANT_MLX4: return tf_quant_row_bytes(fmt, cols);
         default: return (size_t)(cols / 32) * 34;  // FMT_Q8_0
     }
 }
@@ -207,12 +236,7 @@ __device__ __forceinline__ float tf_decode(const u8* row, int k) {
         const int v = e < 16 ? (q & 15) : (q >> 4);
         return fmaf(tf_f16(tf_ld16(b)), (float)v, tf_f16(tf_ld16(b + 2)));
     }
-    if (FMT == FMT_Q4_K) return tf_decode_q4_k<false>(row, k);
-    if (FMT == FMT_PLANT_Q4_K) return tf_decode_q4_k<true>(row, k);
-    if (FMT == FMT_Q6_K) return tf_decode_q6_k<false>(row, k);
-    if (FMT == FMT_PLANT_Q6_K) return tf_decode_q6_k<true>(row, k);
-    if (FMT == FMT_PLANT_MLX4) return tf_decode_mlx<4, true>(row, k);
-    if constexpr (tf_mlx_bits(FMT) != 0) return tf_decode_mlx<tf_mlx_bits(FMT), false>(row, k);
+    if constexpr (tf_is_quant_format(FMT)) return tf_decode_quant<FMT>(row, k);
     // FMT_Q8_0
     const u8* b = row + (size_t)(k >> 5) * 34;
     return tf_f16(tf_ld16(b)) * (float)(signed char)b[2 + e];

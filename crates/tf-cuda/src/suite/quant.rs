@@ -4,6 +4,8 @@
 //! The fused-kernel cases are in `quant/fused.rs`.
 
 mod fused;
+#[cfg(test)]
+mod host_cpp;
 
 use super::packed::HostWeights;
 use super::{compare_bits, control, verdict, CaseResult, Depth, ErrSlot, SuiteResult};
