@@ -10,6 +10,7 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
+use crate::moe::GpuExperts;
 use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaSlice, DevicePtr};
 use tf_formats::checkpoint::synthetic::{dense_kind, init_for, keys, BlockLayout, FloatKind, Init};
@@ -302,6 +303,58 @@ pub fn matrices(gpu: &Gpu, seed: u64, es: &[&TensorEntry]) -> Result<GpuMatrix> 
         }
     }
     Ok(m)
+}
+
+/// Stacked routed experts (one `[n, rows, cols]` entry) generated on the device as the MoE
+/// kernels read them: expert `x` is rows `x*rows ..` of the entry flattened to
+/// `[n*rows, cols]` (the same bytes as the stacked tensor's).
+pub fn experts(gpu: &Gpu, seed: u64, e: &TensorEntry, n: usize) -> Result<GpuExperts> {
+    let [ne, rows, cols] = e.shape[..] else {
+        return Err(CudaError::Shape {
+            op: "synthetic experts",
+            detail: format!(
+                "{}: expected [experts, out, in], found {:?}",
+                e.name, e.shape
+            ),
+        });
+    };
+    if ne as usize != n {
+        return Err(CudaError::Shape {
+            op: "synthetic experts",
+            detail: format!("{}: {ne} experts stored, {n} expected", e.name),
+        });
+    }
+    let one = TensorEntry {
+        name: e.name.clone(),
+        format: e.format,
+        shape: vec![rows, cols],
+    };
+    let flat = TensorEntry {
+        shape: vec![ne * rows, cols],
+        ..one.clone()
+    };
+    let zeros = vec![0u8; zero_len(&one)];
+    let views = (0..n)
+        .map(|_| zero_view(&one, &zeros))
+        .collect::<Result<Vec<_>>>()?;
+    let x = GpuExperts::upload(gpu, &views)?;
+    let want = layout_of(&flat)?.bytes(flat.elements());
+    if x.storage_bytes() as u64 != want {
+        return Err(CudaError::Shape {
+            op: "synthetic experts",
+            detail: format!(
+                "{}: {} device bytes, the generator's layout {want}",
+                e.name,
+                x.storage_bytes()
+            ),
+        });
+    }
+    {
+        let (ptr, _sync) = x.matrix().bytes().device_ptr(gpu.stream());
+        // SAFETY: the stacked matrix holds exactly `want` bytes, which the fill writes.
+        unsafe { fill(gpu, ptr, &flat, seed, None)? };
+    }
+    Ok(x)
 }
 
 /// A synthetic vector decoded to f32 on the device (its stored values widened).
