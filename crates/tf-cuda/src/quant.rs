@@ -141,6 +141,7 @@ pub fn mlx_decode_device_row(bits: u8, row: &[u8], k: usize) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tf_formats::checkpoint::TensorData;
     use tf_kernels::contract::Rng;
     use tf_kernels::matmul::{embedding_row, FloatType};
 
@@ -269,6 +270,61 @@ mod tests {
             mlx_device_bytes(&d),
             Err(CudaError::UnsupportedFormat { .. })
         ));
+    }
+
+    /// Every MLX-quantized matrix of mlx-lm's fixture checkpoints (4- and 8-bit, group 64,
+    /// embeddings included) re-lays to rows that decode, as the GPU does, to the CPU's bits.
+    #[test]
+    fn fixture_checkpoints_relay_to_the_cpu_bits() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/llama");
+        let mut seen = 0;
+        for dir in [
+            "qwen3/q4g64",
+            "qwen3/q8g64",
+            "qwen2/q4g64_bf16",
+            "llama3/q4g64",
+        ] {
+            let ck = tf_formats::checkpoint::Checkpoint::open(&root.join(dir)).expect(dir);
+            for e in ck.entries() {
+                if !matches!(e.format, tf_formats::WeightFormat::MlxAffine { .. }) {
+                    continue;
+                }
+                let Some(TensorData::MlxAffine {
+                    weight,
+                    scales,
+                    biases,
+                    bits,
+                    group_size,
+                    scales_dtype,
+                }) = ck.data(&e.name)
+                else {
+                    panic!("{dir} {}: no MLX data", e.name);
+                };
+                let data = WeightData::MlxAffine {
+                    bits,
+                    group_size: group_size as usize,
+                    scale_ty: FloatType::from_dtype(scales_dtype).expect("float scales"),
+                    words: weight,
+                    scales,
+                    biases,
+                };
+                let (rows, cols) = (e.shape[0] as usize, e.shape[1] as usize);
+                let m = PackedMatrix::new(rows, cols, data).expect("packed matrix");
+                let dev = mlx_device_bytes(&m).expect("relayout");
+                let rb = cols / 32 * mlx_unit_bytes(bits);
+                assert_eq!(dev.len(), rows * rb, "{dir} {}", e.name);
+                let mut cpu = vec![0f32; m.cols()];
+                for j in 0..m.rows() {
+                    embedding_row(&m, j, &mut cpu).expect("cpu row");
+                    for (k, c) in cpu.iter().enumerate() {
+                        let g = mlx_decode_device_row(bits, &dev[j * rb..(j + 1) * rb], k);
+                        assert_eq!(g.to_bits(), c.to_bits(), "{dir} {} [{j}, {k}]", e.name);
+                    }
+                }
+                seen += 1;
+            }
+        }
+        assert!(seen >= 4 * 7, "only {seen} MLX matrices in the fixtures");
     }
 
     #[test]
