@@ -128,7 +128,10 @@ impl GpuMuseSpark {
         })?;
         let mut layers = Vec::with_capacity(plan.layers.len());
         for l in &plan.layers {
-            layers.push(weights::layer(&gpu, ck, cfg, plan.form, l)?);
+            layers.push(weights::upload(
+                &gpu,
+                &weights::host_layer(ck, cfg, plan.form, l)?,
+            )?);
         }
         let embed = GpuMatrix::upload(&gpu, &weights::plain_matrix(ck, &plan.embed_tokens)?)?;
         let head = GpuMatrix::upload(&gpu, &weights::plain_matrix(ck, &plan.lm_head)?)?;
@@ -223,7 +226,7 @@ impl GpuMuseSpark {
         };
         Ok(GpuMuseSpark {
             rows: GpuRows::new(&gpu, n)?,
-            final_gain: weights::final_norm(&gpu, ck, &plan.norm)?,
+            final_gain: gpu.upload(&weights::final_norm(ck, &plan.norm)?)?,
             lens: vec![0; slots],
             gpu,
             layers,
@@ -375,3 +378,6 @@ impl GpuMuseSpark {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod host_forward;

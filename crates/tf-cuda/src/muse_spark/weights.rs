@@ -243,10 +243,10 @@ fn vector(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> {
     crate::load::vector_host(ck, e)
 }
 
-/// A norm gain on the device: `1 + w` (HF) or the stored gain (MLX).
-fn gain(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry, form: MuseForm) -> Result<CudaSlice<f32>> {
+/// A norm gain: `1 + w` (HF) or the stored gain (MLX).
+fn gain(ck: &Checkpoint, e: &TensorEntry, form: MuseForm) -> Result<Vec<f32>> {
     let w = vector(ck, e)?;
-    gpu.upload(&match form {
+    Ok(match form {
         MuseForm::HuggingFace => norm_gain(&w, NormWeightKind::ZeroCentred),
         MuseForm::Mlx => w,
     })
@@ -269,42 +269,95 @@ pub(super) fn residual_coefficients(gate: &[f32], temperature: f32) -> (Vec<f32>
         .unzip()
 }
 
-fn upload_pair(
-    gpu: &Gpu,
-    (a, b): (Vec<f32>, Vec<f32>),
-) -> Result<(CudaSlice<f32>, CudaSlice<f32>)> {
-    Ok((gpu.upload(&a)?, gpu.upload(&b)?))
+/// The attention input projections on the host.
+// One per layer, host-side only: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum HostAttn<'a> {
+    /// MLX: one `[q | k | v | gate]` matrix, q/k rows interleaved.
+    Fused(PackedMatrix<'a>),
+    /// HF: q, k (their rows re-ordered into the buffers beside them), v, gate.
+    Separate {
+        q: PackedMatrix<'a>,
+        k: PackedMatrix<'a>,
+        v: PackedMatrix<'a>,
+        gate: PackedMatrix<'a>,
+        q_rows: Vec<Vec<u8>>,
+        k_rows: Vec<Vec<u8>>,
+    },
 }
 
-/// The `[q | k | v | gate]` matrix of a layer.
-fn attention(
-    gpu: &Gpu,
-    ck: &Checkpoint,
-    cfg: &MuseSparkConfig,
-    a: &MuseAttnProj,
-) -> Result<GpuMatrix> {
-    match a {
-        MuseAttnProj::Fused { qkvg } => GpuMatrix::upload(gpu, &matrix(ck, qkvg)?),
-        MuseAttnProj::Separate { q, k, v, gate } => {
-            let hd = cfg.head_dim as usize;
-            let (q, k) = (matrix(ck, q)?, matrix(ck, k)?);
-            let qb = permute_rows(&q, &interleave_order(q.rows(), hd));
-            let kb = permute_rows(&k, &interleave_order(k.rows(), hd));
-            GpuMatrix::concat(
-                gpu,
-                &[
-                    with_buffers(&q, &qb)?,
-                    with_buffers(&k, &kb)?,
-                    matrix(ck, v)?,
-                    matrix(ck, gate)?,
-                ],
-            )
-        }
+impl HostAttn<'_> {
+    /// The parts of the `[q | k | v | gate]` matrix, in row order.
+    pub fn parts(&self) -> Result<Vec<PackedMatrix<'_>>> {
+        Ok(match self {
+            HostAttn::Fused(m) => vec![*m],
+            HostAttn::Separate {
+                q,
+                k,
+                v,
+                gate,
+                q_rows,
+                k_rows,
+            } => vec![
+                with_buffers(q, q_rows)?,
+                with_buffers(k, k_rows)?,
+                *v,
+                *gate,
+            ],
+        })
     }
 }
 
-/// The routed experts of a layer.
-fn experts(gpu: &Gpu, ck: &Checkpoint, ex: &MuseExperts, inter: usize) -> Result<ExpertMlp> {
+/// One layer's operands on the host (views of the checkpoint, decoded vectors), before upload.
+pub(super) struct HostLayer<'a> {
+    pub sliding: bool,
+    pub rope: bool,
+    pub input_gain: Vec<f32>,
+    pub attn: HostAttn<'a>,
+    pub o_proj: PackedMatrix<'a>,
+    pub pre_ffn_gain: Vec<f32>,
+    pub post_ffn_gain: Vec<f32>,
+    pub attn_gate: (Vec<f32>, Vec<f32>),
+    pub ffn_gate: (Vec<f32>, Vec<f32>),
+    pub router: PackedMatrix<'a>,
+    pub router_bias: Vec<f32>,
+    pub pre_expert_proj: PackedMatrix<'a>,
+    pub pre_expert_gain: Vec<f32>,
+    /// Per expert: gate, up, down.
+    pub experts: [Vec<PackedMatrix<'a>>; 3],
+    pub post_expert_gain: Vec<f32>,
+    pub post_expert_proj: PackedMatrix<'a>,
+}
+
+/// The attention projections of a layer.
+fn attention<'a>(
+    ck: &'a Checkpoint,
+    cfg: &MuseSparkConfig,
+    a: &MuseAttnProj,
+) -> Result<HostAttn<'a>> {
+    Ok(match a {
+        MuseAttnProj::Fused { qkvg } => HostAttn::Fused(matrix(ck, qkvg)?),
+        MuseAttnProj::Separate { q, k, v, gate } => {
+            let hd = cfg.head_dim as usize;
+            let (q, k) = (matrix(ck, q)?, matrix(ck, k)?);
+            HostAttn::Separate {
+                q_rows: permute_rows(&q, &interleave_order(q.rows(), hd)),
+                k_rows: permute_rows(&k, &interleave_order(k.rows(), hd)),
+                q,
+                k,
+                v: matrix(ck, v)?,
+                gate: matrix(ck, gate)?,
+            }
+        }
+    })
+}
+
+/// The routed experts' views: gate, up, down per expert.
+fn experts<'a>(
+    ck: &'a Checkpoint,
+    ex: &MuseExperts,
+    inter: usize,
+) -> Result<[Vec<PackedMatrix<'a>>; 3]> {
     let (gate, up, down) = match ex {
         MuseExperts::GateUp { gate_up, down } => (
             expert_views(ck, gate_up, 0, Some(inter))?,
@@ -317,22 +370,16 @@ fn experts(gpu: &Gpu, ck: &Checkpoint, ex: &MuseExperts, inter: usize) -> Result
             down,
         ),
     };
-    let down = expert_views(ck, down, 0, None)?;
-    ExpertMlp::new(
-        Some(GpuExperts::upload(gpu, &gate)?),
-        GpuExperts::upload(gpu, &up)?,
-        GpuExperts::upload(gpu, &down)?,
-    )
+    Ok([gate, up, expert_views(ck, down, 0, None)?])
 }
 
-/// Uploads one layer's operands.
-pub(super) fn layer(
-    gpu: &Gpu,
-    ck: &Checkpoint,
+/// One layer's host operands.
+pub(super) fn host_layer<'a>(
+    ck: &'a Checkpoint,
     cfg: &MuseSparkConfig,
     form: MuseForm,
     l: &MuseLayer,
-) -> Result<Layer> {
+) -> Result<HostLayer<'a>> {
     let temperature = cfg.residual_gate_temperature as f32;
     let (attn_gate, ffn_gate) = match &l.residual_gates {
         MuseResidualGates::Raw { attn, ffn } => (
@@ -344,23 +391,51 @@ pub(super) fn layer(
             (vector(ck, &ffn[0])?, vector(ck, &ffn[1])?),
         ),
     };
-    Ok(Layer {
+    Ok(HostLayer {
         sliding: l.sliding,
         rope: l.rope_theta.is_some(),
-        input_gain: gain(gpu, ck, &l.input_layernorm, form)?,
-        qkvg: attention(gpu, ck, cfg, &l.attn)?,
-        o_proj: GpuMatrix::upload(gpu, &matrix(ck, &l.o_proj)?)?,
-        pre_ffn_gain: gain(gpu, ck, &l.pre_feedforward_layernorm, form)?,
-        post_ffn_gain: gain(gpu, ck, &l.post_feedforward_layernorm, form)?,
-        attn_gate: upload_pair(gpu, attn_gate)?,
-        ffn_gate: upload_pair(gpu, ffn_gate)?,
-        router: GpuMatrix::upload(gpu, &matrix(ck, &l.router[0])?)?,
-        router_bias: gpu.upload(&vector(ck, &l.router[1])?)?,
-        pre_expert_proj: GpuMatrix::upload(gpu, &matrix(ck, &l.pre_expert_proj)?)?,
-        pre_expert_gain: gain(gpu, ck, &l.pre_expert_norm, form)?,
-        experts: experts(gpu, ck, &l.experts, cfg.moe_intermediate_size as usize)?,
-        post_expert_gain: gain(gpu, ck, &l.post_expert_norm, form)?,
-        post_expert_proj: GpuMatrix::upload(gpu, &matrix(ck, &l.post_expert_proj)?)?,
+        input_gain: gain(ck, &l.input_layernorm, form)?,
+        attn: attention(ck, cfg, &l.attn)?,
+        o_proj: matrix(ck, &l.o_proj)?,
+        pre_ffn_gain: gain(ck, &l.pre_feedforward_layernorm, form)?,
+        post_ffn_gain: gain(ck, &l.post_feedforward_layernorm, form)?,
+        attn_gate,
+        ffn_gate,
+        router: matrix(ck, &l.router[0])?,
+        router_bias: vector(ck, &l.router[1])?,
+        pre_expert_proj: matrix(ck, &l.pre_expert_proj)?,
+        pre_expert_gain: gain(ck, &l.pre_expert_norm, form)?,
+        experts: experts(ck, &l.experts, cfg.moe_intermediate_size as usize)?,
+        post_expert_gain: gain(ck, &l.post_expert_norm, form)?,
+        post_expert_proj: matrix(ck, &l.post_expert_proj)?,
+    })
+}
+
+/// Uploads one layer's operands.
+pub(super) fn upload(gpu: &Gpu, h: &HostLayer) -> Result<Layer> {
+    let up = |m: &PackedMatrix| GpuMatrix::upload(gpu, m);
+    let [gate, upm, down] = &h.experts;
+    Ok(Layer {
+        sliding: h.sliding,
+        rope: h.rope,
+        input_gain: gpu.upload(&h.input_gain)?,
+        qkvg: GpuMatrix::concat(gpu, &h.attn.parts()?)?,
+        o_proj: up(&h.o_proj)?,
+        pre_ffn_gain: gpu.upload(&h.pre_ffn_gain)?,
+        post_ffn_gain: gpu.upload(&h.post_ffn_gain)?,
+        attn_gate: (gpu.upload(&h.attn_gate.0)?, gpu.upload(&h.attn_gate.1)?),
+        ffn_gate: (gpu.upload(&h.ffn_gate.0)?, gpu.upload(&h.ffn_gate.1)?),
+        router: up(&h.router)?,
+        router_bias: gpu.upload(&h.router_bias)?,
+        pre_expert_proj: up(&h.pre_expert_proj)?,
+        pre_expert_gain: gpu.upload(&h.pre_expert_gain)?,
+        experts: ExpertMlp::new(
+            Some(GpuExperts::upload(gpu, gate)?),
+            GpuExperts::upload(gpu, upm)?,
+            GpuExperts::upload(gpu, down)?,
+        )?,
+        post_expert_gain: gpu.upload(&h.post_expert_gain)?,
+        post_expert_proj: up(&h.post_expert_proj)?,
     })
 }
 
@@ -369,7 +444,7 @@ pub(super) fn plain_matrix<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<Pa
     matrix(ck, e)
 }
 
-/// The final norm's gain on the device: a plain gain in both forms.
-pub(super) fn final_norm(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<CudaSlice<f32>> {
-    gpu.upload(&vector(ck, e)?)
+/// The final norm's gain: a plain gain in both forms.
+pub(super) fn final_norm(ck: &Checkpoint, e: &TensorEntry) -> Result<Vec<f32>> {
+    vector(ck, e)
 }
