@@ -45,11 +45,12 @@ pub fn marker_text(template: &ChatTemplate, bos: &str, eos: &str) -> Option<Stri
     // try it as rendered, then without a leading BOS.
     let first = gaps[0];
     let stripped = (!bos.is_empty()).then(|| first.strip_prefix(bos)).flatten();
-    let found = [Some(first), stripped]
-        .into_iter()
-        .flatten()
-        .find_map(|g0| longest_opener(g0, &gaps[1..], tail));
-    found
+    for g0 in [Some(first), stripped].into_iter().flatten() {
+        if let Some(m) = longest_opener(g0, &gaps[1..], tail) {
+            return Some(m);
+        }
+    }
+    None
 }
 
 /// The longest non-blank prefix of `first` found exactly once in each of `gaps` and never in
