@@ -163,7 +163,7 @@ impl HostModel<'_> {
                     .map(|(a, g)| a * g)
                     .collect();
                 for (s, n) in comb.iter_mut().zip(norm(&v, &ones_c, post_eps)) {
-                    *s = *s + n * w;
+                    *s += n * w;
                 }
             }
             let mut r = mm(&l.post_expert_proj, &comb, pool);
