@@ -4,6 +4,9 @@
 //! grouped RMSNorm; planted controls (reversed conv taps, no dt clamp, output read before the
 //! state update, rows sharing one slot's state) must be caught.
 
+#[cfg(test)]
+mod host_cpp;
+
 use super::{compare_bits, control, verdict, CaseResult, Depth, ErrSlot, SuiteResult};
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
