@@ -125,6 +125,7 @@ pub struct GpuExperts {
     matrix: GpuMatrix,
     n_experts: usize,
     rows: usize,
+    kernel: &'static str,
 }
 
 impl GpuExperts {
@@ -141,13 +142,16 @@ impl GpuExperts {
             });
         }
         let matrix = GpuMatrix::concat(gpu, experts)?;
-        let kernel = format!("tf_moe_matmul_{}", matrix.format().kernel_tag());
-        if !KERNEL_NAMES.contains(&kernel.as_str()) {
-            return Err(CudaError::UnsupportedFormat {
+        let tag = matrix.format().kernel_tag();
+        let kernel = KERNEL_NAMES
+            .iter()
+            .copied()
+            .find(|k| k.strip_prefix("tf_moe_matmul_") == Some(tag))
+            .ok_or_else(|| CudaError::UnsupportedFormat {
                 format: format!("{:?} experts (no grouped expert matmul)", matrix.format()),
-            });
-        }
+            })?;
         Ok(GpuExperts {
+            kernel,
             n_experts: experts.len(),
             rows: first.rows(),
             matrix,
@@ -177,14 +181,6 @@ impl GpuExperts {
     /// Bytes held on the device.
     pub fn storage_bytes(&self) -> usize {
         self.matrix.storage_bytes()
-    }
-
-    fn kernel(&self) -> &'static str {
-        KERNEL_NAMES
-            .iter()
-            .copied()
-            .find(|k| k.strip_prefix("tf_moe_matmul_") == Some(self.matrix.format().kernel_tag()))
-            .unwrap_or("tf_moe_matmul_f32")
     }
 }
 
@@ -540,7 +536,7 @@ pub fn experts_with(
         let kernel = if plant {
             "tf_plant_moe_matmul_q4_1_rowvar"
         } else {
-            w.kernel()
+            w.kernel
         };
         expert_matmul(gpu, kernel, w, xin, yout, offsets, slots)
     };
@@ -673,4 +669,50 @@ pub fn relu2(gpu: &Gpu, x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, len: usize
     b.arg(x).arg(out).arg(&len_);
     // SAFETY: (f32*, f32*, i32); lengths checked above.
     unsafe { b.go(grid(len, 256), "launching relu2") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::GpuFormat;
+
+    #[test]
+    fn every_weight_format_has_a_grouped_expert_matmul() {
+        for f in GpuFormat::ALL {
+            let k = format!("tf_moe_matmul_{}", f.kernel_tag());
+            assert!(KERNEL_NAMES.contains(&k.as_str()), "{k}");
+        }
+        // Control: a tag with no kernel is not found.
+        assert!(!KERNEL_NAMES.contains(&"tf_moe_matmul_q5_k"));
+    }
+
+    #[test]
+    fn routing_parameters_are_checked() {
+        let muse = |n_experts, top_k| Routing::Muse {
+            n_experts,
+            top_k,
+            multiplier: 1.0,
+            scale: 1.0,
+        };
+        assert!(muse(8, 2).validate().is_ok());
+        assert!(muse(8, 9).validate().is_err());
+        assert!(muse(8, 0).validate().is_err());
+        let grouped = |n_group, topk_group, top_k| {
+            Routing::Grouped(RouteParams {
+                n_experts: 16,
+                top_k,
+                n_group,
+                topk_group,
+                scaling: 1.0,
+                norm_topk_prob: true,
+                dropped: DroppedGroups::Zero,
+            })
+        };
+        assert!(grouped(4, 2, 4).validate().is_ok());
+        assert_eq!(grouped(4, 2, 4).n_experts(), 16);
+        assert_eq!(grouped(4, 2, 4).top_k(), 4);
+        // 2 kept groups of 4 cannot supply 9 picks; 3 groups do not divide 16.
+        assert!(grouped(4, 2, 9).validate().is_err());
+        assert!(grouped(3, 1, 2).validate().is_err());
+    }
 }
