@@ -17,8 +17,8 @@ fn open(name: &str) -> Box<dyn Model> {
 }
 
 /// (hidden `[T, H]`, tokens `[T]`, reference logits `[T, V]`).
-fn reference() -> (Vec<f32>, Vec<u32>, Vec<f32>) {
-    let st = SafetensorsCheckpoint::open(&fixture("mtp/random/mtp_reference.safetensors")).unwrap();
+fn reference(name: &str) -> (Vec<f32>, Vec<u32>, Vec<f32>) {
+    let st = SafetensorsCheckpoint::open(&fixture(name).join("mtp_reference.safetensors")).unwrap();
     let words = |n: &str| -> Vec<[u8; 4]> {
         let t = st.tensor(n).unwrap();
         t.data
@@ -87,14 +87,14 @@ fn run(m: &mut dyn Model, hidden: &[f32], tokens: &[u32], chunk: usize) -> Vec<f
     all
 }
 
-#[test]
-fn mtp_head_matches_the_numpy_reference() {
-    let mut m = open("mtp/random");
+/// Checks the head of fixture `name` against its reference.
+fn check_against_reference(name: &str) {
+    let mut m = open(name);
     let vocab = m.info().vocab_size;
-    let (hidden, tokens, want) = reference();
+    let (hidden, tokens, want) = reference(name);
     let whole = run(m.as_mut(), &hidden, &tokens, tokens.len());
     let (rel, top1) = distance(&whole, &want, vocab);
-    eprintln!("MTP head vs float64 reference: rel {rel:.2e}, top-1 {top1:.3}");
+    eprintln!("{name}: MTP head vs float64 reference: rel {rel:.2e}, top-1 {top1:.3}");
     assert!(rel <= 1e-5 && top1 == 1.0, "rel {rel:e}, top-1 {top1}");
     // One call == row by row == chunks of 5, bit for bit.
     for chunk in [1, 5] {
@@ -112,11 +112,23 @@ fn mtp_head_matches_the_numpy_reference() {
     let mut early = hidden[width..].to_vec();
     early.extend_from_slice(&hidden[..width]);
     let (rel_early, _) = distance(&run(m.as_mut(), &early, &tokens, 12), &want, vocab);
-    eprintln!("controls: token one late rel {rel_late:.2e}, hidden one early rel {rel_early:.2e}");
+    eprintln!(
+        "{name}: controls: token one late rel {rel_late:.2e}, hidden one early rel {rel_early:.2e}"
+    );
     assert!(
         rel_late > 1e-2 && rel_early > 1e-2,
         "controls {rel_late:e} {rel_early:e}"
     );
+}
+
+#[test]
+fn mtp_head_matches_the_numpy_reference() {
+    check_against_reference("mtp/random");
+}
+
+#[test]
+fn mtp_head_with_a_mamba_block_matches_the_numpy_reference() {
+    check_against_reference("mtp/hybrid");
 }
 
 #[test]
