@@ -8,6 +8,9 @@
 # (Q4_1, Q8_0 embedding), each after a device-vs-host generator check; then every tensor of the
 # Bolt shape (MLX 4-bit, as its MLX build) and the Lightning shape filled on the device. Prints
 # PASS/FAIL last and exits non-zero on failure. Writes the output to $OUT/synthetic.md.
+# Nemotron decode on the Lightning / Bolt shapes (GpuNemotronH; needs its stacked-expert loader
+# to take synthetic experts, see tf_cuda::synthetic::experts):
+#   bash scripts/device/synthetic.sh --model lightning --model bolt --bench 32
 set -uo pipefail
 . scripts/device/env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -3,13 +3,15 @@
 //!
 //! For each `--model` (default: `llama3-8b:q4_0` and the default model's shape
 //! `smollm2-135m:q4_1,embed=q8_0,dense=f32`; CONFIG as `tf_families::synthetic::load_config`
-//! reads it):
-//! 1. Generator check: a few tensors filled on the device (embedding, layer-0 q_proj,
-//!    the last layer's fused [gate|up], a norm) are downloaded whole and compared byte for byte
+//! reads it; llama configs run on `GpuLlama`, nemotron_h / nemotron_h_puzzle on `GpuNemotronH`):
+//! 1. Generator check: a few tensors filled on the device (embedding, a projection, a fused
+//!    [gate|up] or a stack of routed experts, a norm) are downloaded and compared byte for byte
 //!    with the host generator; a planted control (another seed) must differ.
-//! 2. `GpuLlama` on the synthetic weights: decode rounds at 1 / 4 / 16 / 64 streams (graphed),
-//!    logits finite, aggregate tok/s and the fraction of the memory roofline
-//!    (weight bytes per step / 3.97e12 B/s).
+//! 2. Decode rounds on the synthetic weights at 1 / 4 / 16 / 64 streams (graphed), logits
+//!    finite, aggregate tok/s and the fraction of the memory roofline: bytes one step must read
+//!    / 3.97e12 B/s, where a MoE layer's routed experts count the expected share touched by n
+//!    tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random weights route near
+//!    uniformly).
 //!
 //! Each `--fill` (e.g. `bolt`, `lightning:q4_0`) fills every tensor of the model on the device
 //! (stacked experts as the MoE kernels read them) and reports bytes, fill time and device
@@ -18,9 +20,11 @@
 use std::process::ExitCode;
 use std::time::Instant;
 use tf_cuda::llama::{GpuLlama, GpuRow};
+use tf_cuda::nemotron_h::GpuNemotronH;
 use tf_cuda::{load, synthetic, Gpu};
+use tf_families::nemotron_h::{ExpertWeights, NemotronBlock, NemotronMixer};
 use tf_families::synthetic::checkpoint;
-use tf_families::ModelPlan;
+use tf_families::{ModelPlan, TensorClass};
 use tf_formats::checkpoint::Checkpoint;
 use tf_formats::TensorEntry;
 
@@ -96,43 +100,168 @@ fn host_bytes(es: &[&TensorEntry], seed: u64) -> Res<Vec<u8>> {
     Ok(v)
 }
 
+/// Compares a device matrix's bytes (from byte `at`) with the host generator's bytes of `es`
+/// laid one after another; prints and returns whether they match and a planted control differs.
+fn compare(
+    gpu: &Gpu,
+    what: &str,
+    m: &tf_cuda::GpuMatrix,
+    es: &[&TensorEntry],
+    seed: u64,
+    fill_s: f64,
+) -> Res<bool> {
+    let dev = device_bytes(gpu, m)?;
+    let host = host_bytes(es, seed)?;
+    let control = host_bytes(es, seed.wrapping_add(1))?;
+    let (same, caught) = (dev == host, dev != control);
+    println!(
+        "generator {what} ({:?}, {} bytes, filled in {:.1} ms): device == host {same}; planted other-seed control differs {caught}",
+        m.format(),
+        dev.len(),
+        fill_s * 1e3
+    );
+    Ok(same && caught)
+}
+
 /// Step 1: device fill == host generator on a few tensors (and a planted control differs).
-fn check_generator(gpu: &Gpu, ck: &Checkpoint, plan: &tf_families::llama::LlamaPlan) -> Res<bool> {
+fn check_generator(gpu: &Gpu, ck: &Checkpoint, plan: &ModelPlan) -> Res<bool> {
     let seed = ck.synthetic_seed().ok_or("not synthetic")?;
-    let last = plan.layers.last().ok_or("no layers")?;
-    let groups: Vec<(&str, Vec<&TensorEntry>)> = vec![
-        ("embedding", vec![&plan.embed_tokens]),
-        ("layer 0 q_proj", vec![&plan.layers[0].q_proj]),
-        ("last [gate|up]", vec![&last.gate_proj, &last.up_proj]),
-        ("layer 0 down_proj", vec![&plan.layers[0].down_proj]),
-    ];
+    let mut groups: Vec<(String, Vec<&TensorEntry>)> = Vec::new();
+    let mut stacked: Option<(&TensorEntry, usize)> = None;
+    let norm = match plan {
+        ModelPlan::Llama(p) => {
+            let last = p.layers.last().ok_or("no layers")?;
+            groups.push(("embedding".into(), vec![&p.embed_tokens]));
+            groups.push(("layer 0 q_proj".into(), vec![&p.layers[0].q_proj]));
+            groups.push((
+                "last [gate|up]".into(),
+                vec![&last.gate_proj, &last.up_proj],
+            ));
+            &p.norm
+        }
+        ModelPlan::NemotronH(p) => {
+            groups.push(("embedding".into(), vec![&p.embeddings]));
+            for (l, layer) in p.layers.iter().enumerate() {
+                match &layer.mixer {
+                    NemotronMixer::Mamba { in_proj, .. } if groups.len() < 2 => {
+                        groups.push((format!("layer {l} in_proj"), vec![in_proj]))
+                    }
+                    NemotronMixer::Moe {
+                        experts: ExpertWeights::Stacked { up, .. },
+                        ..
+                    } if stacked.is_none() => stacked = Some((up, l)),
+                    _ => {}
+                }
+            }
+            &p.norm_f
+        }
+        ModelPlan::MuseSpark(_) => return Err("muse_spark: no synthetic device check".into()),
+    };
     let mut ok = true;
     for (what, es) in &groups {
         let t = Instant::now();
         let m = load::matrices(gpu, ck, es)?;
         gpu.synchronize()?;
-        let fill_s = t.elapsed().as_secs_f64();
-        let dev = device_bytes(gpu, &m)?;
-        let host = host_bytes(es, seed)?;
-        let control = host_bytes(es, seed.wrapping_add(1))?;
-        let same = dev == host;
-        let caught = dev != control;
-        println!(
-            "generator {what} ({:?}, {} bytes, filled in {:.1} ms): device == host {same}; planted other-seed control differs {caught}",
-            m.format(),
-            dev.len(),
-            fill_s * 1e3
-        );
-        ok &= same && caught;
+        ok &= compare(gpu, what, &m, es, seed, t.elapsed().as_secs_f64())?;
     }
-    let norm = load::vector(gpu, ck, &plan.norm)?;
-    let dev = gpu.download(&norm, plan.norm.elements() as usize)?;
-    let host = load::vector_host(ck, &plan.norm)?;
+    if let Some((up, l)) = stacked {
+        let t = Instant::now();
+        let n = up.shape[0] as usize;
+        let x = synthetic::experts(gpu, seed, up, n)?;
+        gpu.synchronize()?;
+        let flat = TensorEntry {
+            shape: vec![up.shape[0] * up.shape[1], up.shape[2]],
+            ..up.clone()
+        };
+        ok &= compare(
+            gpu,
+            &format!("layer {l} stacked experts ({n})"),
+            x.matrix(),
+            &[&flat],
+            seed,
+            t.elapsed().as_secs_f64(),
+        )?;
+    }
+    let v = load::vector(gpu, ck, norm)?;
+    let dev = gpu.download(&v, norm.elements() as usize)?;
+    let host = load::vector_host(ck, norm)?;
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let same = bits(&dev) == bits(&host);
     let near_one = dev.iter().all(|v| (0.8..1.2).contains(v));
     println!("generator final norm: device == host {same}; gains near 1 {near_one}");
     Ok(ok && same && near_one)
+}
+
+/// Bytes one decode step of `streams` tokens must read: every tensor once (the embedding only
+/// as a tied head), routed experts by the expected share touched.
+fn step_bytes(plan: &ModelPlan, streams: usize) -> f64 {
+    let tied = plan.claims().iter().all(|c| c.class != TensorClass::Head);
+    let routing = |layer: usize| match plan {
+        ModelPlan::NemotronH(p) => match p.config.layers.get(layer) {
+            Some(NemotronBlock::Moe(m)) => {
+                (m.num_experts_per_tok as f64, m.n_routed_experts as f64)
+            }
+            _ => (1.0, 1.0),
+        },
+        _ => (1.0, 1.0),
+    };
+    plan.claims()
+        .iter()
+        .map(|c| {
+            let e = &c.entry;
+            let bytes = synthetic::device_layout(e.format)
+                .map_or(e.format.storage_bytes(e.elements()), |l| {
+                    l.bytes(e.elements())
+                }) as f64;
+            match (c.class, c.layer) {
+                (TensorClass::Embedding, _) if !tied => 0.0,
+                (TensorClass::RoutedExperts, Some(l)) => {
+                    let (k, n) = routing(l);
+                    bytes * (1.0 - (1.0 - k / n).powi(streams as i32))
+                }
+                _ => bytes,
+            }
+        })
+        .sum()
+}
+
+/// A decoder on the GPU, whichever family.
+enum Decoder {
+    Llama(Box<GpuLlama>),
+    Nemotron(Box<GpuNemotronH>),
+}
+
+impl Decoder {
+    fn forward_graphed(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> tf_cuda::Result<()> {
+        match self {
+            Decoder::Llama(g) => g.forward_graphed(rows, logits),
+            Decoder::Nemotron(g) => g.forward_graphed(rows, logits),
+        }
+    }
+    fn reset_slot(&mut self, slot: usize) {
+        match self {
+            Decoder::Llama(g) => g.reset_slot(slot),
+            Decoder::Nemotron(g) => g.reset_slot(slot),
+        }
+    }
+    fn vocab_size(&self) -> usize {
+        match self {
+            Decoder::Llama(g) => g.vocab_size(),
+            Decoder::Nemotron(g) => g.vocab_size(),
+        }
+    }
+    fn weight_bytes(&self) -> usize {
+        match self {
+            Decoder::Llama(g) => g.weight_bytes(),
+            Decoder::Nemotron(g) => g.weight_bytes(),
+        }
+    }
+    fn gpu(&self) -> &Gpu {
+        match self {
+            Decoder::Llama(g) => g.gpu(),
+            Decoder::Nemotron(g) => g.gpu(),
+        }
+    }
 }
 
 fn argmax(x: &[f32]) -> u32 {
@@ -148,35 +277,41 @@ fn argmax(x: &[f32]) -> u32 {
 fn run_model(spec: &str, bench: usize) -> Res<bool> {
     let (config, quant) = split(spec);
     let ck = checkpoint(config, quant, None)?;
-    let ModelPlan::Llama(plan) = tf_families::plan(ck.config(), ck.entries())? else {
-        return Err(format!("{config}: not a llama-family config (use --fill)").into());
-    };
+    let plan = tf_families::plan(ck.config(), ck.entries())?;
     let gpu = Gpu::open(0)?;
     println!(
-        "device: {} ({}); {} tensors, seed {:#x}",
+        "device: {} ({}); {} ({}), {} tensors, seed {:#x}",
         gpu.info().name,
         gpu.info().arch,
+        plan.family(),
+        plan.num_layers(),
         ck.entries().len(),
         ck.synthetic_seed().unwrap_or(0)
     );
     let mut ok = check_generator(&gpu, &ck, &plan)?;
     let capacity = PROMPT.len() + bench + 8;
     let t0 = Instant::now();
-    let mut g = GpuLlama::new(gpu, &ck, &plan, 64, capacity, 64)?;
+    let mut g = match &plan {
+        ModelPlan::Llama(p) => {
+            Decoder::Llama(Box::new(GpuLlama::new(gpu, &ck, p, 64, capacity, 64)?))
+        }
+        ModelPlan::NemotronH(p) => {
+            Decoder::Nemotron(Box::new(GpuNemotronH::new(gpu, &ck, p, 64, capacity, 64)?))
+        }
+        ModelPlan::MuseSpark(_) => return Err("muse_spark: no synthetic decode here".into()),
+    };
     g.gpu().synchronize()?;
-    let wb = g.weight_bytes();
+    let (free, total) = cudarc::driver::result::mem_get_info()?;
     println!(
-        "weights generated on the GPU: {wb} bytes read per step, filled in {:.2} s",
-        t0.elapsed().as_secs_f64()
+        "weights generated on the GPU: {} bytes, filled in {:.2} s; device memory used {:.1} of {:.1} GB",
+        g.weight_bytes(),
+        t0.elapsed().as_secs_f64(),
+        (total - free) as f64 / 1e9,
+        total as f64 / 1e9
     );
     let vocab = g.vocab_size();
-    let roofline_s = wb as f64 / ROOFLINE_BYTES_PER_S;
-    println!(
-        "roofline: {wb} B / 3.97 TB/s = {:.1} us per step",
-        roofline_s * 1e6
-    );
-    println!("| streams | tok/s (aggregate) | us per step | roofline fraction | logits finite |");
-    println!("| ---: | ---: | ---: | ---: | --- |");
+    println!("| streams | tok/s (aggregate) | us per step | bytes per step | roofline us | roofline fraction | logits finite |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut logits = Vec::new();
     for streams in [1usize, 4, 16, 64] {
         for s in 0..streams {
@@ -218,10 +353,13 @@ fn run_model(spec: &str, bench: usize) -> Res<bool> {
         let dt = t.elapsed().as_secs_f64() / bench.max(1) as f64;
         finite &= logits.iter().all(|v| v.is_finite());
         ok &= finite;
+        let sb = step_bytes(&plan, streams);
+        let roofline_s = sb / ROOFLINE_BYTES_PER_S;
         println!(
-            "| {streams} | {:.0} | {:.1} | {:.3} | {finite} |",
+            "| {streams} | {:.0} | {:.1} | {sb:.3e} | {:.1} | {:.3} | {finite} |",
             streams as f64 / dt,
             dt * 1e6,
+            roofline_s * 1e6,
             roofline_s / dt
         );
     }
