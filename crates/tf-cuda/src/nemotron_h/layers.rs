@@ -9,10 +9,10 @@ use crate::load;
 use crate::mamba::GpuMambaMixer;
 use crate::moe::{ExpertMlp, GpuExperts, Routing};
 use crate::ops::AttnShape;
-use crate::weights::GpuMatrix;
+use crate::weights::{GpuFormat, GpuMatrix};
 use cudarc::driver::CudaSlice;
 use tf_families::nemotron_h::{
-    ExpertWeights, MambaSpec, MoeSpec, NemotronBlock, NemotronLayer, NemotronMixer,
+    ExpertWeights, MambaSpec, MoeSpec, NemotronBlock, NemotronHPlan, NemotronLayer, NemotronMixer,
 };
 use tf_formats::checkpoint::{Checkpoint, TensorData};
 use tf_formats::TensorEntry;
@@ -460,4 +460,83 @@ pub(super) fn expert_packs<'a>(
             format: format!("{}: stacked GGUF experts", e.name),
         }),
     }
+}
+
+/// Refuses, before any weight is uploaded, what the GPU cannot run: every matrix must have a
+/// GPU format, and every MoE layer's routed experts a grouped expert matmul (`crate::moe`).
+/// The refusal names the tensor.
+pub(super) fn preflight(ck: &Checkpoint, plan: &NemotronHPlan) -> Result<()> {
+    let named = |e: &TensorEntry, err: CudaError| match err {
+        CudaError::UnsupportedFormat { format } => CudaError::UnsupportedFormat {
+            format: format!("{}: {format}", e.name),
+        },
+        other => other,
+    };
+    let check = |e: &TensorEntry| -> Result<()> {
+        GpuFormat::of(&packed(ck, e)?)
+            .map(|_| ())
+            .map_err(|x| named(e, x))
+    };
+    check(&plan.embeddings)?;
+    if let Some(h) = &plan.lm_head {
+        check(h)?;
+    }
+    for (l, block) in plan.layers.iter().zip(&plan.config.layers) {
+        let mut mats: Vec<&TensorEntry> = Vec::new();
+        match &l.mixer {
+            NemotronMixer::Mamba {
+                in_proj, out_proj, ..
+            } => mats.extend([in_proj, out_proj]),
+            NemotronMixer::Attention {
+                q_proj,
+                k_proj,
+                v_proj,
+                o_proj,
+                ..
+            } => mats.extend([q_proj, k_proj, v_proj, o_proj]),
+            NemotronMixer::Mlp {
+                up_proj, down_proj, ..
+            } => mats.extend([up_proj, down_proj]),
+            NemotronMixer::Moe {
+                gate,
+                experts,
+                shared,
+                latent,
+                ..
+            } => {
+                mats.push(gate);
+                mats.extend(shared.iter().flatten());
+                mats.extend(latent.iter().flatten());
+                let NemotronBlock::Moe(spec) = block else {
+                    continue;
+                };
+                let n = spec.n_routed_experts as usize;
+                let (first, entry) = match experts {
+                    ExpertWeights::Stacked { up, .. } => {
+                        (expert_packs(ck, up, n)?.into_iter().next(), up)
+                    }
+                    ExpertWeights::PerExpert { up, .. } => match up.first() {
+                        Some(e) => (Some(packed(ck, e)?), e),
+                        None => (None, &l.norm),
+                    },
+                };
+                if let Some(m) = first {
+                    let f = GpuFormat::of(&m).map_err(|x| named(entry, x))?;
+                    let kernel = format!("tf_moe_matmul_{}", f.kernel_tag());
+                    if !crate::moe::KERNEL_NAMES.contains(&kernel.as_str()) {
+                        return Err(CudaError::UnsupportedFormat {
+                            format: format!(
+                                "{}: {f:?} routed experts (no grouped expert matmul {kernel})",
+                                entry.name
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        for e in mats {
+            check(e)?;
+        }
+    }
+    Ok(())
 }

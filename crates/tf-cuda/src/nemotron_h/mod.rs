@@ -24,7 +24,7 @@ use crate::moe::{MoeBuffers, MoeLimits};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaGraph, CudaSlice};
-use layers::{build_layer, Layer, Mixer};
+use layers::{build_layer, preflight, Layer, Mixer};
 use std::collections::HashMap;
 use tf_families::nemotron_h::{NemotronBlock, NemotronHPlan};
 use tf_formats::checkpoint::Checkpoint;
@@ -178,7 +178,8 @@ pub struct GpuNemotronH {
 impl GpuNemotronH {
     /// Uploads the plan's weights in their stored layouts, allocates KV and Mamba state for
     /// `slots` streams of `capacity` positions, and workspaces for rounds of up to `max_rows`.
-    /// Refuses by name what has no CUDA path (a weight format, an attention shape).
+    /// Refuses by name, before any upload, what has no CUDA path (a weight format, routed
+    /// experts without a grouped matmul, an attention shape beyond the kernel).
     pub fn new(
         gpu: Gpu,
         ck: &Checkpoint,
@@ -187,9 +188,24 @@ impl GpuNemotronH {
         capacity: usize,
         max_rows: usize,
     ) -> Result<GpuNemotronH> {
+        preflight(ck, plan)?;
         let cfg = &plan.config;
         let hidden = cfg.hidden_size as usize;
         let eps = cfg.layer_norm_epsilon as f32;
+        let limit = gpu.info().smem_per_block;
+        for block in &cfg.layers {
+            let NemotronBlock::Attention(a) = block else {
+                continue;
+            };
+            let hd = a.head_dim as usize;
+            let att = ops::attend_smem_bytes(capacity, hd);
+            if att > limit || hd > 128 {
+                return Err(CudaError::Shape {
+                    op: "nemotron_h",
+                    detail: format!("attention over {capacity} positions of head_dim {hd} needs {att} bytes of shared memory per block (limit {limit}, head_dim <= 128)"),
+                });
+            }
+        }
         let (mut n_mamba, mut kv_shapes, mut mamba_shapes) = (0, Vec::new(), Vec::new());
         let mut layers = Vec::with_capacity(plan.layers.len());
         for (lp, block) in plan.layers.iter().zip(&cfg.layers) {
@@ -220,16 +236,6 @@ impl GpuNemotronH {
             .map(|e| load::matrix(&gpu, ck, e))
             .transpose()?;
         let vocab = head.as_ref().unwrap_or(&embed).rows();
-        let limit = gpu.info().smem_per_block;
-        for &(_, hd) in &kv_shapes {
-            let att = ops::attend_smem_bytes(capacity, hd);
-            if att > limit || hd > 128 {
-                return Err(CudaError::Shape {
-                    op: "nemotron_h",
-                    detail: format!("attention over {capacity} positions of head_dim {hd} needs {att} bytes of shared memory per block (limit {limit}, head_dim <= 128)"),
-                });
-            }
-        }
         let mut kvs = Vec::with_capacity(kv_shapes.len());
         for &(h, d) in &kv_shapes {
             kvs.push(GpuKv::new(&gpu, slots, 1, capacity, h, d)?);

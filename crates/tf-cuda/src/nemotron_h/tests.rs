@@ -1,8 +1,9 @@
 //! Host-side tests (no GPU): row checks, the per-layer shapes and routing taken from the plan,
 //! and the slicing of stacked expert tensors, on the committed fixtures.
 
-use super::layers::{dt_limit, expert_packs, packed, routing};
+use super::layers::{dt_limit, expert_packs, packed, preflight, routing};
 use super::{check_rows, GpuRow, Widths};
+use crate::error::CudaError;
 use crate::moe::Routing;
 use std::path::PathBuf;
 use tf_families::nemotron_h::{ExpertWeights, NemotronBlock, NemotronHPlan, NemotronMixer};
@@ -209,4 +210,44 @@ fn a_stacked_tensor_of_another_expert_count_is_refused() {
         }
     }
     panic!("no stacked experts");
+}
+
+#[test]
+fn preflight_passes_dense_forms_and_names_what_the_gpu_lacks() {
+    for name in [
+        "latent_grouped/f32_hf",
+        "plain_moe/f32_hf",
+        "plain_moe/f32_mlx",
+        "puzzle/f32_hf",
+    ] {
+        let (ck, plan) = fixture(name);
+        preflight(&ck, &plan).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    // The MLX 4/6-bit forms pass exactly when crate::moe has grouped MLX expert matmuls;
+    // otherwise the refusal names the routed-expert tensor.
+    for (name, bits) in [
+        ("latent_grouped/q4g64", 4),
+        ("plain_moe/q6g32", 6),
+        ("puzzle/q4g64", 4),
+    ] {
+        let (ck, plan) = fixture(name);
+        let kernel = format!("tf_moe_matmul_mlx{bits}");
+        match preflight(&ck, &plan) {
+            Ok(()) => assert!(
+                crate::moe::KERNEL_NAMES.contains(&kernel.as_str()),
+                "{name} passed without {kernel}"
+            ),
+            Err(CudaError::UnsupportedFormat { format }) => {
+                assert!(
+                    !crate::moe::KERNEL_NAMES.contains(&kernel.as_str()),
+                    "{name}: {format}"
+                );
+                assert!(
+                    format.contains("experts") && format.contains(&kernel),
+                    "{format}"
+                );
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
 }
