@@ -5,7 +5,6 @@
 //! no roll back of the head.
 
 use super::super::stream::Running;
-use super::history;
 use tf_models::{Model, Row, StreamState};
 
 /// One stream's MTP head state and the model's hidden rows not yet fed to the head.
@@ -85,6 +84,16 @@ pub(super) fn observe(model: &mut dyn Model, rows: &[Row], running: &mut [Runnin
     }
 }
 
+/// The stream's token at absolute position `q` (prompt, then generated; `q` must be known).
+fn token_at(s: &Running, q: usize) -> u32 {
+    let n = s.req.prompt.len();
+    if q < n {
+        s.req.prompt[q]
+    } else {
+        s.generated[q - n]
+    }
+}
+
 /// What a chain must restore: (stream, head length, head recurrent state, head output).
 type Saved = (usize, usize, Vec<tf_kernels::ops::MambaState>, Vec<f32>);
 
@@ -114,18 +123,18 @@ pub(super) fn propose(model: &mut dyn Model, running: &mut [Running], want: &[us
     let (mut rows, mut hidden, mut last) = (Vec::new(), Vec::new(), Vec::new());
     for (j, &i) in tracked.iter().enumerate() {
         let s = &running[i];
-        let h = history(s);
         let Some(t) = s.drafts.mtp.as_deref() else {
             continue;
         };
-        let usable = s.state.len.min(h.len().saturating_sub(1));
+        let known = s.req.prompt.len() + s.generated.len();
+        let usable = s.state.len.min(known.saturating_sub(1));
         let n = usable.saturating_sub(t.next()).min(t.pending_rows(width));
         for q in 0..n {
             let p = t.next() + q;
             rows.push(Row {
                 stream: j,
                 pos: t.state.len + q,
-                token: h[p + 1],
+                token: token_at(s, p + 1),
                 logits: q + 1 == n && want[i] > 0 && p + 1 == s.state.len,
             });
         }
