@@ -97,10 +97,11 @@ __device__ __forceinline__ float tf_fold16_max(float v) {
 #define FMT_PLANT_Q4_K 64  // Q4_K with the (scale, min) pair of the neighbouring sub-block
 #define FMT_PLANT_Q6_K 65  // Q6_K with every 16-group of a quadrant taking the first one's scale
 #define FMT_PLANT_MLX4 66  // MLX 4-bit with the two nibbles of each byte swapped
+#define FMT_PLANT_MLX4_FMA 67  // MLX 4-bit as fmaf(s, q, b): one rounding where the CPU has two
 
 // Bits per weight of an MLX format id (0 for other formats).
 __host__ __device__ constexpr int tf_mlx_bits(int fmt) {
-    return fmt == FMT_PLANT_MLX4                     ? 4
+    return fmt == FMT_PLANT_MLX4 || fmt == FMT_PLANT_MLX4_FMA ? 4
            : fmt == FMT_MLX8                         ? 8
            : (fmt >= FMT_MLX2 && fmt <= FMT_MLX6) ? fmt - FMT_MLX2 + 2
                                                      : 0;
@@ -109,7 +110,7 @@ __host__ __device__ constexpr int tf_mlx_bits(int fmt) {
 // Whether a format id is one of this section's (real or planted).
 __host__ __device__ constexpr bool tf_is_quant_format(int fmt) {
     return (fmt >= FMT_Q4_K && fmt <= FMT_MLX8) ||
-           (fmt >= FMT_PLANT_Q4_K && fmt <= FMT_PLANT_MLX4);
+           (fmt >= FMT_PLANT_Q4_K && fmt <= FMT_PLANT_MLX4_FMA);
 }
 
 // Bytes of one stored row of `cols` elements of this section's formats.
@@ -165,18 +166,19 @@ __device__ __forceinline__ float tf_decode_q6_k(const u8* row, int k) {
 // unit u = k >> 5 is 4 * B bytes of packed bits (element k at bits [k * B, k * B + B) of the
 // row's little-endian stream), then the f32 scale, then the f32 bias; w = (s * q) + b, two
 // roundings (no fma: --fmad=false). A last element's second byte, when read, is the scale's
-// first byte, and the mask drops it.
-template <int B, bool PLANT>
+// first byte, and the mask drops it. PLANT 1 swaps nibbles, PLANT 2 fuses s * q + b (controls).
+template <int B, int PLANT>
 __device__ __forceinline__ float tf_decode_mlx(const u8* row, int k) {
     const u8* p = row + (size_t)(k >> 5) * (4 * B + 8);
     const int bit = (k & 31) * B;
     u32 v = p[bit >> 3];
     if (8 % B != 0) v |= (u32)p[(bit >> 3) + 1] << 8;
     int sh = bit & 7;
-    if (PLANT) sh ^= 4;
+    if (PLANT == 1) sh ^= 4;
     const u32 q = (v >> sh) & ((1u << B) - 1u);
     const float s = *(const float*)(p + 4 * B);
     const float bias = *(const float*)(p + 4 * B + 4);
+    if (PLANT == 2) return fmaf(s, (float)q, bias);
     return s * (float)q + bias;
 }
 
@@ -187,9 +189,10 @@ __device__ __forceinline__ float tf_decode_quant(const u8* row, int k) {
     if constexpr (FMT == FMT_PLANT_Q4_K) return tf_decode_q4_k<true>(row, k);
     if constexpr (FMT == FMT_Q6_K) return tf_decode_q6_k<false>(row, k);
     if constexpr (FMT == FMT_PLANT_Q6_K) return tf_decode_q6_k<true>(row, k);
-    if constexpr (FMT == FMT_PLANT_MLX4) return tf_decode_mlx<4, true>(row, k);
-    if constexpr (tf_mlx_bits(FMT) != 0 && FMT != FMT_PLANT_MLX4)
-        return tf_decode_mlx<tf_mlx_bits(FMT), false>(row, k);
+    if constexpr (FMT == FMT_PLANT_MLX4) return tf_decode_mlx<4, 1>(row, k);
+    if constexpr (FMT == FMT_PLANT_MLX4_FMA) return tf_decode_mlx<4, 2>(row, k);
+    if constexpr (FMT >= FMT_MLX2 && FMT <= FMT_MLX8)
+        return tf_decode_mlx<tf_mlx_bits(FMT), 0>(row, k);
     return 0.0f;
 }
 // ---- quant formats end ----
@@ -212,7 +215,8 @@ __device__ __forceinline__ size_t tf_row_bytes(int fmt, int cols) {
         case FMT_MLX8:
         case FMT_PLANT_Q4_K:
         case FMT_PLANT_Q6_K:
-        case FMT_PLANT_MLX4: return tf_quant_row_bytes(fmt, cols);
+        case FMT_PLANT_MLX4:
+        case FMT_PLANT_MLX4_FMA: return tf_quant_row_bytes(fmt, cols);
         default: return (size_t)(cols / 32) * 34;  // FMT_Q8_0
     }
 }

@@ -21,3 +21,5 @@ TF_QUANT_FORMAT(mlx8, FMT_MLX8)
 TF_MATMUL_ENTRY(tf_plant_matmul_q4_k_scale, FMT_PLANT_Q4_K, 0)
 TF_MATMUL_ENTRY(tf_plant_matmul_q6_k_scale, FMT_PLANT_Q6_K, 0)
 TF_MATMUL_ENTRY(tf_plant_matmul_mlx4_nibbles, FMT_PLANT_MLX4, 0)
+// Passes the contract (accurate, row-invariant) but must differ from the CPU's bits.
+TF_MATMUL_ENTRY(tf_plant_matmul_mlx4_fma, FMT_PLANT_MLX4_FMA, 0)

@@ -48,7 +48,8 @@ pub const KERNEL_NAMES: &[&str] = kernel_names!(
     [
         "tf_plant_matmul_q4_k_scale",
         "tf_plant_matmul_q6_k_scale",
-        "tf_plant_matmul_mlx4_nibbles"
+        "tf_plant_matmul_mlx4_nibbles",
+        "tf_plant_matmul_mlx4_fma"
     ]
 );
 
@@ -58,6 +59,10 @@ pub const PLANT_Q4_K_SCALE: &str = "tf_plant_matmul_q4_k_scale";
 pub const PLANT_Q6_K_SCALE: &str = "tf_plant_matmul_q6_k_scale";
 /// Planted control: MLX 4-bit decoded with the two nibbles of each byte swapped.
 pub const PLANT_MLX4_NIBBLES: &str = "tf_plant_matmul_mlx4_nibbles";
+
+/// Planted control: MLX 4-bit decoded as `fmaf(s, q, b)` (one rounding; the CPU rounds `s * q`
+/// and then the sum). Accurate and row-invariant, so only the CPU bit comparison catches it.
+pub const PLANT_MLX4_FMA: &str = "tf_plant_matmul_mlx4_fma";
 
 /// MLX widths with GPU kernels.
 pub const MLX_BITS: [u8; 6] = [2, 3, 4, 5, 6, 8];
@@ -329,7 +334,7 @@ mod tests {
 
     #[test]
     fn kernel_names_cover_every_format_and_plant() {
-        assert_eq!(KERNEL_NAMES.len(), 8 * 8 + 3);
+        assert_eq!(KERNEL_NAMES.len(), 8 * 8 + 4);
         for n in [
             "tf_matmul_mlx3",
             "tf_embed_q6_k",
@@ -337,6 +342,7 @@ mod tests {
             PLANT_Q4_K_SCALE,
             PLANT_Q6_K_SCALE,
             PLANT_MLX4_NIBBLES,
+            PLANT_MLX4_FMA,
         ] {
             assert!(KERNEL_NAMES.contains(&n), "{n}");
         }

@@ -8,16 +8,19 @@ mod fused;
 mod host_cpp;
 
 use super::packed::HostWeights;
-use super::{compare_bits, control, verdict, CaseResult, Depth, ErrSlot, SuiteResult};
+use super::{
+    compare_bits, control, verdict, CaseResult, ControlResult, CpuBits, Depth, ErrSlot, SuiteResult,
+};
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ops;
 use crate::quant::{
-    mlx_device_bytes_planted_scale_shift, PLANT_MLX4_NIBBLES, PLANT_Q4_K_SCALE, PLANT_Q6_K_SCALE,
+    mlx_device_bytes_planted_scale_shift, PLANT_MLX4_FMA, PLANT_MLX4_NIBBLES, PLANT_Q4_K_SCALE,
+    PLANT_Q6_K_SCALE,
 };
 use crate::weights::{GpuFormat, GpuMatrix};
 use std::cell::RefCell;
-use tf_kernels::contract::{Rng, RowOp, Tolerance};
+use tf_kernels::contract::{Report, Rng, RowOp, Tolerance};
 use tf_kernels::matmul::{embedding_row, matmul as cpu_matmul, FloatType};
 use tf_kernels::pool::Pool;
 
@@ -69,6 +72,8 @@ impl Weights {
 enum Plant {
     /// The matmul through a deliberately wrong decoder kernel.
     Kernel(&'static str, &'static str),
+    /// A wrong decoder that stays accurate and row-invariant: only the CPU bits catch it.
+    BitsKernel(&'static str, &'static str),
     /// MLX scales re-laid one group off (the right kernel on wrong device bytes).
     ScaleShift,
 }
@@ -83,6 +88,25 @@ pub(super) fn upload(gpu: &Gpu, hw: &HostWeights, shifted: bool) -> Result<GpuMa
     }
     let bytes = mlx_device_bytes_planted_scale_shift(&hw.packed(), 1)?;
     GpuMatrix::from_device_layout(gpu, hw.format, hw.rows, hw.cols, &bytes)
+}
+
+/// The contract verdict, failed too when the GPU's bits differ from the CPU kernel's (the
+/// promise of these kernels is the CPU's bits, not only the tolerance).
+pub(super) fn strict(
+    v: std::result::Result<Report, String>,
+    bits: CpuBits,
+) -> std::result::Result<Report, String> {
+    match v {
+        Ok(_) if bits.differing > 0 => Err(bits_text(bits)),
+        v => v,
+    }
+}
+
+fn bits_text(b: CpuBits) -> String {
+    format!(
+        "GPU != CPU bits: {} of {} differ (max {:.2e})",
+        b.differing, b.compared, b.max_abs_diff
+    )
 }
 
 fn cpu_err(op: &'static str) -> impl Fn(tf_kernels::matmul::MatmulError) -> CudaError {
@@ -104,6 +128,10 @@ pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
         ),
         Plant::ScaleShift,
     ];
+    let mlx4_fma: &[Plant] = &[Plant::BitsKernel(
+        PLANT_MLX4_FMA,
+        "matmul MLX 4-bit f32 scales: fmaf(s, q, b) for (s * q) + b (only the CPU bits can tell)",
+    )];
     let q4k_plant: &[Plant] = &[Plant::Kernel(
         PLANT_Q4_K_SCALE,
         "matmul Q4_K: (scale, min) of the neighbouring sub-block",
@@ -126,7 +154,7 @@ pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
         (Mlx(8, 64, F16), 576, 576, "q/o proj 576x576", false, &[]),
         (Mlx(8, 64, BF16), 576, 1536, "down 576x1536", false, &[]),
         (Mlx(8, 32, F32), 192, 576, "k/v proj 192x576", false, &[]),
-        (Mlx(4, 32, F32), 64, 576, "64x576", false, &[]),
+        (Mlx(4, 32, F32), 64, 576, "64x576", false, mlx4_fma),
         (Mlx(4, 128, BF16), 96, 1024, "96x1024", false, &[]),
         (Mlx(2, 64, F16), 64, 576, "64x576", false, &[]),
         (Mlx(3, 64, BF16), 64, 576, "64x576", false, &[]),
@@ -250,17 +278,32 @@ fn matmul_case(
     let mut c = vec![0f32; 40 * rows];
     let flat: Vec<f32> = xs.iter().flatten().copied().collect();
     cpu_matmul(&hw.packed(), &flat, 40, &mut c, pool).map_err(cpu_err("cpu matmul"))?;
+    let bits = compare_bits(&g, &c);
     out.cases.push(CaseResult {
         op: name.clone(),
         case: label.to_string(),
-        verdict: v,
-        cpu_bits: Some(compare_bits(&g, &c)),
+        verdict: strict(v, bits),
+        cpu_bits: Some(bits),
     });
     for plant in plants {
         match *plant {
             Plant::Kernel(kname, what) => {
                 let broken = |xs: &[Vec<f32>], o: &mut [f32]| run_on(&w, kname, xs, o);
                 out.controls.push(control(what, &op, &broken, &cfg, &errs));
+            }
+            Plant::BitsKernel(kname, what) => {
+                let mut p = vec![0f32; 40 * rows];
+                run_on(&w, kname, &xs, &mut p);
+                let b = compare_bits(&p, &c);
+                let caught = match errs.take() {
+                    Some(e) => Err(format!("a GPU error is not a catch: {e}")),
+                    None if b.differing > 0 => Ok(bits_text(b)),
+                    None => Err("its bits equal the CPU's".into()),
+                };
+                out.controls.push(ControlResult {
+                    control: what.to_string(),
+                    caught,
+                });
             }
             Plant::ScaleShift => {
                 let bad = upload(gpu, &hw, true)?;
@@ -331,11 +374,12 @@ fn embeddings(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
         for (t, row) in ids.iter().zip(c.chunks_exact_mut(cols)) {
             embedding_row(&hw.packed(), *t, row).map_err(cpu_err("cpu embedding"))?;
         }
+        let bits = compare_bits(&g, &c);
         out.cases.push(CaseResult {
             op: name.clone(),
             case: format!("{rows}x{cols}"),
-            verdict: v,
-            cpu_bits: Some(compare_bits(&g, &c)),
+            verdict: strict(v, bits),
+            cpu_bits: Some(bits),
         });
         if i == 1 {
             let bad = upload(gpu, &hw, true)?;

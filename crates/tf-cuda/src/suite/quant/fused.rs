@@ -1,7 +1,7 @@
 //! Fused decode kernels (norm / SwiGLU in, residual add out) over K-quant and MLX weights, each
 //! compared bit for bit with the CPU's separate operators, with a planted control.
 
-use super::{cpu_err, upload, Weights, MAX_ROWS, U};
+use super::{cpu_err, strict, upload, Weights, MAX_ROWS, U};
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::fused::{matmul_fused, Epilogue, XForm};
@@ -339,11 +339,12 @@ fn case(
             }
         }
     }
+    let bits = compare_bits(&g, &c);
     out.cases.push(CaseResult {
         op: name.clone(),
         case: label.to_string(),
-        verdict: v,
-        cpu_bits: Some(compare_bits(&g, &c)),
+        verdict: strict(v, bits),
+        cpu_bits: Some(bits),
     });
     if with_control {
         let bad = upload(gpu, &hw, true)?;

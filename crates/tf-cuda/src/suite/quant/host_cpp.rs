@@ -56,6 +56,7 @@ static Dec pick(int f) {
         case FMT_PLANT_Q4_K: return dec<FMT_PLANT_Q4_K>;
         case FMT_PLANT_Q6_K: return dec<FMT_PLANT_Q6_K>;
         case FMT_PLANT_MLX4: return dec<FMT_PLANT_MLX4>;
+        case FMT_PLANT_MLX4_FMA: return dec<FMT_PLANT_MLX4_FMA>;
     }
     return nullptr;
 }
@@ -161,11 +162,18 @@ fn device_decoders_compiled_for_the_host_give_the_cpu_bits() {
             }
         }
     }
-    // Planted controls: the wrong decoders on the same bytes (ids 64, 65, 66 in common.cuh).
+    // Planted controls: the wrong decoders on the same bytes (ids 64..=67 in common.cuh; the
+    // fused s * q + b differs only where s * q rounds, i.e. with f32 scales).
     let q4k = HostWeights::random(GpuFormat::Q4K, 2, 512, &mut rng);
     let q6k = HostWeights::random(GpuFormat::Q6K, 2, 512, &mut rng);
     let mlx4 = HostWeights::random_mlx(4, 64, FloatType::F16, 2, 256, &mut rng);
-    cases.extend([(q4k, 64, false), (q6k, 65, false), (mlx4, 66, false)]);
+    let mlx4_f32 = HostWeights::random_mlx(4, 64, FloatType::F32, 2, 256, &mut rng);
+    cases.extend([
+        (q4k, 64, false),
+        (q6k, 65, false),
+        (mlx4, 66, false),
+        (mlx4_f32, 67, false),
+    ]);
     let mut data = Vec::new();
     for (w, id, _) in &cases {
         write_case(&mut data, w, *id);
