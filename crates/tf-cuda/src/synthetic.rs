@@ -11,7 +11,7 @@
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::moe::GpuExperts;
-use crate::weights::GpuMatrix;
+use crate::weights::{GpuFormat, GpuMatrix};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use tf_formats::checkpoint::synthetic::{dense_kind, init_for, keys, BlockLayout, FloatKind, Init};
 use tf_formats::checkpoint::Checkpoint;
@@ -253,6 +253,20 @@ fn zero_view<'a>(e: &TensorEntry, zeros: &'a [u8]) -> Result<PackedMatrix<'a>> {
     .map_err(|err| bad(err.to_string()))
 }
 
+/// The GPU format a (synthetic) entry of any rank loads as, from its stored format alone (no
+/// bytes): the same answer [`GpuFormat::of`] gives for its packed rows, or `UnsupportedFormat`.
+/// For preflight checks on synthetic checkpoints, whose `data()` is `None`.
+pub fn gpu_format(e: &TensorEntry) -> Result<GpuFormat> {
+    let cols = e.shape.last().copied().unwrap_or(0);
+    let row = TensorEntry {
+        name: e.name.clone(),
+        format: e.format,
+        shape: vec![1, cols],
+    };
+    let zeros = vec![0u8; zero_len(&row)];
+    GpuFormat::of(&zero_view(&row, &zeros)?)
+}
+
 /// Host bytes a zero view of `e` borrows (the largest of its parts).
 fn zero_len(e: &TensorEntry) -> usize {
     let n = e.elements() as usize;
@@ -472,6 +486,34 @@ mod tests {
             &mut w,
         );
         assert_ne!(w, dev);
+    }
+
+    #[test]
+    fn gpu_formats_follow_the_stored_format() {
+        let mlx = |bits| WeightFormat::MlxAffine {
+            bits,
+            group_size: 64,
+            scales: DType::BF16,
+        };
+        for (f, want) in [
+            (WeightFormat::Gguf(GgmlType::Q4_0), GpuFormat::Q4_0),
+            (WeightFormat::Gguf(GgmlType::Q8_0), GpuFormat::Q8_0),
+            (WeightFormat::Gguf(GgmlType::Q4_1), GpuFormat::Q4_1),
+            (WeightFormat::Gguf(GgmlType::Q4K), GpuFormat::Q4K),
+            (WeightFormat::Gguf(GgmlType::Q6K), GpuFormat::Q6K),
+            (WeightFormat::Gguf(GgmlType::F32), GpuFormat::F32),
+            (WeightFormat::Dense(DType::BF16), GpuFormat::Bf16),
+            (mlx(4), GpuFormat::Mlx4),
+            (mlx(6), GpuFormat::Mlx6),
+        ] {
+            let e = entry(f, &[512, 3, 256]);
+            assert_eq!(gpu_format(&e).unwrap(), want, "{f}");
+            // The device bytes the generator writes are the GPU format's rows.
+            let l = device_layout(f).unwrap();
+            assert_eq!(l.bytes(256) as usize, want.row_bytes(256), "{f}");
+        }
+        let e = entry(WeightFormat::Gguf(GgmlType::Q5_0), &[2, 32]);
+        assert!(gpu_format(&e).is_err());
     }
 
     #[test]
