@@ -10,10 +10,18 @@
 // layer_off (oldest column first); SSM [slot][slot_stride] with [heads][head_dim][state] at
 // layer_off.
 
+// Largest conv kernel and SSM state the kernels hold in registers (checked by the host).
+#define MAMBA_MAX_KERNEL 8
+#define MAMBA_MAX_STATE 256
+#define MAMBA_LANE_STATE (MAMBA_MAX_STATE / 16)
+
 // Causal depthwise conv1d of every row of a round, one thread per channel c:
 // acc = 0; acc = fmaf(w[c][t], window[t], acc) for t ascending (window = state columns, then x);
 // acc + bias; silu. The state drops its oldest column and appends x.
 // x of row i is proj[i * proj_stride + x_off + c]; the result goes to out[i * cd + c].
+// The window of the slot of the current run of rows stays in registers (loaded when the slot
+// changes, stored when it changes again and at the end): the same values as reading and writing
+// the pool at every row.
 // PLANT = 1 is a planted control: the taps are applied newest first (reversed kernel).
 template <int PLANT>
 __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, int proj_stride,
@@ -26,23 +34,50 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cd) return;
     const float* wc = w + (size_t)c * kernel;
+    const int taps = kernel - 1;  // state columns
+    float win[MAMBA_MAX_KERNEL - 1];
+#pragma unroll
+    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) win[t] = 0.0f;
+    int held = -1;
     for (int i = 0; i < n; i++) {
-        if (slots[i] < 0 || slots[i] >= n_slots) continue;  // never: the host checks slots
-        float* st = pool + (size_t)slots[i] * slot_stride + layer_off + c;
+        const int s = slots[i];
+        if (s < 0 || s >= n_slots) continue;  // never: the host checks slots
         const bool fresh = pos[i] == 0;
+        if (s != held) {
+            if (held >= 0) {
+                float* st = pool + (size_t)held * slot_stride + layer_off + c;
+#pragma unroll
+                for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
+                    if (t < taps) st[(size_t)t * cd] = win[t];
+            }
+            const float* st = pool + (size_t)s * slot_stride + layer_off + c;
+#pragma unroll
+            for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
+                if (t < taps) win[t] = fresh ? 0.0f : st[(size_t)t * cd];
+            held = s;
+        } else if (fresh) {
+#pragma unroll
+            for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) win[t] = 0.0f;
+        }
         const float x = proj[(size_t)i * proj_stride + x_off + c];
         float acc = 0.0f;
-        for (int t = 0; t < kernel - 1; t++) {
-            const float v = fresh ? 0.0f : st[(size_t)t * cd];
-            const int tap = PLANT == 1 ? kernel - 1 - t : t;
-            acc = fmaf(wc[tap], v, acc);
-        }
-        acc = fmaf(wc[PLANT == 1 ? 0 : kernel - 1], x, acc);
+#pragma unroll
+        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
+            if (t < taps) acc = fmaf(wc[PLANT == 1 ? taps - t : t], win[t], acc);
+        acc = fmaf(wc[PLANT == 1 ? 0 : taps], x, acc);
         if (has_bias) acc = acc + bias[c];
         out[(size_t)i * cd + c] = tf_silu(acc);
-        for (int t = 0; t + 1 < kernel - 1; t++)
-            st[(size_t)t * cd] = fresh ? 0.0f : st[(size_t)(t + 1) * cd];
-        if (kernel > 1) st[(size_t)(kernel - 2) * cd] = x;
+#pragma unroll
+        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
+            if (t + 1 < taps) win[t] = win[t + 1];
+            else if (t + 1 == taps) win[t] = x;
+        }
+    }
+    if (held >= 0) {
+        float* st = pool + (size_t)held * slot_stride + layer_off + c;
+#pragma unroll
+        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
+            if (t < taps) st[(size_t)t * cd] = win[t];
     }
 }
 
@@ -66,12 +101,13 @@ __device__ __forceinline__ float tf_softplus(float v) {
 }
 
 // The SSM update of every row of a round. One half-warp per (head h, channel p); lane l owns
-// the state elements k = l (mod 16). Per row, in order:
+// the state elements k = l (mod 16), held in registers while consecutive rows share a slot.
+// Per row, in order:
 //   dt = min(max(softplus(dt_raw + dt_bias[h]), lo), hi); dA = exp(dt * a[h]); dtx = dt * x;
 //   s[k] = dA * s[k] + dtx * B[g][k]  (three roundings, no fma);
 //   y = fold16(fmaf(s[k], C[g][k], .)) + x * D[h].
 // xbc row i is the conv output [x | B | C] at xbc[i * cd]; dt_raw at proj[i * proj_stride +
-// dt_off + h]; y goes to y[i * heads * head_dim + h * head_dim + p].
+// dt_off + h]; y goes to y[i * heads * head_dim + h * head_dim + p]. Needs ns <= MAMBA_MAX_STATE.
 // PLANT = 1: no dt clamp (a planted control). PLANT = 2: y read from the state before the
 // update (a planted control).
 template <int PLANT>
@@ -87,11 +123,33 @@ __device__ __forceinline__ void tf_mamba_ssm(
     const bool active = hp < inner;
     const int h = active ? hp / head_dim : 0;
     const int g = h / (heads / groups);
+    float reg[MAMBA_LANE_STATE];
+#pragma unroll
+    for (int j = 0; j < MAMBA_LANE_STATE; j++) reg[j] = 0.0f;
+    int held = -1;
     for (int i = 0; i < n; i++) {
         float acc = 0.0f;
         float xi = 0.0f;
-        const bool ok = active && slots[i] >= 0 && slots[i] < n_slots;  // the host checks slots
+        const int s = slots[i];
+        const bool ok = active && s >= 0 && s < n_slots;  // the host checks slots
         if (ok) {
+            const bool fresh = pos[i] == 0;
+            if (s != held) {
+                if (held >= 0) {
+                    float* st = pool + (size_t)held * slot_stride + layer_off + (size_t)hp * ns;
+#pragma unroll
+                    for (int j = 0; j < MAMBA_LANE_STATE; j++)
+                        if (lane + 16 * j < ns) st[lane + 16 * j] = reg[j];
+                }
+                const float* st = pool + (size_t)s * slot_stride + layer_off + (size_t)hp * ns;
+#pragma unroll
+                for (int j = 0; j < MAMBA_LANE_STATE; j++)
+                    if (lane + 16 * j < ns) reg[j] = fresh ? 0.0f : st[lane + 16 * j];
+                held = s;
+            } else if (fresh) {
+#pragma unroll
+                for (int j = 0; j < MAMBA_LANE_STATE; j++) reg[j] = 0.0f;
+            }
             const float* row = xbc + (size_t)i * cd;
             xi = row[hp];
             const float* bg = row + inner + (size_t)g * ns;
@@ -100,17 +158,25 @@ __device__ __forceinline__ void tf_mamba_ssm(
             if (PLANT != 1) dt = fminf(fmaxf(dt, dt_lo), dt_hi);
             const float da = tf_exp(dt * a[h]);
             const float dtx = dt * xi;
-            float* st = pool + (size_t)slots[i] * slot_stride + layer_off + (size_t)hp * ns;
-            const bool fresh = pos[i] == 0;
-            for (int k = lane; k < ns; k += 16) {
-                const float old = fresh ? 0.0f : st[k];
-                const float s = da * old + dtx * bg[k];
-                st[k] = s;
-                acc = fmaf(PLANT == 2 ? old : s, cg[k], acc);
+#pragma unroll
+            for (int j = 0; j < MAMBA_LANE_STATE; j++) {
+                const int k = lane + 16 * j;
+                if (k < ns) {
+                    const float old = reg[j];
+                    const float sn = da * old + dtx * bg[k];
+                    reg[j] = sn;
+                    acc = fmaf(PLANT == 2 ? old : sn, cg[k], acc);
+                }
             }
         }
         const float sum = tf_fold16_sum(acc);
         if (ok && lane == 0) y[(size_t)i * inner + hp] = sum + xi * dskip[h];
+    }
+    if (held >= 0) {
+        float* st = pool + (size_t)held * slot_stride + layer_off + (size_t)hp * ns;
+#pragma unroll
+        for (int j = 0; j < MAMBA_LANE_STATE; j++)
+            if (lane + 16 * j < ns) st[lane + 16 * j] = reg[j];
     }
 }
 

@@ -25,6 +25,11 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_nh_add_bias",
 ];
 
+/// Largest SSM state size the kernels take (kernels/mamba.cu `MAMBA_MAX_STATE`).
+pub const MAX_STATE: usize = 256;
+/// Largest conv kernel width the kernels take (kernels/mamba.cu `MAMBA_MAX_KERNEL`).
+pub const MAX_KERNEL: usize = 8;
+
 /// Shape of one Mamba2 mixer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MambaShape {
@@ -82,6 +87,14 @@ impl MambaShape {
             return Err(CudaError::Shape {
                 op: "mamba",
                 detail: format!("{self:?}: all positive, groups dividing heads"),
+            });
+        }
+        if self.state > MAX_STATE || self.kernel > MAX_KERNEL {
+            return Err(CudaError::Shape {
+                op: "mamba",
+                detail: format!(
+                    "{self:?}: the kernels hold a state of at most {MAX_STATE} and a conv kernel of at most {MAX_KERNEL} in registers"
+                ),
             });
         }
         Ok(())
@@ -643,6 +656,12 @@ mod tests {
             "3 groups over 4 heads"
         );
         assert!(state_layout(&[shape(4, 4, 2, 0, 2)]).is_err(), "state 0");
+        assert!(
+            state_layout(&[shape(4, 4, 2, MAX_STATE + 1, 2)]).is_err(),
+            "state too big"
+        );
+        assert!(state_layout(&[shape(4, 4, 2, MAX_STATE, MAX_KERNEL + 1)]).is_err());
+        state_layout(&[shape(4, 4, 2, MAX_STATE, MAX_KERNEL)]).unwrap();
     }
 
     #[test]
@@ -667,5 +686,9 @@ mod tests {
             assert_eq!(counts.get(name), Some(&n), "{name}");
         }
         assert_eq!(KERNEL_NAMES.len(), 8);
+        // The register limits the host checks are the kernels' own.
+        let src = include_str!("../kernels/mamba.cu");
+        assert!(src.contains(&format!("#define MAMBA_MAX_STATE {MAX_STATE}\n")));
+        assert!(src.contains(&format!("#define MAMBA_MAX_KERNEL {MAX_KERNEL}\n")));
     }
 }
