@@ -57,8 +57,8 @@ impl Weights {
         }
     }
 
-    /// Largest |s * q| plus the rounding slack of a weight decoded with f32 MLX scales (whose
-    /// `s * q` rounds too), else 0: the extra absolute error of one decoded weight.
+    /// The extra absolute error of one decoded weight: with f32 MLX scales `s * q` (at most
+    /// 0.25 here) rounds too before `+ b`, so 0.6 units of 2^-24 of slack; else 0.
     fn f32_scale_slack(self) -> f64 {
         match self {
             Weights::Mlx(_, _, FloatType::F32) => 0.6 * U,
