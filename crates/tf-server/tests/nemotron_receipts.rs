@@ -33,6 +33,14 @@ fn receipt(cached: &Setup) -> (ResumeReport, f64, f64) {
         .expect("the receipt runs");
     let hits = metric(&a, "tensorfold_prompt_cache_hits_total");
     let reused = metric(&a, "tensorfold_prompt_cache_reused_tokens_total");
+    // Every cache series is there; the budget is the configured one; the held bytes within it.
+    let budget = metric(&a, "tensorfold_prompt_cache_budget_bytes");
+    assert_eq!(budget as u64, cached.cache_bytes);
+    assert!(metric(&a, "tensorfold_prompt_cache_bytes") <= budget);
+    assert!(metric(&a, "tensorfold_prompt_cache_entries") >= 1.0);
+    assert!(metric(&a, "tensorfold_prompt_cache_misses_total") >= 1.0);
+    assert_eq!(metric(&a, "tensorfold_prompt_cache_evictions_total"), 0.0);
+    assert_eq!(metric(&b, "tensorfold_prompt_cache_hits_total"), 0.0);
     (report, hits, reused)
 }
 
