@@ -21,6 +21,10 @@ pub struct Args {
     /// Repetitions; the median of each figure is reported.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Also time decode rounds of this many streams at once (comma-separated levels, e.g.
+    /// 1,4,16,64): every stream gets one row per round, so a round reads the weights once.
+    #[arg(long, value_delimiter = ',')]
+    pub streams: Vec<usize>,
     /// Print one JSON object (prefill_tok_s, decode_tok_s, ttft_ms, peak_rss_bytes) on the last line.
     #[arg(long)]
     pub json: bool,
@@ -86,6 +90,21 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         median(decode_after),
         median(ttft),
     );
+    let mut levels = Vec::new();
+    for &n in &args.streams {
+        anyhow::ensure!(
+            (1..=256).contains(&n),
+            "--streams takes levels between 1 and 256"
+        );
+        let tok_s = decode_streams(model.as_mut(), n, args.gen_tokens.max(1))?;
+        let weights = model.info().weight_bytes as f64;
+        println!(
+            "decode {n} streams: {tok_s:.1} tok/s aggregate, {:.1} rounds/s, weights {:.1} GB/s",
+            tok_s / n as f64,
+            weights * tok_s / n as f64 / 1e9
+        );
+        levels.push(serde_json::json!({"streams": n, "decode_tok_s": tok_s}));
+    }
     let rss = peak_rss_bytes();
     println!(
         "prefill {p:.1} tok/s ({} tokens), decode {d:.1} tok/s ({} tokens from an empty context; \
@@ -99,9 +118,46 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
             "prefill_tok_s": p, "decode_tok_s": d, "decode_after_prompt_tok_s": da,
             "ttft_ms": t, "peak_rss_bytes": rss,
             "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
-            "threads": args.model.threads,
+            "threads": args.model.threads, "streams": levels,
+            "weight_bytes": model.info().weight_bytes,
         });
         println!("{json}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Aggregate decode tok/s of `n` streams stepping together for `steps` rounds (greedy: each
+/// stream feeds back its own argmax), after a one-token prompt each.
+fn decode_streams(model: &mut dyn tf_models::Model, n: usize, steps: usize) -> anyhow::Result<f64> {
+    use tf_models::{Row, StreamState};
+    let vocab = model.info().vocab_size;
+    let mut states: Vec<StreamState> = (0..n).map(|_| model.new_state()).collect();
+    let mut next: Vec<u32> = (0..n as u32).map(|i| 1 + i * 7919 % vocab as u32).collect();
+    let mut logits = Vec::new();
+    let mut round = |states: &mut Vec<StreamState>, next: &mut Vec<u32>| -> anyhow::Result<()> {
+        let rows: Vec<Row> = (0..n)
+            .map(|i| Row {
+                stream: i,
+                pos: states[i].len,
+                token: next[i],
+                logits: true,
+            })
+            .collect();
+        let mut refs: Vec<&mut StreamState> = states.iter_mut().collect();
+        model.forward(&rows, &mut refs, &mut logits)?;
+        for (i, t) in next.iter_mut().enumerate() {
+            let row = &logits[i * vocab..(i + 1) * vocab];
+            *t = (0..vocab)
+                .max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))
+                .unwrap_or(0) as u32;
+        }
+        Ok(())
+    };
+    // Warm-up round (first-use costs such as CUDA graph capture), not timed.
+    round(&mut states, &mut next)?;
+    let start = std::time::Instant::now();
+    for _ in 0..steps {
+        round(&mut states, &mut next)?;
+    }
+    Ok((n * steps) as f64 / start.elapsed().as_secs_f64().max(1e-9))
 }
