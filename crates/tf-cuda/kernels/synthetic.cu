@@ -40,14 +40,21 @@ __device__ __forceinline__ float tf_synth_pow2(int e) {
     return __int_as_float(b << 23);
 }
 
+#ifndef TF_SYNTH_HOST
+// f32 -> IEEE half bits, round to nearest even (the host test supplies its own).
+__device__ __forceinline__ u32 tf_synth_f16_rn(float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+#endif
+
 // f32 -> the bits of `kind` (round to nearest even).
 __device__ __forceinline__ u32 tf_synth_round(float v, int kind) {
     u32 u = (u32)__float_as_int(v);
     if (kind == 0) return u;
     if (kind == 2) return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
+    return tf_synth_f16_rn(v);
 }
 
 // The f32 value of `kind` bits.
