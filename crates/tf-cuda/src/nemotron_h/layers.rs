@@ -304,8 +304,21 @@ pub(super) fn routing(spec: &MoeSpec) -> Result<Routing> {
     Ok(r)
 }
 
-/// The routed experts (relu²) of a MoE layer, stacked on the device.
+/// The routed experts (relu²) of a MoE layer, stacked on the device (generated there for a
+/// synthetic checkpoint, whose experts are stacked).
 fn expert_mlp(gpu: &Gpu, ck: &Checkpoint, w: &ExpertWeights, n: usize) -> Result<ExpertMlp> {
+    if let Some(seed) = ck.synthetic_seed() {
+        let ExpertWeights::Stacked { up, down } = w else {
+            return Err(CudaError::UnsupportedFormat {
+                format: "synthetic per-expert tensors (synthetic checkpoints stack experts)".into(),
+            });
+        };
+        return ExpertMlp::new(
+            None,
+            crate::synthetic::experts(gpu, seed, up, n)?,
+            crate::synthetic::experts(gpu, seed, down, n)?,
+        );
+    }
     let (up, down) = match w {
         ExpertWeights::Stacked { up, down } => {
             (expert_packs(ck, up, n)?, expert_packs(ck, down, n)?)
@@ -472,11 +485,15 @@ pub(super) fn preflight(ck: &Checkpoint, plan: &NemotronHPlan) -> Result<()> {
         },
         other => other,
     };
-    let check = |e: &TensorEntry| -> Result<()> {
-        GpuFormat::of(&packed(ck, e)?)
-            .map(|_| ())
-            .map_err(|x| named(e, x))
+    // A synthetic checkpoint has no bytes: its formats come from the entries alone.
+    let format = |e: &TensorEntry| -> Result<GpuFormat> {
+        if ck.is_synthetic() {
+            crate::synthetic::gpu_format(e)
+        } else {
+            GpuFormat::of(&packed(ck, e)?)
+        }
     };
+    let check = |e: &TensorEntry| -> Result<()> { format(e).map(|_| ()).map_err(|x| named(e, x)) };
     check(&plan.embeddings)?;
     if let Some(h) = &plan.lm_head {
         check(h)?;
@@ -511,17 +528,19 @@ pub(super) fn preflight(ck: &Checkpoint, plan: &NemotronHPlan) -> Result<()> {
                     continue;
                 };
                 let n = spec.n_routed_experts as usize;
-                let (first, entry) = match experts {
-                    ExpertWeights::Stacked { up, .. } => {
-                        (expert_packs(ck, up, n)?.into_iter().next(), up)
+                // The first expert's format (a stacked tensor's slice, or the first tensor).
+                let found = match experts {
+                    ExpertWeights::Stacked { up, .. } if ck.is_synthetic() => {
+                        Some((up, crate::synthetic::gpu_format(up)))
                     }
-                    ExpertWeights::PerExpert { up, .. } => match up.first() {
-                        Some(e) => (Some(packed(ck, e)?), e),
-                        None => (None, &l.norm),
-                    },
+                    ExpertWeights::Stacked { up, .. } => {
+                        let packs = expert_packs(ck, up, n)?;
+                        packs.first().map(|m| (up, GpuFormat::of(m)))
+                    }
+                    ExpertWeights::PerExpert { up, .. } => up.first().map(|e| (e, format(e))),
                 };
-                if let Some(m) = first {
-                    let f = GpuFormat::of(&m).map_err(|x| named(entry, x))?;
+                if let Some((entry, f)) = found {
+                    let f = f.map_err(|x| named(entry, x))?;
                     let kernel = format!("tf_moe_matmul_{}", f.kernel_tag());
                     if !crate::moe::KERNEL_NAMES.contains(&kernel.as_str()) {
                         return Err(CudaError::UnsupportedFormat {

@@ -251,3 +251,50 @@ fn preflight_passes_dense_forms_and_names_what_the_gpu_lacks() {
         }
     }
 }
+
+#[test]
+fn preflight_reads_synthetic_formats_from_the_entries() {
+    // Lightning (Nemotron 3 Nano 30B-A3B shape) and Bolt (Puzzle) without bytes: the formats
+    // come from the entries; a layout with grouped expert kernels passes, and MLX experts pass
+    // exactly when crate::moe has their grouped matmul.
+    for config in ["lightning", "bolt"] {
+        for (layout, expert_kernel) in [
+            ("bf16", "tf_moe_matmul_bf16"),
+            ("q8_0", "tf_moe_matmul_q8_0"),
+            ("mlx4g64", "tf_moe_matmul_mlx4"),
+        ] {
+            let ck = tf_families::synthetic::checkpoint(config, Some(layout), Some(1))
+                .unwrap_or_else(|e| panic!("{config} {layout}: {e}"));
+            assert!(ck.is_synthetic());
+            let Ok(ModelPlan::NemotronH(plan)) = tf_families::plan(ck.config(), ck.entries())
+            else {
+                panic!("{config} {layout}: not a Nemotron-H plan");
+            };
+            // The recurrent and attention shapes are within the kernels' limits.
+            let shapes: Vec<_> = plan
+                .config
+                .layers
+                .iter()
+                .filter_map(|b| match b {
+                    NemotronBlock::Mamba(s) => Some(super::mamba_shape(s)),
+                    _ => None,
+                })
+                .collect();
+            assert!(!shapes.is_empty());
+            crate::mamba::state_layout(&shapes).unwrap();
+            for b in &plan.config.layers {
+                if let NemotronBlock::Attention(a) = b {
+                    assert!(a.head_dim <= 128, "{config}: head_dim {}", a.head_dim);
+                }
+            }
+            let has = crate::moe::KERNEL_NAMES.contains(&expert_kernel);
+            match preflight(&ck, &plan) {
+                Ok(()) => assert!(has, "{config} {layout} passed without {expert_kernel}"),
+                Err(e) => assert!(
+                    !has && e.to_string().contains(expert_kernel),
+                    "{config} {layout}: {e}"
+                ),
+            }
+        }
+    }
+}
