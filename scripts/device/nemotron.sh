@@ -6,6 +6,8 @@
 #   bash scripts/device/nemotron.sh [--strict] [PATH ...]
 # needs dist/tf-cuda-nemotron, built here with
 #   cargo build --release -p tf-cuda --example tf-cuda-nemotron && cp target/release/examples/tf-cuda-nemotron dist/
+# Decode speed on a synthetic model (weights generated on the device, no CPU comparison):
+#   ./dist/tf-cuda-nemotron --synthetic lightning:q4_0 --bench 64
 # Forms refused by name (a weight format without a CUDA kernel) are listed; --strict fails on them.
 # Prints PASS / FAIL last and exits non-zero on any mismatch (1) or error (2).
 set -uo pipefail

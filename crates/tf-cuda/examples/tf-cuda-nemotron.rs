@@ -13,12 +13,16 @@
 //! 6. resumed == fresh: a slot's KV and Mamba state copied through the host into another slot,
 //!    which continues the sequence.
 //!
+//! `--synthetic NAME[:LAYOUT] [--bench N]` instead times graphed decode rounds of a synthetic
+//! model (weights generated on the device, e.g. `lightning:q4_0`, `bolt:bf16`).
+//!
 //! Exit status: 0 when every checkpoint that loaded passed (checkpoints refused by name for an
 //! unsupported weight format are listed, and fail the run only with `--strict`), 1 on any
 //! mismatch, 2 on an error.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 use tf_cuda::nemotron_h::{GpuNemotronH, GpuRow};
 use tf_cuda::{CudaError, Gpu};
 use tf_families::ModelPlan;
@@ -255,18 +259,72 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<bool>> {
     ))
 }
 
+/// Decode speed of a synthetic model (weights generated on the device; no CPU comparison):
+/// graphed rounds of 1, 4, 16 and 64 streams, `steps` rounds each after a one-token start.
+fn bench_synthetic(spec: &str, steps: usize) -> Res<()> {
+    let (name, layout) = match spec.split_once(':') {
+        Some((n, l)) => (n, Some(l)),
+        None => (spec, None),
+    };
+    let ck = tf_families::synthetic::checkpoint(name, layout, None)?;
+    let ModelPlan::NemotronH(plan) =
+        tf_families::plan(ck.config(), ck.entries()).map_err(|r| format!("{r:?}"))?
+    else {
+        return Err(format!("{spec}: not a Nemotron-H config").into());
+    };
+    let gpu = Gpu::open(0)?;
+    println!("device: {} ({})", gpu.info().name, gpu.info().arch);
+    let t0 = Instant::now();
+    let mut g = GpuNemotronH::new(gpu, &ck, &plan, 64, steps + 2, 64)?;
+    println!(
+        "synthetic {spec}: {} layers, {} bytes of weights generated on the device in {:.2} s; Mamba state {} bytes per slot",
+        plan.layers.len(),
+        g.weight_bytes(),
+        t0.elapsed().as_secs_f64(),
+        g.mamba_state_bytes_per_slot()
+    );
+    println!("| streams | tok/s (aggregate) | us per round |\n| ---: | ---: | ---: |");
+    let mut gl = Vec::new();
+    for streams in [1usize, 4, 16, 64] {
+        let first: Vec<GpuRow> = (0..streams).map(|s| row(s, 0, 1)).collect();
+        for s in 0..streams {
+            g.reset_slot(s);
+        }
+        g.forward_graphed(&first, &mut gl)?;
+        let t = Instant::now();
+        for p in 1..=steps {
+            let rows: Vec<GpuRow> = (0..streams).map(|s| row(s, p, (p % 7) as u32)).collect();
+            g.forward_graphed(&rows, &mut gl)?;
+        }
+        let dt = t.elapsed().as_secs_f64() / steps.max(1) as f64;
+        println!(
+            "| {streams} | {:.0} | {:.1} |",
+            streams as f64 / dt,
+            dt * 1e6
+        );
+    }
+    Ok(())
+}
+
 fn run() -> Res<bool> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut greedy = 16;
     let mut strict = false;
+    let mut synthetic: Option<&String> = None;
+    let mut bench = 64;
     let mut paths = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--greedy" => greedy = it.next().and_then(|v| v.parse().ok()).ok_or("--greedy N")?,
             "--strict" => strict = true,
+            "--synthetic" => synthetic = Some(it.next().ok_or("--synthetic NAME[:LAYOUT]")?),
+            "--bench" => bench = it.next().and_then(|v| v.parse().ok()).ok_or("--bench N")?,
             p => paths.push(PathBuf::from(p)),
         }
+    }
+    if let Some(spec) = synthetic {
+        return bench_synthetic(spec, bench).map(|()| true);
     }
     if paths.is_empty() {
         paths.push(PathBuf::from("fixtures/nemotron_h"));
