@@ -18,10 +18,12 @@
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ops::{grid, i32_of, need};
-use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaSlice, LaunchConfig};
-use tf_kernels::matmul::PackedMatrix;
 use tf_kernels::ops::{DroppedGroups, RouteParams};
+
+mod experts;
+
+pub use experts::{ExpertMlp, GpuExperts};
 
 /// Kernel entry points defined in kernels/moe.cu.
 pub const KERNEL_NAMES: &[&str] = &[
@@ -116,144 +118,6 @@ impl Routing {
                 Ok(())
             }
         }
-    }
-}
-
-/// `n_experts` matrices of one shape and format stacked on the device: expert `e` owns rows
-/// `e * rows .. (e + 1) * rows` of one matrix.
-pub struct GpuExperts {
-    matrix: GpuMatrix,
-    n_experts: usize,
-    rows: usize,
-    kernel: &'static str,
-}
-
-impl GpuExperts {
-    /// Uploads the experts' matrices (all of one format and shape) as one stacked matrix.
-    pub fn upload(gpu: &Gpu, experts: &[PackedMatrix]) -> Result<GpuExperts> {
-        let first = experts.first().ok_or_else(|| CudaError::Shape {
-            op: "experts upload",
-            detail: "no experts".into(),
-        })?;
-        if let Some(m) = experts.iter().find(|m| m.rows() != first.rows()) {
-            return Err(CudaError::Shape {
-                op: "experts upload",
-                detail: format!("an expert of {} rows beside {}", m.rows(), first.rows()),
-            });
-        }
-        let matrix = GpuMatrix::concat(gpu, experts)?;
-        let tag = matrix.format().kernel_tag();
-        let kernel = KERNEL_NAMES
-            .iter()
-            .copied()
-            .find(|k| k.strip_prefix("tf_moe_matmul_") == Some(tag))
-            .ok_or_else(|| CudaError::UnsupportedFormat {
-                format: format!("{:?} experts (no grouped expert matmul)", matrix.format()),
-            })?;
-        Ok(GpuExperts {
-            kernel,
-            n_experts: experts.len(),
-            rows: first.rows(),
-            matrix,
-        })
-    }
-
-    /// Experts stacked.
-    pub fn n_experts(&self) -> usize {
-        self.n_experts
-    }
-
-    /// Output features of each expert.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Input features.
-    pub fn cols(&self) -> usize {
-        self.matrix.cols()
-    }
-
-    /// The stacked matrix `[n_experts * rows, cols]`.
-    pub fn matrix(&self) -> &GpuMatrix {
-        &self.matrix
-    }
-
-    /// Bytes held on the device.
-    pub fn storage_bytes(&self) -> usize {
-        self.matrix.storage_bytes()
-    }
-}
-
-/// The routed experts' MLP: `down(act(x))` with `act` SwiGLU (`silu(gate x) * up x`, when
-/// `gate` is present) or relu² (`relu2(up x)`).
-pub struct ExpertMlp {
-    /// Gate projections (SwiGLU), or `None` for relu².
-    pub gate: Option<GpuExperts>,
-    /// Up projections `[inter, dim]` per expert.
-    pub up: GpuExperts,
-    /// Down projections `[dim, inter]` per expert.
-    pub down: GpuExperts,
-}
-
-impl ExpertMlp {
-    /// Checks the three stacks agree (expert count, widths, formats with grouped kernels).
-    pub fn new(gate: Option<GpuExperts>, up: GpuExperts, down: GpuExperts) -> Result<ExpertMlp> {
-        let bad = |detail: String| CudaError::Shape {
-            op: "expert mlp",
-            detail,
-        };
-        if down.cols() != up.rows() || down.n_experts() != up.n_experts() {
-            return Err(bad(format!(
-                "up {} x [{}, {}] and down {} x [{}, {}]",
-                up.n_experts(),
-                up.rows(),
-                up.cols(),
-                down.n_experts(),
-                down.rows(),
-                down.cols()
-            )));
-        }
-        if let Some(g) = &gate {
-            if g.rows() != up.rows() || g.cols() != up.cols() || g.n_experts() != up.n_experts() {
-                return Err(bad(format!(
-                    "gate {} x [{}, {}] beside up {} x [{}, {}]",
-                    g.n_experts(),
-                    g.rows(),
-                    g.cols(),
-                    up.n_experts(),
-                    up.rows(),
-                    up.cols()
-                )));
-            }
-        }
-        Ok(ExpertMlp { gate, up, down })
-    }
-
-    /// Experts.
-    pub fn n_experts(&self) -> usize {
-        self.up.n_experts()
-    }
-
-    /// Input width (and output width: `down.rows()`).
-    pub fn dim(&self) -> usize {
-        self.up.cols()
-    }
-
-    /// Output width.
-    pub fn out_dim(&self) -> usize {
-        self.down.rows()
-    }
-
-    /// Intermediate width.
-    pub fn inter(&self) -> usize {
-        self.up.rows()
-    }
-
-    /// Bytes held on the device.
-    pub fn storage_bytes(&self) -> usize {
-        self.gate.as_ref().map_or(0, |g| g.storage_bytes())
-            + self.up.storage_bytes()
-            + self.down.storage_bytes()
     }
 }
 
@@ -672,47 +536,4 @@ pub fn relu2(gpu: &Gpu, x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, len: usize
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::weights::GpuFormat;
-
-    #[test]
-    fn every_weight_format_has_a_grouped_expert_matmul() {
-        for f in GpuFormat::ALL {
-            let k = format!("tf_moe_matmul_{}", f.kernel_tag());
-            assert!(KERNEL_NAMES.contains(&k.as_str()), "{k}");
-        }
-        // Control: a tag with no kernel is not found.
-        assert!(!KERNEL_NAMES.contains(&"tf_moe_matmul_q5_k"));
-    }
-
-    #[test]
-    fn routing_parameters_are_checked() {
-        let muse = |n_experts, top_k| Routing::Muse {
-            n_experts,
-            top_k,
-            multiplier: 1.0,
-            scale: 1.0,
-        };
-        assert!(muse(8, 2).validate().is_ok());
-        assert!(muse(8, 9).validate().is_err());
-        assert!(muse(8, 0).validate().is_err());
-        let grouped = |n_group, topk_group, top_k| {
-            Routing::Grouped(RouteParams {
-                n_experts: 16,
-                top_k,
-                n_group,
-                topk_group,
-                scaling: 1.0,
-                norm_topk_prob: true,
-                dropped: DroppedGroups::Zero,
-            })
-        };
-        assert!(grouped(4, 2, 4).validate().is_ok());
-        assert_eq!(grouped(4, 2, 4).n_experts(), 16);
-        assert_eq!(grouped(4, 2, 4).top_k(), 4);
-        // 2 kept groups of 4 cannot supply 9 picks; 3 groups do not divide 16.
-        assert!(grouped(4, 2, 9).validate().is_err());
-        assert!(grouped(3, 1, 2).validate().is_err());
-    }
-}
+mod tests;
