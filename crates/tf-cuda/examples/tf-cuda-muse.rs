@@ -4,10 +4,12 @@
 //!
 //! 1. Fidelity: a 12-token prompt (longer than the fixtures' sliding window) and N greedy tokens
 //!    chosen by the CPU, fed one row per step to both engines; per position: max |Δlogit|,
-//!    top-1 agreement, bit-identical logits (all must be bit-identical).
+//!    top-1 agreement, bit-identical logits (all must be bit-identical); then the KV cache the
+//!    GPU holds against the CPU state's, bit for bit.
 //! 2. Exactness on the GPU (bit for bit against the serial GPU logits): the prompt as one round
 //!    and in chunks of 5 == serial; 4 slots in one round at every position == solo; a round
-//!    mixing slots at different positions == solo; graph replay == eager (1 and 4 rows).
+//!    mixing slots at different positions == solo; graph replay == eager (1 and 3 rows); a
+//!    slot's KV read to the host and written into another slot, then decoded on == fresh.
 //!
 //! A checkpoint the GPU path refuses by name is reported as SKIP (a failure with `--strict`).
 //! Exit status: 0 when every checkpoint passes, 1 on any mismatch, 2 on an error.
@@ -125,7 +127,7 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
         return Err("not a Muse Spark checkpoint".into());
     };
     let capacity = PROMPT.len() + steps + 8;
-    let mut g = match GpuMuseSpark::new(gpu, &ck, &plan, 12, capacity, 64) {
+    let mut g = match GpuMuseSpark::new(gpu, &ck, &plan, 13, capacity, 64) {
         Ok(g) => g,
         Err(e @ CudaError::UnsupportedFormat { .. }) => return Ok(Outcome::Refused(e)),
         Err(e) => return Err(e.into()),
@@ -171,10 +173,18 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
         pos += 1;
     }
     let n = seq.len();
+    // The KV the GPU holds equals the CPU state's, every layer, every position.
+    let mut kv_same = true;
+    for l in 0..g.layers() {
+        let (k, v) = g.read_kv(0, l, n)?;
+        let cl = state.kv.layer(l).ok_or("CPU state without the layer")?;
+        kv_same &= bits_equal(&k, cl.keys()) && bits_equal(&v, cl.values());
+    }
     println!("\n## fidelity vs the CPU engine ({n} positions, prompt + {steps} greedy CPU tokens)");
     println!("max |dlogit| = {max_d:.3e}; top-1 agree {top1}/{n}; bit-identical logits at {identical}/{n} positions");
     println!("tokens: {seq:?}");
-    ok &= identical == n && top1 == n;
+    println!("KV cache (keys and values of every layer) == the CPU state's: {kv_same}");
+    ok &= identical == n && top1 == n && kv_same;
 
     // 2a. Chunked == serial: the prompt as one round (slot 1) and in chunks of 5 (slot 2).
     let one: Vec<GpuRow> = (0..PROMPT.len()).map(|p| row(1, p, seq[p])).collect();
@@ -224,8 +234,22 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
         g.forward_graphed(&rows, &mut gl)?;
         graphed &= rows_match(&rows, &gl, &serial, vocab);
     }
+    // 2e. Restored == fresh: slot 0's KV of the first half read back to the host, written into
+    // slot 12, and the second half decoded there.
+    let half = n / 2;
+    for l in 0..g.layers() {
+        let (k, v) = g.read_kv(0, l, half)?;
+        g.write_kv(12, l, &k, &v)?;
+    }
+    g.set_slot_len(12, half)?;
+    let mut restored = true;
+    for (p, &t) in seq.iter().enumerate().skip(half) {
+        let rows = [row(12, p, t)];
+        g.forward(&rows, &mut gl)?;
+        restored &= rows_match(&rows, &gl, &serial, vocab);
+    }
     println!("\n## exactness on the GPU (bit for bit)");
-    println!("chunked (12-row round; chunks of 5) == serial: {chunked}; 4 concurrent slots == solo ({n} rounds): {concurrent}; mixed positions in a round == solo: {mixed}; graphed == eager (1 and 3 rows): {graphed}");
-    ok &= chunked && concurrent && mixed && graphed;
+    println!("chunked (12-row round; chunks of 5) == serial: {chunked}; 4 concurrent slots == solo ({n} rounds): {concurrent}; mixed positions in a round == solo: {mixed}; graphed == eager (1 and 3 rows): {graphed}; KV restored from the host == fresh: {restored}");
+    ok &= chunked && concurrent && mixed && graphed && restored;
     Ok(if ok { Outcome::Pass } else { Outcome::Fail })
 }

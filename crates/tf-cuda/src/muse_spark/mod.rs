@@ -259,6 +259,51 @@ impl GpuMuseSpark {
         self.weight_bytes
     }
 
+    /// Decoder layers (each with its own KV).
+    pub fn layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Stream slots.
+    pub fn slots(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Most rows one round takes.
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+
+    /// Sets slot `slot`'s length: positions from `len` on are overwritten by the next rows (a
+    /// rolled-back draft, a reused slot, KV written with [`write_kv`](Self::write_kv)).
+    pub fn set_slot_len(&mut self, slot: usize, len: usize) -> Result<()> {
+        let cap = self.kv.capacity();
+        match self.lens.get_mut(slot) {
+            Some(l) if len <= cap => {
+                *l = len;
+                Ok(())
+            }
+            _ => Err(CudaError::Param {
+                op: "muse_spark slot",
+                what: "slot length",
+                value: len as f64,
+                why: "no such slot, or longer than the slot's capacity",
+            }),
+        }
+    }
+
+    /// Writes `layer` of `slot` from position 0 (whole positions, position-major; every
+    /// position, sliding layers too, as the CPU's state holds them), restoring a stream from the
+    /// host; set the slot's length with [`set_slot_len`](Self::set_slot_len).
+    pub fn write_kv(&mut self, slot: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        self.kv.write_layer(&self.gpu, slot, layer, k, v)
+    }
+
+    /// The keys and values of `layer` of `slot` at positions `0..len`.
+    pub fn read_kv(&self, slot: usize, layer: usize, len: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        self.kv.read_layer(&self.gpu, slot, layer, len)
+    }
+
     /// Forgets slot `slot`'s tokens (its KV is overwritten by the next rows).
     pub fn reset_slot(&mut self, slot: usize) {
         if let Some(l) = self.lens.get_mut(slot) {
