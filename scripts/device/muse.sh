@@ -15,7 +15,7 @@ if [ "$#" -eq 0 ]; then
 fi
 strict=()
 [ "${STRICT:-0}" = 1 ] && strict=(--strict)
-./dist/tf-cuda-muse "$@" --steps 20 "${strict[@]}" 2>&1 | tee "$out/muse.md"
+./dist/tf-cuda-muse "$@" --steps 20 ${strict[@]+"${strict[@]}"} 2>&1 | tee "$out/muse.md"
 rc=${PIPESTATUS[0]}
 if [ "$rc" -eq 0 ]; then echo "muse.sh: PASS"; else echo "muse.sh: FAIL (exit $rc)"; fi
 exit "$rc"
