@@ -47,6 +47,11 @@ fn receipt(cached: &Setup) -> (ResumeReport, f64, f64) {
 #[test]
 fn resumed_equals_fresh_over_chat_turns_resuming_at_message_starts() {
     assert_eq!(marker(&fixture()), Some(vec![b'@' as u32 - 0x20 + 1]));
+    assert_eq!(
+        end_token(&fixture()),
+        Some(0),
+        "the newline closes each message"
+    );
     let cache = 64 << 20;
     let marked = Setup {
         cache_bytes: cache,

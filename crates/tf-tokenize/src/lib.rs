@@ -56,7 +56,7 @@ mod tokenizer;
 pub use error::{Result, TokenizerError};
 pub use gguf_vocab::{GgufVocab, TokenType};
 pub use hf_files::{pick_template, templates_from_config_value, HfConfig, NamedTemplate};
-pub use message_marker::{marker_text, message_marker};
+pub use message_marker::{marker_text, message_end_token, message_marker};
 pub use pre_tokenizer::BpePreTokenizer;
 pub use stream::StreamDecoder;
 pub use template::{ChatMessage, ChatRequest, ChatTemplate, MessageContent, TemplateError};

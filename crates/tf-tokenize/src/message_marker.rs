@@ -1,14 +1,19 @@
-//! The token sequence that opens every chat message, found from the chat template itself.
+//! The tokens that open and close every chat message, found from the chat template itself.
 //!
 //! The template renders a probe conversation (user, assistant, user) whose contents are
 //! distinctive strings. The text before the first content (as rendered, else less a leading
-//! BOS token) is the first message's opening; the marker is its longest prefix that also opens the other two messages
-//! (it appears in the text between each pair of contents). It must appear exactly once between
-//! contents and never after the last, and its token ids must appear in the tokenized
-//! conversation exactly where its text does (a marker that tokenizes differently in context is
-//! useless to a scheduler that looks for ids). For ChatML that is `<|im_start|>`, for Llama 3
-//! `<|start_header_id|>`, for Gemma `<start_of_turn>`. Templates whose messages share no
-//! opener (Mistral's `[INST]` wraps only user turns) have none.
+//! BOS token) is the first message's opening; the *marker* is its longest prefix that also
+//! opens the other two messages (it appears in the text between each pair of contents). It must
+//! appear exactly once between contents and never after the last, and its token ids must appear
+//! in the tokenized conversation exactly where its text does (a marker that tokenizes
+//! differently in context is useless to a scheduler that looks for ids). For ChatML that is
+//! `<|im_start|>`, for Llama 3 `<|start_header_id|>`, for Gemma `<start_of_turn>`. Templates
+//! whose messages share no opener (Mistral's `[INST]` wraps only user turns) have none.
+//!
+//! The *end token* is the first token of the text every content is followed by (`<|im_end|>`,
+//! `<|eot_id|>`, `<end_of_turn>`), when that token follows each content and appears nowhere
+//! else in the probe conversation. A reply that stopped on it left its stream standing exactly
+//! where the next turn's prompt has it.
 
 use crate::{ChatMessage, ChatRequest, ChatTemplate, Tokenizer};
 
@@ -66,6 +71,35 @@ fn longest_opener(first: &str, gaps: &[&str], tail: &str) -> Option<String> {
                 && !tail.contains(cand)
         })
         .map(str::to_string)
+}
+
+/// The token that ends every message of `template` (see the module notes); None when the
+/// messages share no closing text or its first token also appears elsewhere.
+pub fn message_end_token(template: &ChatTemplate, tokenizer: &Tokenizer) -> Option<u32> {
+    let (bos, eos) = (tokenizer.bos_token(), tokenizer.eos_token());
+    let text = probe_render(template, bos, eos)?;
+    let mut after = Vec::with_capacity(PROBES.len());
+    let mut at = 0;
+    for probe in PROBES {
+        let start = at + text.get(at..)?.find(probe)?;
+        if at > 0 {
+            after.push(&text[at..start]);
+        }
+        at = start + probe.len();
+    }
+    after.push(&text[at..]);
+    let first = after[0];
+    let common = first
+        .char_indices()
+        .map(|(i, c)| i + c.len_utf8())
+        .take_while(|&e| after.iter().all(|g| g.starts_with(&first[..e])))
+        .last()?;
+    let token = *tokenizer.encode(&first[..common], false).ok()?.first()?;
+    let ids = tokenizer.encode(&text, false).ok()?;
+    // The token stands wherever the closing text does (a default system message adds one),
+    // and nowhere else.
+    let closings = text.matches(&first[..common]).count();
+    (closings >= PROBES.len() && count(&ids, &[token]) == closings).then_some(token)
 }
 
 /// The probe conversation rendered (no generation prompt).

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use tf_tokenize::{marker_text, message_marker, ChatTemplate, Tokenizer};
+use tf_tokenize::{marker_text, message_end_token, message_marker, ChatTemplate, Tokenizer};
 
 fn template(name: &str) -> ChatTemplate {
     let source = std::fs::read_to_string(data("templates").join(name)).expect("template");
@@ -26,6 +26,8 @@ fn chatml_templates_open_messages_with_im_start() {
             "{name}"
         );
         assert_eq!(message_marker(&t, &tok), Some(vec![im_start]), "{name}");
+        let im_end = tok.token_id("<|im_end|>");
+        assert_eq!(message_end_token(&t, &tok), im_end, "{name}");
     }
 }
 
@@ -47,6 +49,8 @@ fn plain_text_openers_are_found_and_their_ids_checked_in_context() {
     .unwrap();
     let ids = message_marker(&at, &tok).expect("a marker");
     assert_eq!(tok.decode(&ids, false).unwrap(), "@");
+    let end = message_end_token(&at, &tok).expect("an end token");
+    assert_eq!(tok.decode(&[end], false).unwrap(), "\n");
 }
 
 #[test]
@@ -60,6 +64,7 @@ fn templates_without_a_shared_opener_have_no_marker() {
     .unwrap();
     assert_eq!(marker_text(&mistral, "<s>", "</s>"), None);
     assert_eq!(message_marker(&mistral, &tok), None);
+    assert_eq!(message_end_token(&mistral, &tok), None);
     // Contents alone, separated by blank lines: whitespace is never a marker.
     let bare = ChatTemplate::new("{% for m in messages %}{{ m.content }}\n\n{% endfor %}").unwrap();
     assert_eq!(message_marker(&bare, &tok), None);
@@ -70,6 +75,8 @@ fn templates_without_a_shared_opener_have_no_marker() {
     )
     .unwrap();
     assert_eq!(message_marker(&twice, &tok), None);
+    // Planted control: a closing token that also opens messages is no end token.
+    assert_eq!(message_end_token(&twice, &tok), None);
 }
 
 #[test]
@@ -86,4 +93,5 @@ fn the_default_model_opens_messages_with_its_im_start_token() {
     let t = ChatTemplate::new(source).expect("compile");
     let id = tok.token_id("<|im_start|>").expect("<|im_start|>");
     assert_eq!(message_marker(&t, &tok), Some(vec![id]));
+    assert_eq!(message_end_token(&t, &tok), tok.token_id("<|im_end|>"));
 }

@@ -9,12 +9,18 @@
 //! later turn shares every boundary of the earlier turn's prefix (a boundary at `p` depends only
 //! on the tokens up to `p` and the marker starting there), which is where the prompt cache can
 //! resume it — for recurrent (Mamba) state, exactly at the start of a message.
+//!
+//! With an end token (the token that closes every message, `<|im_end|>`), every position that
+//! holds it is a boundary too (the grid does not restart there): a reply that stopped on that
+//! token left its stream standing exactly where the next turn's prompt has it, so the whole
+//! previous turn resumes.
 
 /// Chunk boundaries from a fixed grid restarted at every message marker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkPlan {
     grid: usize,
     marker: Vec<u32>,
+    end: Option<u32>,
 }
 
 impl ChunkPlan {
@@ -24,7 +30,24 @@ impl ChunkPlan {
         ChunkPlan {
             grid: grid.max(1),
             marker,
+            end: None,
         }
+    }
+
+    /// The same plan with a boundary at every position holding `end` (the message end token).
+    pub fn with_end_token(mut self, end: Option<u32>) -> ChunkPlan {
+        self.end = end;
+        self
+    }
+
+    /// The message end token, if any.
+    pub fn end_token(&self) -> Option<u32> {
+        self.end
+    }
+
+    /// Whether the message end token stands at `pos` (never at 0).
+    fn end_at(&self, tokens: &[u32], pos: usize) -> bool {
+        pos > 0 && self.end.is_some() && tokens.get(pos).copied() == self.end
     }
 
     /// The grid step.
@@ -58,20 +81,24 @@ impl ChunkPlan {
             .unwrap_or(0)
     }
 
-    /// Whether `pos` (at most `tokens.len()`) is a chunk boundary: a segment start or a grid
-    /// step from one.
+    /// Whether `pos` (at most `tokens.len()`) is a chunk boundary: a segment start, a grid
+    /// step from one, or a message end token.
     pub fn is_boundary(&self, tokens: &[u32], pos: usize) -> bool {
         if pos > tokens.len() {
             return false;
         }
-        (pos - self.segment_start(tokens, pos)) % self.grid == 0
+        (pos - self.segment_start(tokens, pos)) % self.grid == 0 || self.end_at(tokens, pos)
     }
 
     /// The latest boundary at or before `pos`.
     pub fn boundary_at_most(&self, tokens: &[u32], pos: usize) -> usize {
         let pos = pos.min(tokens.len());
         let s = self.segment_start(tokens, pos);
-        s + (pos - s) / self.grid * self.grid
+        let grid = s + (pos - s) / self.grid * self.grid;
+        (grid + 1..=pos)
+            .rev()
+            .find(|&p| self.end_at(tokens, p))
+            .unwrap_or(grid)
     }
 
     /// The end of the chunk that starts at `start`: the next grid step of its segment, the
@@ -85,7 +112,7 @@ impl ChunkPlan {
         let grid_next = s + ((start - s) / self.grid + 1) * self.grid;
         let stop = grid_next.min(len);
         (start + 1..stop)
-            .find(|&p| self.marker_at(tokens, p))
+            .find(|&p| self.marker_at(tokens, p) || self.end_at(tokens, p))
             .unwrap_or(stop)
     }
 

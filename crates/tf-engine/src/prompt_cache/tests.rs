@@ -191,3 +191,36 @@ fn resumes_at_the_latest_message_start_where_the_grid_would_resume_earlier() {
     same.extend(chat(&[3]));
     assert_eq!(a.lookup(&same).map(|r| r.cached), Some(18));
 }
+
+#[test]
+fn message_end_tokens_are_boundaries_and_resume_a_stopped_reply_whole() {
+    // Messages close with END (9): [1, 2] role content.. 9.
+    let plan = ChunkPlan::new(8, vec![1, 2]).with_end_token(Some(9));
+    let mut t = chat(&[5, 4]);
+    t.insert(7, 9);
+    t.push(9);
+    // Starts at 0 and 8; ends at 7 and 14.
+    assert_eq!(plan.message_starts(&t), vec![8]);
+    assert_eq!(plan.boundaries(&t), vec![0, 7, 8, 14, 15]);
+    assert!(plan.is_boundary(&t, 14) && !plan.is_boundary(&t, 13));
+    assert_eq!(plan.boundary_at_most(&t, 14), 14);
+    assert_eq!(plan.boundary_at_most(&t, 13), 8);
+    // A recurrent state that stopped right before an end token (a reply that stopped on it):
+    // the next turn resumes it whole; without the end token it was no boundary.
+    let prompt = chat(&[5, 0]);
+    let mut stopped = prompt.clone();
+    stopped.extend([40, 41, 42, 43]);
+    let mut next = stopped.clone();
+    next.push(9);
+    next.extend(chat(&[3]));
+    let mut c = PromptCache::new(1 << 20, plan.clone());
+    c.insert(&next, recurrent(stopped.len()));
+    assert_eq!(c.lookup(&next).map(|r| r.cached), Some(stopped.len()));
+    let mut g = PromptCache::new(1 << 20, ChunkPlan::new(8, vec![1, 2]));
+    g.insert(&next, recurrent(stopped.len()));
+    assert_eq!(
+        g.stats().entries,
+        0,
+        "no boundary there without the end token"
+    );
+}

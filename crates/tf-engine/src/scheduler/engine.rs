@@ -109,7 +109,8 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
     let vocab = sh.info.vocab_size;
     let mut drafter = Drafter::new(model.as_mut());
     eprintln!("{}", drafter.note());
-    let chunks = ChunkPlan::new(sh.cfg.prefill_chunk, sh.cfg.message_marker.clone());
+    let chunks = ChunkPlan::new(sh.cfg.prefill_chunk, sh.cfg.message_marker.clone())
+        .with_end_token(sh.cfg.message_end_token);
     let mut cache = PromptCache::new(sh.cfg.prompt_cache_bytes, chunks.clone())
         .with_planted_ignore_tokens(sh.cfg.planted_cache_ignores_tokens);
     loop {
@@ -142,7 +143,7 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
         let backups: Vec<Option<Vec<_>>> = running
             .iter()
             .map(|s| {
-                (!s.draft.is_empty() && !s.state.mamba.is_empty()).then(|| s.state.mamba.clone())
+                (!s.draft.is_empty() && s.state.is_recurrent()).then(|| s.state.mamba.clone())
             })
             .collect();
         let start = Instant::now();
@@ -266,7 +267,7 @@ fn roll_back(
         return;
     }
     match backup {
-        Some(mamba) if !s.state.mamba.is_empty() => {
+        Some(mamba) if s.state.is_recurrent() => {
             let base = want - fed.len();
             s.state.mamba = mamba;
             s.state.kv.truncate(base);
@@ -304,7 +305,7 @@ fn snapshot(running: &mut [Running], cache: &PromptCache, model: &mut dyn Model)
     for s in running.iter_mut() {
         let len = s.state.len;
         let have = |snap: &Option<StreamState>| snap.as_ref().is_some_and(|x| x.len == len);
-        if s.state.mamba.is_empty() || len == 0 || have(&s.snapshot) || have(&s.message_snapshot) {
+        if !s.state.is_recurrent() || len == 0 || have(&s.snapshot) || have(&s.message_snapshot) {
             continue;
         }
         let history = s.history();
@@ -376,6 +377,7 @@ fn admit(
             cached,
             snapshot: None,
             message_snapshot: None,
+            stop_token: None,
             generated: Vec::new(),
             pending: None,
             draft: Vec::new(),
@@ -410,20 +412,26 @@ fn retire(sh: &Shared, running: &mut Vec<Running>, cache: &mut PromptCache, mode
         };
         counter.fetch_add(1, Relaxed);
         if o != Outcome::Failed && cache.enabled() {
-            let tokens = s.history();
+            let mut tokens = s.history();
+            // A reply that stopped on the message end token left the state standing where the
+            // next turn's prompt holds that token: a boundary, so the final state is resumable.
+            tokens.extend(s.stop_token);
+            let final_on_boundary = cache.plan().is_boundary(&tokens, s.state.len);
             let snaps: Vec<StreamState> = [s.message_snapshot, s.snapshot]
                 .into_iter()
                 .flatten()
                 .collect();
-            if !snaps.is_empty() {
-                for snap in snaps {
-                    cache.insert(&tokens, snap);
+            let had_snaps = !snaps.is_empty();
+            for snap in snaps {
+                cache.insert(&tokens, snap);
+            }
+            if s.state.device.is_some() {
+                if !had_snaps || final_on_boundary {
+                    if let Ok(host) = model.host_copy(&s.state) {
+                        cache.insert(&tokens, host);
+                    }
                 }
-            } else if s.state.device.is_some() {
-                if let Ok(host) = model.host_copy(&s.state) {
-                    cache.insert(&tokens, host);
-                }
-            } else if s.state.mamba.is_empty() {
+            } else if !s.state.is_recurrent() || final_on_boundary {
                 cache.insert(&tokens, s.state);
             }
         }

@@ -47,6 +47,10 @@ pub struct SchedulerConfig {
     /// cache resume points (and recurrent snapshots) fall on message starts. Empty: the plain
     /// grid `k·C`.
     pub message_marker: Vec<u32>,
+    /// The token that closes every chat message (`tf_tokenize::message_end_token`); every
+    /// position holding it is a chunk boundary, so a reply that stopped on it resumes whole
+    /// in the next turn (recurrent state included). None: no such boundaries.
+    pub message_end_token: Option<u32>,
     /// Prompt rows one round takes (at least one chunk), so decode rows keep moving.
     pub round_prefill_tokens: usize,
     /// Bytes weights, stream states and workspace may use together.
@@ -78,6 +82,7 @@ impl Default for SchedulerConfig {
             queue: 64,
             prefill_chunk: PREFILL_CHUNK,
             message_marker: Vec::new(),
+            message_end_token: None,
             round_prefill_tokens: PREFILL_CHUNK,
             memory_budget_bytes: u64::MAX,
             context: None,

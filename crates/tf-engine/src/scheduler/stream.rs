@@ -105,6 +105,8 @@ pub(crate) struct Running {
     pub snapshot: Option<StreamState>,
     /// For streams with recurrent layers: the state as it stood at the latest message start.
     pub message_snapshot: Option<StreamState>,
+    /// The stop token that ended the reply (sampled, not fed), when one did.
+    pub stop_token: Option<u32>,
     /// Tokens generated so far.
     pub generated: Vec<u32>,
     /// The last sampled token, still to be fed (decode phase).
@@ -158,6 +160,7 @@ impl Running {
             self.first_token_at = Some(Instant::now());
         }
         if self.req.stop_ids.contains(&token) {
+            self.stop_token = Some(token);
             return self.finish(FinishReason::Stop);
         }
         let logprob = self.req.top_logprobs.map(|k| logprob_of(logits, token, k));

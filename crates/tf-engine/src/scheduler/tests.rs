@@ -263,6 +263,16 @@ fn start_fixture(cache_bytes: u64, marker: &[u32]) -> Scheduler {
 }
 
 fn ask(s: &Scheduler, prompt: &[u32], seed: Option<u64>, max_tokens: usize) -> (Vec<u32>, usize) {
+    ask_until(s, prompt, seed, max_tokens, vec![])
+}
+
+fn ask_until(
+    s: &Scheduler,
+    prompt: &[u32],
+    seed: Option<u64>,
+    max_tokens: usize,
+    stop_ids: Vec<u32>,
+) -> (Vec<u32>, usize) {
     let (tx, rx) = mpsc::channel();
     let req = StreamRequest {
         prompt: prompt.to_vec(),
@@ -272,7 +282,7 @@ fn ask(s: &Scheduler, prompt: &[u32], seed: Option<u64>, max_tokens: usize) -> (
             ..Default::default()
         },
         max_tokens,
-        stop_ids: vec![],
+        stop_ids,
         top_logprobs: None,
         draft: true,
     };
@@ -458,4 +468,55 @@ fn recurrent_state_is_exact_after_partial_windows_a_cancel_and_an_eviction() {
     eprintln!(
         "eviction: {evicted} evicted; the evicted conversation resumed {x_cached}, the other {cached}"
     );
+}
+
+#[test]
+fn a_reply_stopped_on_the_end_token_resumes_whole_in_the_next_turn() {
+    let reference = start_reference();
+    // The end token: one the greedy reply produces a few tokens in (and not before, nor in
+    // the prompt), so a reply that stops on it ends there.
+    let p0 = first_turn(4);
+    let (probe, _) = ask(&reference, &p0, None, 16);
+    let (k, end) = probe
+        .iter()
+        .enumerate()
+        .skip(2)
+        .find(|&(k, t)| !probe[..k].contains(t) && !p0.contains(t))
+        .map(|(k, &t)| (k, t))
+        .expect("a token new to the reply");
+    let start = |end_token: Option<u32>| {
+        let cfg = SchedulerConfig {
+            prefill_chunk: 16,
+            round_prefill_tokens: 16,
+            prompt_cache_bytes: 1 << 26,
+            message_marker: MARKER.to_vec(),
+            message_end_token: end_token,
+            ..Default::default()
+        };
+        Scheduler::start(load(&nemotron_fixture()), cfg).expect("start")
+    };
+    let mut cached = Vec::new();
+    for end_token in [Some(end), None] {
+        let s = start(end_token);
+        let (r0, _) = ask_until(&s, &p0, None, 16, vec![end]);
+        assert_eq!(r0, probe[..k], "the reply stopped on the end token");
+        let mut p1 = p0.clone();
+        p1.extend_from_slice(&r0);
+        p1.push(end);
+        p1.extend(message(2, &content(6, 9)));
+        p1.extend(MARKER);
+        p1.push(ASSISTANT);
+        for seed in [None, Some(4)] {
+            let (a, c) = ask(&s, &p1, seed, 8);
+            assert_eq!(a, ask(&reference, &p1, seed, 8).0, "resumed == fresh");
+            cached.push(c);
+        }
+    }
+    eprintln!(
+        "end token: cached {:?} (with, with, without, without)",
+        &cached
+    );
+    // With the end token the whole previous turn resumes; without, its assistant opening.
+    assert_eq!(cached[0], p0.len() + k);
+    assert_eq!(cached[2], p0.len() - 3);
 }

@@ -11,13 +11,13 @@ use tf_server::client::Client;
 use tf_server::{ModelText, Server, ServerOptions};
 use tf_tokenize::{ChatTemplate, Tokenizer};
 
-/// A compact template for fixtures with a small context: `@role:` opens each message; tool
-/// definitions and calls are named, not spelled out.
+/// A compact template for fixtures with a small context: `@role:` opens each message and a
+/// newline closes it; tool definitions and calls are named, not spelled out.
 pub const COMPACT_TEMPLATE: &str = "{%- if tools %}@t:{% for t in tools %}{{ t.function.name }} \
 {% endfor %}\n{% endif -%}\
 {%- for m in messages %}@{{ m.role }}:{% if m.tool_calls %}{% for c in m.tool_calls %}>\
-{{ c.function.name }}{% endfor %}{% endif %}{% if m.content %}{{ m.content }}{% endif %}\n\
-{% endfor -%}\
+{{ c.function.name }}{% endfor %}{% endif %}{% if m.content %}{{ m.content }}{% endif %}\
+{{ '\\n' }}{% endfor -%}\
 {%- if add_generation_prompt %}@assistant:{% endif -%}";
 
 /// The Muse Spark fixture's own chat template.
@@ -95,7 +95,8 @@ pub struct ChatFixture {
 pub struct Setup {
     /// Prompt cache bytes (0: the fresh reference).
     pub cache_bytes: u64,
-    /// Restart the chunk grid at message starts (the marker found from the template).
+    /// Restart the chunk grid at message starts and add boundaries at message end tokens (both
+    /// found from the template).
     pub message_starts: bool,
     /// Tokens of the stream's tail a context copy must match (0: the default).
     pub draft_match: usize,
@@ -110,6 +111,12 @@ pub fn marker(fixture: &ChatFixture) -> Option<Vec<u32>> {
     tf_tokenize::message_marker(&template, &byte_tokenizer(fixture.vocab))
 }
 
+/// The message end token `fixture`'s template gives with its tokenizer.
+pub fn end_token(fixture: &ChatFixture) -> Option<u32> {
+    let template = ChatTemplate::new(&fixture.template).expect("template");
+    tf_tokenize::message_end_token(&template, &byte_tokenizer(fixture.vocab))
+}
+
 /// Starts a chat server on 127.0.0.1 over `fixture`.
 pub fn start(fixture: &ChatFixture, setup: &Setup) -> Server {
     let model = tf_models::load(
@@ -117,10 +124,11 @@ pub fn start(fixture: &ChatFixture, setup: &Setup) -> Server {
         &tf_models::LoadOptions { threads: 2 },
     )
     .expect("load");
-    let message_marker = if setup.message_starts {
-        marker(fixture).expect("the template's messages have a marker")
+    let (message_marker, message_end_token) = if setup.message_starts {
+        let m = marker(fixture).expect("the template's messages have a marker");
+        (m, end_token(fixture))
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
     let defaults = SchedulerConfig::default();
     let scheduler = SchedulerConfig {
@@ -130,6 +138,7 @@ pub fn start(fixture: &ChatFixture, setup: &Setup) -> Server {
         round_prefill_tokens: 16,
         prompt_cache_bytes: setup.cache_bytes,
         message_marker,
+        message_end_token,
         draft_match_tokens: if setup.draft_match > 0 {
             setup.draft_match
         } else {
