@@ -18,7 +18,8 @@
 //!
 //! Exit status: 0 when every checkpoint that loaded passed (checkpoints refused by name for an
 //! unsupported weight format are listed, and fail the run only with `--strict`), 1 on any
-//! mismatch, 2 on an error.
+//! mismatch or a checkpoint whose checks stopped on an error (the others still run), 2 on an
+//! error before any check (no GPU, no checkpoints). The summary is a markdown table.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -123,8 +124,34 @@ fn same_all(a: &[Vec<f32>], b: &[Vec<f32>]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| bits_equal(x, y))
 }
 
+/// What one checkpoint's checks found.
+struct Outcome {
+    positions: usize,
+    max_d: f64,
+    top1: usize,
+    identical: usize,
+    chunked: bool,
+    concurrent: bool,
+    graphed: bool,
+    truncated: bool,
+    resumed: bool,
+}
+
+impl Outcome {
+    fn passed(&self) -> bool {
+        let n = self.positions;
+        self.top1 == n
+            && self.identical == n
+            && self.chunked
+            && self.concurrent
+            && self.graphed
+            && self.truncated
+            && self.resumed
+    }
+}
+
 /// Runs every check on one checkpoint; `Ok(None)` when the GPU refused it by name.
-fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<bool>> {
+fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<Outcome>> {
     let ck = Checkpoint::open(dir)?;
     let ModelPlan::NemotronH(plan) =
         tf_families::plan(ck.config(), ck.entries()).map_err(|r| format!("{r:?}"))?
@@ -181,7 +208,6 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<bool>> {
     }
     let n = seq.len();
     println!("fidelity vs the CPU engine ({n} positions: {} prompt + {greedy} greedy): max |dlogit| = {max_d:.3e}; top-1 {top1}/{n}; bit-identical {identical}/{n}", base.len());
-    let fidelity = identical == n && top1 == n && gl.len() == vocab;
     // 2. Chunked == serial.
     let one_round = same_all(&feed(&mut g, 1, &seq, n, false)?, &serial);
     let chunks5 = same_all(&feed(&mut g, 2, &seq, 5, false)?, &serial);
@@ -254,9 +280,17 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<bool>> {
         resumed &= bits_equal(&gl, &serial[p]);
     }
     println!("chunked == serial: one round {one_round}, chunks of 5 {chunks5}; 3 staggered slots in shared rounds == solo: {concurrent}; graphed == eager: 1 row {graphed1}, 3-row rounds {graphed3}; truncated slot restarts == fresh: {reset}; resumed from a host copy at {half} == fresh: {resumed}");
-    Ok(Some(
-        fidelity && one_round && chunks5 && concurrent && graphed1 && graphed3 && reset && resumed,
-    ))
+    Ok(Some(Outcome {
+        positions: n,
+        max_d,
+        top1,
+        identical,
+        chunked: one_round && chunks5,
+        concurrent,
+        graphed: graphed1 && graphed3,
+        truncated: reset,
+        resumed,
+    }))
 }
 
 /// Decode speed of a synthetic model (weights generated on the device; no CPU comparison):
@@ -346,15 +380,45 @@ fn run() -> Res<bool> {
     );
     drop(info);
     let (mut passed, mut failed, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    let mut table = String::from("| checkpoint | positions | max abs dlogit | top-1 | bit-identical | chunked == serial | concurrent == solo | graphed == eager | truncate restarts | resumed == fresh |\n| --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |\n");
     for d in &dirs {
-        println!("\n## {}", d.display());
-        match check(Gpu::open(0)?, d, greedy)? {
-            Some(true) => passed.push(d.display().to_string()),
-            Some(false) => failed.push(d.display().to_string()),
-            None => refused.push(d.display().to_string()),
+        let name = d.display().to_string();
+        println!("\n## {name}");
+        match Gpu::open(0)
+            .map_err(|e| e.into())
+            .and_then(|gpu| check(gpu, d, greedy))
+        {
+            Ok(Some(o)) => {
+                let n = o.positions;
+                table.push_str(&format!(
+                    "| {name} | {n} | {:.2e} | {}/{n} | {}/{n} | {} | {} | {} | {} | {} |\n",
+                    o.max_d,
+                    o.top1,
+                    o.identical,
+                    o.chunked,
+                    o.concurrent,
+                    o.graphed,
+                    o.truncated,
+                    o.resumed
+                ));
+                if o.passed() {
+                    passed.push(name);
+                } else {
+                    failed.push(name);
+                }
+            }
+            Ok(None) => {
+                table.push_str(&format!("| {name} | refused by name | | | | | | | | |\n"));
+                refused.push(name);
+            }
+            Err(e) => {
+                println!("ERROR: {e}");
+                table.push_str(&format!("| {name} | error: {e} | | | | | | | | |\n"));
+                failed.push(name);
+            }
         }
     }
-    println!("\n## summary\npassed {}: {passed:?}\nfailed {}: {failed:?}\nrefused by name {}: {refused:?}", passed.len(), failed.len(), refused.len());
+    println!("\n## summary\n\n{table}\npassed {}: {passed:?}\nfailed {}: {failed:?}\nrefused by name {}: {refused:?}", passed.len(), failed.len(), refused.len());
     let ok = failed.is_empty() && !passed.is_empty() && (!strict || refused.is_empty());
     println!("{}", if ok { "PASS" } else { "FAIL" });
     Ok(ok)
