@@ -46,6 +46,9 @@ fn resumed_equals_fresh_over_chat_turns_resuming_at_message_starts() {
         marker,
         b"<|start|>".iter().map(|&b| b as u32).collect::<Vec<_>>()
     );
+    // `<|eot|>` closes each message, but spelled in bytes its first token, `<`, also opens
+    // every message: no end token.
+    assert_eq!(end_token(&fixture(FIXTURES[0])), None);
     for path in FIXTURES {
         let f = fixture(path);
         let report = receipt(
