@@ -46,10 +46,12 @@ impl ModelArgs {
         Ok(tf_hub::resolve_model(self.model.as_deref(), true)?)
     }
 
-    /// Loads the model's forward pass for `streams` streams at once.
-    pub fn load(&self, streams: usize) -> anyhow::Result<Box<dyn Model>> {
+    /// Loads the model's forward pass for `streams` streams at once, each of at most
+    /// `context` positions on the GPU (None: the model's own context).
+    pub fn load(&self, streams: usize, context: Option<usize>) -> anyhow::Result<Box<dyn Model>> {
         let gpu = CudaOptions {
             slots: streams,
+            context,
             ..CudaOptions::default()
         };
         load_model(&self.path()?, self.backend, self.threads, &gpu)
@@ -110,6 +112,48 @@ pub fn load_model(
         Err(e) if is_refusal(&e) => Err(Refusal(format!("--backend cuda: {e}")).into()),
         Err(e) => {
             Err(anyhow::Error::new(e).context(format!("loading {} on the GPU", path.display())))
+        }
+    }
+}
+
+/// Builds a synthetic checkpoint (`CONFIG[:LAYOUT]`) on the GPU for `streams` streams; the CPU
+/// backend cannot hold one (its weights exist only in device memory).
+pub fn load_synthetic(
+    spec: &str,
+    backend: Backend,
+    streams: usize,
+    context: usize,
+) -> anyhow::Result<Box<dyn Model>> {
+    if backend == Backend::Cpu {
+        return Err(Refusal(
+            "--synthetic needs the CUDA backend (its weights are generated in GPU memory)".into(),
+        )
+        .into());
+    }
+    if !tf_cuda::device::driver_present() {
+        return Err(Refusal(format!("--synthetic: {}", CudaError::NoDriver)).into());
+    }
+    let (config, layout) = match spec.split_once(':') {
+        Some((c, l)) => (c, Some(l)),
+        None => (spec, None),
+    };
+    let ck = tf_families::synthetic::checkpoint(config, layout, None)
+        .map_err(|e| Refusal(format!("--synthetic {spec}: {e}")))?;
+    let plan = tf_families::plan(ck.config(), ck.entries())
+        .map_err(|r| Refusal(format!("{}: {r}", r.name())))?;
+    let opts = CudaOptions {
+        slots: streams,
+        context: Some(context),
+        ..CudaOptions::default()
+    };
+    match tf_cuda::backend::load(&ck, &plan, &opts) {
+        Ok(m) => {
+            eprintln!("backend: cuda, synthetic {spec} ({} family)", plan.family());
+            Ok(m)
+        }
+        Err(e) if is_refusal(&e) => Err(Refusal(format!("--synthetic {spec}: {e}")).into()),
+        Err(e) => {
+            Err(anyhow::Error::new(e).context(format!("building synthetic {spec} on the GPU")))
         }
     }
 }

@@ -56,15 +56,18 @@ impl Clone for StreamState {
 #[derive(Debug)]
 pub struct DeviceSlot {
     id: usize,
+    recurrent: bool,
     free: Arc<Mutex<Vec<usize>>>,
 }
 
 impl DeviceSlot {
-    /// Takes a slot from `free` (None when every slot is in use).
-    pub fn take(free: &Arc<Mutex<Vec<usize>>>) -> Option<DeviceSlot> {
+    /// Takes a slot from `free` (None when every slot is in use); `recurrent`: the slot holds
+    /// recurrent (Mamba) state, which cannot be cut back.
+    pub fn take(free: &Arc<Mutex<Vec<usize>>>, recurrent: bool) -> Option<DeviceSlot> {
         let id = free.lock().ok()?.pop()?;
         Some(DeviceSlot {
             id,
+            recurrent,
             free: free.clone(),
         })
     }
@@ -72,6 +75,11 @@ impl DeviceSlot {
     /// The slot's index in the backend's pools.
     pub fn id(&self) -> usize {
         self.id
+    }
+
+    /// Whether the slot holds recurrent state.
+    pub fn recurrent(&self) -> bool {
+        self.recurrent
     }
 }
 
@@ -100,7 +108,7 @@ impl StreamState {
     /// stream to fewer tokens than it holds restarts it from empty (`len` becomes 0; the caller
     /// must feed the prefix again, and a row at any other position is refused as a gap).
     pub fn truncate(&mut self, len: usize) {
-        if len < self.len && !self.mamba.is_empty() {
+        if len < self.len && self.is_recurrent() {
             self.kv.truncate(0);
             self.mamba.iter_mut().for_each(MambaState::clear);
             self.len = 0;
@@ -108,6 +116,18 @@ impl StreamState {
         }
         self.kv.truncate(len);
         self.len = self.len.min(len);
+    }
+
+    /// Whether the state has recurrent (Mamba) layers, on the host or on a device.
+    pub fn is_recurrent(&self) -> bool {
+        !self.mamba.is_empty() || self.device.as_ref().is_some_and(DeviceSlot::recurrent)
+    }
+
+    /// Whether the state can return to an earlier length by restoring a host copy of its
+    /// recurrent layers (a draft window's backup): host recurrent state can, device state
+    /// cannot (its drafts are off).
+    pub fn host_rollback(&self) -> bool {
+        !self.is_recurrent() || self.device.is_none()
     }
 
     /// Bytes held by the state.

@@ -25,6 +25,12 @@ pub struct Args {
     /// 1,4,16,64): every stream gets one row per round, so a round reads the weights once.
     #[arg(long, value_delimiter = ',')]
     pub streams: Vec<usize>,
+    /// Measure a synthetic checkpoint instead of MODEL: a config (a name such as lightning,
+    /// bolt, llama3-8b, smollm2-135m, a config.json path or its directory) whose weights are
+    /// random values in a quantized layout, generated directly in GPU memory (CUDA only).
+    /// `CONFIG:LAYOUT` picks the layout, e.g. `llama3-8b:q4_0` or `lightning:mlx4g64`.
+    #[arg(long, value_name = "CONFIG[:LAYOUT]")]
+    pub synthetic: Option<String>,
     /// Print one JSON object (prefill_tok_s, decode_tok_s, ttft_ms, peak_rss_bytes) on the last line.
     #[arg(long)]
     pub json: bool,
@@ -49,7 +55,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.prompt_tokens > 0, "--prompt-tokens must be at least 1");
     anyhow::ensure!(args.repeat > 0, "--repeat must be at least 1");
-    let mut model = args.model.load(1)?;
+    let streams = args.streams.iter().copied().max().unwrap_or(1);
+    // Room for the prompt and the generated tokens (and the multi-stream rounds' tokens).
+    let context = args.prompt_tokens + args.gen_tokens + 2;
+    let mut model = match &args.synthetic {
+        Some(spec) => {
+            crate::model_args::load_synthetic(spec, args.model.backend, streams, context)?
+        }
+        None => args.model.load(streams, Some(context))?,
+    };
     let vocab = model.info().vocab_size as u64;
     // A fixed, spread-out token sequence (multiplicative hashing), the same every run.
     let prompt: Vec<u32> = (0..args.prompt_tokens as u64)

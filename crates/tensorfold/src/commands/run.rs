@@ -49,7 +49,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         text.chat_prompt(&args.prompt)?
     };
-    let mut model = args.model.load(1)?;
+    let mut model = args.model.load(1, None)?;
     let params = SamplingParams {
         temperature: args.temperature,
         top_p: args.top_p,

@@ -39,7 +39,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         "{} holds no tokens",
         args.tokens.display()
     );
-    let mut model = args.model.load(1)?;
+    let mut model = args.model.load(1, None)?;
     let vocab = model.info().vocab_size;
     if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
         anyhow::bail!("token id {bad} is out of range: the vocabulary has {vocab} tokens");

@@ -8,12 +8,15 @@
 //! draft) only moves the slot's length: the positions past it are overwritten by later rows.
 
 use crate::device::Gpu;
-use crate::error::CudaError;
+use crate::error::{CudaError, Result};
 use crate::llama::{GpuLlama, GpuRow};
+use crate::muse_spark::GpuMuseSpark;
+use crate::nemotron_h::GpuNemotronH;
 use std::sync::{Arc, Mutex};
+use tf_families::nemotron_h::NemotronBlock;
 use tf_families::ModelPlan;
 use tf_formats::checkpoint::Checkpoint;
-use tf_kernels::ops::{KvCache, LayerKv};
+use tf_kernels::ops::{KvCache, LayerKv, MambaState};
 use tf_models::{check_rows, DeviceSlot, Model, ModelError, ModelInfo, Row, StreamState};
 
 /// Rounds of at most this many rows replay a captured CUDA graph (decode rounds); larger
@@ -44,31 +47,158 @@ impl Default for CudaOptions {
     }
 }
 
+/// A GPU forward over stream slots, as the three families' GPU models provide it.
+pub trait SlotForward {
+    /// The device.
+    fn gpu(&self) -> &Gpu;
+    /// Stream slots.
+    fn slots(&self) -> usize;
+    /// Most rows one launch sequence takes.
+    fn max_rows(&self) -> usize;
+    /// Sets a slot's length (its state at that length is in place).
+    fn set_slot_len(&mut self, slot: usize, len: usize) -> Result<()>;
+    /// Writes attention layer `layer` of `slot` from position 0.
+    fn write_kv(&mut self, slot: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
+    /// Attention layer `layer` of `slot` at positions `0..len`.
+    fn read_kv(&self, slot: usize, layer: usize, len: usize) -> Result<(Vec<f32>, Vec<f32>)>;
+    /// Writes Mamba layer `layer`'s (conv, SSM) state of `slot`.
+    fn write_mamba(
+        &mut self,
+        _slot: usize,
+        _layer: usize,
+        _conv: &[f32],
+        _ssm: &[f32],
+    ) -> Result<()> {
+        Err(CudaError::Shape {
+            op: "mamba state",
+            detail: "this model has no Mamba layers".into(),
+        })
+    }
+    /// Mamba layer `layer`'s (conv, SSM) state of `slot`.
+    fn read_mamba(&self, _slot: usize, _layer: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        Err(CudaError::Shape {
+            op: "mamba state",
+            detail: "this model has no Mamba layers".into(),
+        })
+    }
+    /// One round, eager launches.
+    fn forward(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()>;
+    /// One round through a captured CUDA graph.
+    fn forward_graphed(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()>;
+}
+
+macro_rules! slot_forward {
+    ($t:ty $(, $mamba:tt)?) => {
+        impl SlotForward for $t {
+            fn gpu(&self) -> &Gpu {
+                <$t>::gpu(self)
+            }
+            fn slots(&self) -> usize {
+                <$t>::slots(self)
+            }
+            fn max_rows(&self) -> usize {
+                <$t>::max_rows(self)
+            }
+            fn set_slot_len(&mut self, slot: usize, len: usize) -> Result<()> {
+                <$t>::set_slot_len(self, slot, len)
+            }
+            fn write_kv(&mut self, slot: usize, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+                <$t>::write_kv(self, slot, layer, k, v)
+            }
+            fn read_kv(&self, slot: usize, layer: usize, len: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+                <$t>::read_kv(self, slot, layer, len)
+            }
+            $(slot_forward!(@$mamba $t);)?
+            fn forward(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
+                <$t>::forward(self, rows, logits)
+            }
+            fn forward_graphed(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
+                <$t>::forward_graphed(self, rows, logits)
+            }
+        }
+    };
+    (@mamba $t:ty) => {
+        fn write_mamba(&mut self, slot: usize, layer: usize, conv: &[f32], ssm: &[f32]) -> Result<()> {
+            <$t>::write_mamba(self, slot, layer, conv, ssm)
+        }
+        fn read_mamba(&self, slot: usize, layer: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+            <$t>::read_mamba(self, slot, layer)
+        }
+    };
+}
+
+slot_forward!(GpuLlama);
+slot_forward!(GpuMuseSpark);
+slot_forward!(GpuNemotronH, mamba);
+
+/// The host side of a stream's state: attention layers' (kv heads, head dim) and the Mamba
+/// layers' count.
+#[derive(Debug, Clone)]
+struct HostShape {
+    kv: Vec<(usize, usize)>,
+    mamba_layers: usize,
+}
+
 /// Opens the GPU and uploads the planned checkpoint, refusing by name (before any upload) a
-/// family without a CUDA path and a model that does not fit in free device memory.
+/// model that does not fit in free device memory.
 pub fn load(
     ck: &Checkpoint,
     plan: &ModelPlan,
     opts: &CudaOptions,
-) -> Result<Box<dyn Model>, CudaError> {
-    let ModelPlan::Llama(p) = plan else {
-        return Err(CudaError::UnsupportedFamily {
-            family: plan.family().to_string(),
-        });
+) -> std::result::Result<Box<dyn Model>, CudaError> {
+    let (own, shape) = match plan {
+        ModelPlan::Llama(p) => {
+            let c = &p.config;
+            let kv = (c.num_key_value_heads as usize, c.head_dim as usize);
+            (
+                c.max_position_embeddings,
+                HostShape {
+                    kv: vec![kv; p.layers.len()],
+                    mamba_layers: 0,
+                },
+            )
+        }
+        ModelPlan::MuseSpark(p) => {
+            let c = &p.config;
+            let kv = (c.num_key_value_heads as usize, c.head_dim as usize);
+            let layers = c.num_hidden_layers as usize;
+            (
+                c.max_position_embeddings,
+                HostShape {
+                    kv: vec![kv; layers],
+                    mamba_layers: 0,
+                },
+            )
+        }
+        ModelPlan::NemotronH(p) => {
+            let c = &p.config;
+            let mut shape = HostShape {
+                kv: Vec::new(),
+                mamba_layers: 0,
+            };
+            for b in &c.layers {
+                match b {
+                    NemotronBlock::Attention(a) => shape
+                        .kv
+                        .push((a.num_kv_heads as usize, a.head_dim as usize)),
+                    NemotronBlock::Mamba(_) => shape.mamba_layers += 1,
+                    _ => {}
+                }
+            }
+            (c.max_position_embeddings, shape)
+        }
     };
-    let gpu = Gpu::open(opts.ordinal)?;
-    let cfg = &p.config;
-    let own = cfg.max_position_embeddings.unwrap_or(4096) as usize;
+    let own = own.unwrap_or(4096) as usize;
     let context = opts.context.map_or(own, |c| c.min(own)).max(1);
-    let layers = p.layers.len();
-    let (kv_heads, hd) = (cfg.num_key_value_heads as usize, cfg.head_dim as usize);
     let slots = opts.slots.max(1);
+    let gpu = Gpu::open(opts.ordinal)?;
     let weights: u64 = ck
         .entries()
         .iter()
         .map(|e| e.format.storage_bytes(e.elements()))
         .sum();
-    let kv = (slots * layers * context * kv_heads * hd * 8) as u64;
+    let per_pos: usize = shape.kv.iter().map(|&(h, d)| h * d * 8).sum();
+    let kv = (slots * context * per_pos) as u64;
     let free = gpu.free_memory()? as u64;
     // Workspaces and graphs are small next to these; keep 5% and 512 MiB aside for them.
     if weights + kv + (free / 20).max(512 << 20) > free {
@@ -81,19 +211,36 @@ pub fn load(
             free_gib: gib(free),
         });
     }
-    let model = GpuLlama::new(gpu, ck, p, slots, context, opts.max_rows)?;
-    let info = ModelInfo {
-        family: "llama",
-        vocab_size: model.vocab_size(),
-        context,
-        state_bytes_per_token: 2 * kv_heads * hd * 4 * layers,
-        weight_bytes: model.weight_bytes(),
+    let rows = opts.max_rows;
+    let (model, vocab, weight_bytes): (Box<dyn SlotForward>, usize, usize) = match plan {
+        ModelPlan::Llama(p) => {
+            let m = GpuLlama::new(gpu, ck, p, slots, context, rows)?;
+            let (v, w) = (m.vocab_size(), m.weight_bytes());
+            (Box::new(m), v, w)
+        }
+        ModelPlan::MuseSpark(p) => {
+            let m = GpuMuseSpark::new(gpu, ck, p, slots, context, rows)?;
+            let (v, w) = (m.vocab_size(), m.weight_bytes());
+            (Box::new(m), v, w)
+        }
+        ModelPlan::NemotronH(p) => {
+            let m = GpuNemotronH::new(gpu, ck, p, slots, context, rows)?;
+            let (v, w) = (m.vocab_size(), m.weight_bytes());
+            (Box::new(m), v, w)
+        }
     };
-    Ok(Box::new(CudaLlama {
+    let info = ModelInfo {
+        family: plan.family(),
+        vocab_size: vocab,
+        context,
+        state_bytes_per_token: per_pos,
+        weight_bytes,
+    };
+    Ok(Box::new(CudaModel {
         free: Arc::new(Mutex::new((0..slots).rev().collect())),
         model,
         info,
-        shape: (layers, kv_heads, hd),
+        shape,
         rows: Vec::new(),
         part: Vec::new(),
     }))
@@ -106,58 +253,80 @@ fn backend(e: CudaError) -> ModelError {
     }
 }
 
-/// A llama-style model on the GPU behind the engine's trait.
-struct CudaLlama {
-    model: GpuLlama,
+/// A GPU model behind the engine's trait.
+struct CudaModel {
+    model: Box<dyn SlotForward>,
     info: ModelInfo,
     free: Arc<Mutex<Vec<usize>>>,
-    /// (layers, kv heads, head dim) of the host-side KV copies.
-    shape: (usize, usize, usize),
+    shape: HostShape,
     rows: Vec<GpuRow>,
     part: Vec<f32>,
 }
 
 // SAFETY: the model is used by one thread at a time (the engine moves it into its scheduler
 // thread), and every call first makes the device context current on the calling thread.
-unsafe impl Send for CudaLlama {}
+unsafe impl Send for CudaModel {}
 
-impl CudaLlama {
+fn host_err(message: String) -> ModelError {
+    ModelError::Backend {
+        backend: "cuda",
+        message,
+    }
+}
+
+impl CudaModel {
     fn empty_kv(&self) -> KvCache {
-        let (layers, kv_heads, hd) = self.shape;
-        KvCache::new(layers, kv_heads, hd).expect("validated attention shape")
+        let layers = self.shape.kv.iter().map(|&(h, d)| LayerKv::new(h, d));
+        KvCache::from_layers(
+            layers
+                .collect::<std::result::Result<_, _>>()
+                .expect("validated attention shape"),
+        )
     }
 
     /// Gives `state` a device slot holding its tokens (uploading a host state) and sets the
     /// slot's length to the state's.
-    fn make_resident(&mut self, state: &mut StreamState) -> Result<usize, ModelError> {
+    fn make_resident(&mut self, state: &mut StreamState) -> std::result::Result<usize, ModelError> {
         if state.device.is_none() {
-            let slot = DeviceSlot::take(&self.free).ok_or_else(|| ModelError::Backend {
-                backend: "cuda",
-                message: format!(
+            let recurrent = self.shape.mamba_layers > 0;
+            let slot = DeviceSlot::take(&self.free, recurrent).ok_or_else(|| {
+                host_err(format!(
                     "every one of the {} device stream slots is in use",
                     self.model.slots()
-                ),
+                ))
             })?;
-            for l in 0..self.shape.0 {
-                let layer = state.kv.layer(l).ok_or_else(|| ModelError::Backend {
-                    backend: "cuda",
-                    message: format!("host state has no KV layer {l}"),
-                })?;
+            for l in 0..self.shape.kv.len() {
+                let layer = state
+                    .kv
+                    .layer(l)
+                    .ok_or_else(|| host_err(format!("host state has no KV layer {l}")))?;
                 if layer.len() != state.len {
-                    return Err(ModelError::Backend {
-                        backend: "cuda",
-                        message: format!(
-                            "host state holds {} positions in layer {l} but claims {}",
-                            layer.len(),
-                            state.len
-                        ),
-                    });
+                    return Err(host_err(format!(
+                        "host state holds {} positions in KV layer {l} but claims {}",
+                        layer.len(),
+                        state.len
+                    )));
                 }
                 self.model
                     .write_kv(slot.id(), l, layer.keys(), layer.values())
                     .map_err(backend)?;
             }
+            if recurrent && state.len > 0 {
+                if state.mamba.len() != self.shape.mamba_layers {
+                    return Err(host_err(format!(
+                        "host state holds {} Mamba layers, the model {}",
+                        state.mamba.len(),
+                        self.shape.mamba_layers
+                    )));
+                }
+                for (l, m) in state.mamba.iter().enumerate() {
+                    self.model
+                        .write_mamba(slot.id(), l, &m.conv, &m.ssm)
+                        .map_err(backend)?;
+                }
+            }
             state.kv = self.empty_kv();
+            state.mamba = Vec::new();
             state.device = Some(slot);
         }
         let slot = state.device.as_ref().map_or(0, DeviceSlot::id);
@@ -166,7 +335,7 @@ impl CudaLlama {
     }
 }
 
-impl Model for CudaLlama {
+impl Model for CudaModel {
     fn info(&self) -> &ModelInfo {
         &self.info
     }
@@ -180,7 +349,7 @@ impl Model for CudaLlama {
         rows: &[Row],
         states: &mut [&mut StreamState],
         logits: &mut Vec<f32>,
-    ) -> Result<(), ModelError> {
+    ) -> std::result::Result<(), ModelError> {
         check_rows(rows, states, self.info.vocab_size, self.info.context)?;
         self.model.gpu().bind_to_thread().map_err(backend)?;
         let mut slots = vec![usize::MAX; states.len()];
@@ -219,23 +388,27 @@ impl Model for CudaLlama {
         Ok(())
     }
 
-    fn host_copy(&mut self, state: &StreamState) -> Result<StreamState, ModelError> {
+    fn host_copy(&mut self, state: &StreamState) -> std::result::Result<StreamState, ModelError> {
         let Some(slot) = &state.device else {
             return Ok(state.clone());
         };
         self.model.gpu().bind_to_thread().map_err(backend)?;
-        let (layers, kv_heads, hd) = self.shape;
-        let mut kv = Vec::with_capacity(layers);
-        for l in 0..layers {
+        let mut kv = Vec::with_capacity(self.shape.kv.len());
+        for (l, &(h, d)) in self.shape.kv.iter().enumerate() {
             let (k, v) = self
                 .model
                 .read_kv(slot.id(), l, state.len)
                 .map_err(backend)?;
-            let mut layer = LayerKv::with_capacity(kv_heads, hd, state.len)?;
+            let mut layer = LayerKv::with_capacity(h, d, state.len)?;
             layer.append(&k, &v)?;
             kv.push(layer);
         }
-        let mut copy = StreamState::new(KvCache::from_layers(kv), Vec::new());
+        let mut mamba = Vec::with_capacity(self.shape.mamba_layers);
+        for l in 0..self.shape.mamba_layers {
+            let (conv, ssm) = self.model.read_mamba(slot.id(), l).map_err(backend)?;
+            mamba.push(MambaState { conv, ssm });
+        }
+        let mut copy = StreamState::new(KvCache::from_layers(kv), mamba);
         copy.len = state.len;
         Ok(copy)
     }

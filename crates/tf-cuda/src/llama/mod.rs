@@ -77,6 +77,8 @@ struct Layer {
     /// `[gate | up]` rows in one matrix.
     gate_up: GpuMatrix,
     down: GpuMatrix,
+    /// Sliding-window width when this layer attends through one.
+    window: Option<usize>,
 }
 
 /// Device buffers of a round, allocated once for `max_rows`.
@@ -166,8 +168,10 @@ impl GpuLlama {
             detail: e.to_string(),
         })?;
         let mut layers = Vec::with_capacity(plan.layers.len());
-        for l in &plan.layers {
+        for (li, l) in plan.layers.iter().enumerate() {
+            let sliding = cfg.layer_sliding.get(li).copied().unwrap_or(false);
             layers.push(Layer {
+                window: cfg.sliding_window.filter(|_| sliding).map(|w| w as usize),
                 attn_norm: load::vector(&gpu, ck, &l.input_layernorm)?,
                 qkv: load::matrices(&gpu, ck, &[&l.q_proj, &l.k_proj, &l.v_proj])?,
                 o: load::matrix(&gpu, ck, &l.o_proj)?,
@@ -485,7 +489,10 @@ impl GpuLlama {
                     &self.kv,
                     &self.rows,
                     li,
-                    &self.shape,
+                    &AttnShape {
+                        window: l.window,
+                        ..self.shape
+                    },
                     &mut ws.attn,
                 )?;
             }

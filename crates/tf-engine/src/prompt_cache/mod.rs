@@ -171,7 +171,7 @@ impl PromptCache {
         if !self.enabled() || state.len == 0 || tokens.len() < state.len {
             return;
         }
-        let truncatable = state.mamba.is_empty();
+        let truncatable = !state.is_recurrent();
         if !truncatable && !self.plan.is_boundary(tokens, state.len) {
             return;
         }

@@ -68,7 +68,13 @@ impl Drafter {
         let mut want = vec![0usize; running.len()];
         for (s, k) in running.iter_mut().zip(want.iter_mut()) {
             s.draft.clear();
-            if s.pending.is_none() || cfg.draft_tokens == 0 || !s.req.draft || !s.drafts.on {
+            // Recurrent state on a device cannot return to the last accepted token: no drafts.
+            if s.pending.is_none()
+                || cfg.draft_tokens == 0
+                || !s.req.draft
+                || !s.drafts.on
+                || !s.state.host_rollback()
+            {
                 continue;
             }
             let left = s.req.max_tokens.saturating_sub(s.generated.len() + 1);
