@@ -55,13 +55,15 @@ async fn chat_inner(app: Arc<App>, body: &[u8]) -> Result<Response, ApiError> {
         tools.then_some(tool_list.as_slice()),
         crate::tools::TemplateTools::of(app.text.template.as_deref()),
     );
-    let chat = ChatRequest {
+    let mut chat = ChatRequest {
         messages,
         tools: tools.then(|| Value::Array(tool_list.clone())),
         documents: None,
         add_generation_prompt: true,
         extra: req.chat_template_kwargs.clone().unwrap_or_default(),
     };
+    // Clients send a call's arguments as a JSON string; templates index them as a mapping.
+    chat.parse_tool_call_arguments();
     let rendered = app.text.render_text(&chat).map_err(|e| {
         ApiError::invalid(
             Some("messages"),

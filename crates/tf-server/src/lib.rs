@@ -162,7 +162,7 @@ impl Server {
             })?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let scheduler = Scheduler::start(model, opts.scheduler.clone())?;
+        let scheduler = Scheduler::start(model, scheduler_config(&opts.scheduler, &text))?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -279,4 +279,24 @@ async fn shutdown_signal(stop: tokio::sync::oneshot::Receiver<()>) {
             std::process::exit(130);
         });
     }
+}
+
+/// The scheduler configuration with the chat template's message boundaries filled in (where
+/// not set): prompt-cache resume points at every message start and after every message end.
+fn scheduler_config(cfg: &SchedulerConfig, text: &ModelText) -> SchedulerConfig {
+    let mut cfg = cfg.clone();
+    let template = text
+        .template
+        .as_deref()
+        .and_then(|s| tf_tokenize::ChatTemplate::new(s).ok());
+    if let Some(t) = template {
+        if cfg.message_marker.is_empty() {
+            cfg.message_marker =
+                tf_tokenize::message_marker(&t, &text.tokenizer).unwrap_or_default();
+        }
+        if cfg.message_end_token.is_none() {
+            cfg.message_end_token = tf_tokenize::message_end_token(&t, &text.tokenizer);
+        }
+    }
+    cfg
 }

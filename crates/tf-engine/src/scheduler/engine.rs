@@ -142,9 +142,7 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
         // Recurrent state cannot be cut back: keep a copy to return to if a draft is rejected.
         let backups: Vec<Option<Vec<_>>> = running
             .iter()
-            .map(|s| {
-                (!s.draft.is_empty() && s.state.is_recurrent()).then(|| s.state.mamba.clone())
-            })
+            .map(|s| (!s.draft.is_empty() && s.state.is_recurrent()).then(|| s.state.mamba.clone()))
             .collect();
         let start = Instant::now();
         let result = {
