@@ -30,11 +30,11 @@ for mode in full serial chunk:7 chunk:64; do
   check "score $mode: GPU logits == CPU logits (bytes)" cmp -s "$work/cpu.st" "$work/gpu-$mode.st"
 done
 
-# 3. The same on the MLX-quantized and float llama fixtures (formats beyond GGUF).
-echo '[1, 5, 9, 2, 7, 3, 11, 4, 8, 6, 12, 10, 13, 2, 5]' > "$work/fx.json"
-for fx in fixtures/llama/*/*/; do
+# 3. The same on every fixture of the three families (MLX-quantized and float forms).
+echo '[1, 5, 9, 2, 7, 3, 11, 4, 8, 6, 12, 10, 13, 2, 5, 14, 1, 9]' > "$work/fx.json"
+for fx in fixtures/llama/*/*/ fixtures/nemotron_h/*/*/ fixtures/muse_spark/*/; do
   [ -f "$fx/config.json" ] || continue
-  name=$(echo "$fx" | cut -d/ -f3-4)
+  name=$(echo "$fx" | cut -d/ -f2-4)
   $T score "$fx" --backend cpu --tokens "$work/fx.json" --mode chunk:4 --out "$work/fx-cpu.st" 2>/dev/null
   if $T score "$fx" --backend cuda --tokens "$work/fx.json" --mode full --out "$work/fx-gpu.st" 2>"$work/fx.err"; then
     check "fixture $name: GPU logits == CPU logits" cmp -s "$work/fx-cpu.st" "$work/fx-gpu.st"
@@ -53,9 +53,12 @@ fi
 check "receipts resume (cuda)" $T receipts resume "$model"
 check "receipts drafts (cuda)" $T receipts drafts "$model"
 
-# 5. Speed: prefill at 2k and 8k prompts, decode at 1/4/16/64 streams.
+# 5. Speed: prefill at 2k and 8k prompts, decode at 1/4/16/64 streams; then a synthetic
+# Lightning-shaped checkpoint through the same CLI.
 $T bench "$model" --backend cuda --prompt-tokens 2048 --gen-tokens 128 --repeat 3 --streams 1,4,16,64 --json | tee "$out/bench-2k.txt"
 $T bench "$model" --backend cuda --prompt-tokens 8000 --gen-tokens 128 --repeat 2 --json | tee "$out/bench-8k.txt"
+
+$T bench --synthetic lightning --prompt-tokens 256 --gen-tokens 32 --repeat 1 --streams 1,4,16,64 --json | tee "$out/bench-lightning.txt"
 
 echo "failed checks: $fails"
 [ "$fails" -eq 0 ]
