@@ -9,16 +9,15 @@
 //   acc = fmaf(p_t, v_t, acc), t ascending       one thread per head dimension
 //   out = acc / l
 // Nothing depends on the other rows of the call. Dynamic shared memory holds the scores
-// (`capacity` floats), the query, and two buffers of `chunk` value rows (the host picks the
-// largest chunk that fits, at least 64 keys): the first chunk is staged before the scores are
-// computed (it does not depend on them); then, while threads 0..head_dim run the fmaf chains
-// over one chunk, threads 128.. stage the next one with coalesced loads. Staging and chunk size
-// change no arithmetic. The host sizes it (scores_cap = capacity rounded up to 4); head_dim <= 128.
+// (`capacity` floats), the query, and two buffers of ATT_CHUNK value rows: while threads
+// 0..head_dim run the fmaf chains over one chunk, threads 128.. stage the next one with
+// coalesced loads. The host sizes it (scores_cap = capacity rounded up to 4); head_dim <= 128.
 // Query row i starts at q + i * q_stride (a fused [q | k | v] row).
 //
 // PLANT = 1 is a planted control: the query reads one key too few.
 
 #define ATT_THREADS 512
+#define ATT_CHUNK 64
 #define ATT_KEYS_PER_HW 4
 
 template <int PLANT>
@@ -27,7 +26,7 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
                                           const int* __restrict__ pos, float* __restrict__ out,
                                           int heads, int kv_heads, int head_dim, int n_layers,
                                           int layer, int capacity, float scale, int window,
-                                          int q_stride, int scores_cap, int chunk) {
+                                          int q_stride, int scores_cap) {
     extern __shared__ __align__(16) float att_smem[];
     __shared__ float m_shared, l_shared;
     float* s = att_smem;
@@ -47,14 +46,6 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
     const float* vb = vpool + base;
     const float* qh = q + (size_t)i * q_stride + (size_t)h * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = qh[d];
-    // The first chunk of value rows, in flight while the scores are computed.
-    {
-        const int cn = min(chunk, n_keys);
-        for (int e = threadIdx.x; e < cn * head_dim; e += ATT_THREADS) {
-            const int tt = e / head_dim;
-            vs[e] = vb[(size_t)tt * row_w + (e - tt * head_dim)];
-        }
-    }
     __syncthreads();
 
     // Scores: each half-warp takes ATT_KEYS_PER_HW keys at a time (independent chains).
@@ -104,26 +95,32 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
     // Weighted sum: chunks of value rows in two shared buffers, the next staged while the
     // current one is consumed.
     const int d = threadIdx.x;
-    const int nchunks = (n_keys + chunk - 1) / chunk;
-    const int chunk_w = chunk * head_dim;
+    const int nchunks = (n_keys + ATT_CHUNK - 1) / ATT_CHUNK;
+    const int chunk_w = ATT_CHUNK * head_dim;
+    {
+        const int cn = min(ATT_CHUNK, n_keys);
+        for (int e = threadIdx.x; e < cn * head_dim; e += ATT_THREADS) {
+            const int tt = e / head_dim;
+            vs[e] = vb[(size_t)tt * row_w + (e - tt * head_dim)];
+        }
+    }
     __syncthreads();
     float acc = 0.0f;
     for (int c = 0; c < nchunks; c++) {
         const float* vc = vs + (c & 1) * chunk_w;
-        const int c0 = c * chunk;
+        const int c0 = c * ATT_CHUNK;
         if (threadIdx.x >= 128) {
             if (c + 1 < nchunks) {
                 float* vn = vs + ((c + 1) & 1) * chunk_w;
-                const int n0 = c0 + chunk;
-                const int cn = min(chunk, n_keys - n0);
+                const int n0 = c0 + ATT_CHUNK;
+                const int cn = min(ATT_CHUNK, n_keys - n0);
                 for (int e = threadIdx.x - 128; e < cn * head_dim; e += ATT_THREADS - 128) {
                     const int tt = e / head_dim;
                     vn[e] = vb[(size_t)(n0 + tt) * row_w + (e - tt * head_dim)];
                 }
             }
         } else if (d < head_dim) {
-            const int cn = min(chunk, n_keys - c0);
-#pragma unroll 8
+            const int cn = min(ATT_CHUNK, n_keys - c0);
             for (int tt = 0; tt < cn; tt++) acc = fmaf(s[c0 + tt], vc[tt * head_dim + d], acc);
         }
         __syncthreads();
@@ -135,10 +132,9 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                    \
         NAME(const float* q, const float* kpool, const float* vpool, const int* slots,          \
              const int* pos, float* out, int heads, int kv_heads, int head_dim, int n_layers,   \
-             int layer, int capacity, float scale, int window, int q_stride, int scores_cap,    \
-             int chunk) {                                                                       \
+             int layer, int capacity, float scale, int window, int q_stride, int scores_cap) {  \
         tf_attend<PLANT>(q, kpool, vpool, slots, pos, out, heads, kv_heads, head_dim, n_layers, \
-                         layer, capacity, scale, window, q_stride, scores_cap, chunk);          \
+                         layer, capacity, scale, window, q_stride, scores_cap);                 \
     }
 
 TF_ATTEND_ENTRY(tf_attend, 0)

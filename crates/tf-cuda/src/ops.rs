@@ -455,26 +455,7 @@ pub fn attend(
 /// Shared memory of an attention block: scores for `capacity` keys, the query, and two chunks
 /// of 64 value rows (kernels/attention.cu).
 pub fn attend_smem_bytes(capacity: usize, head_dim: usize) -> usize {
-    attend_smem_bytes_chunk(capacity, head_dim, ATT_MIN_CHUNK)
-}
-
-/// Fewest value rows an attention chunk holds.
-const ATT_MIN_CHUNK: usize = 64;
-
-/// Shared memory of an attention block staging `chunk` value rows per buffer.
-fn attend_smem_bytes_chunk(capacity: usize, head_dim: usize, chunk: usize) -> usize {
-    (capacity.div_ceil(4) * 4 + head_dim.div_ceil(4) * 4 + 2 * chunk * head_dim) * 4
-}
-
-/// The value rows per staged chunk: the most (a multiple of 16, at most 512, no more than the
-/// capacity needs) whose two buffers fit in `limit` bytes beside the scores; at least 64.
-fn attend_chunk(capacity: usize, head_dim: usize, limit: usize) -> usize {
-    let fixed = attend_smem_bytes_chunk(capacity, head_dim, 0);
-    let room = limit.saturating_sub(fixed) / (2 * head_dim.max(1) * 4);
-    (room / 16 * 16)
-        .min(512)
-        .min(capacity.div_ceil(16) * 16)
-        .max(ATT_MIN_CHUNK)
+    (capacity.div_ceil(4) * 4 + head_dim.div_ceil(4) * 4 + 2 * 64 * head_dim) * 4
 }
 
 /// Threads of an attention block (kernels/attention.cu `ATT_THREADS`).
@@ -533,9 +514,8 @@ pub fn attend_with(
         (n - n.min(1)) * q_stride + heads * head_dim,
     )?;
     need(OP, "out", out.len(), n * heads * head_dim)?;
+    let smem = attend_smem_bytes(kv.capacity(), head_dim);
     let limit = gpu.info().smem_per_block;
-    let chunk = attend_chunk(kv.capacity(), head_dim, limit);
-    let smem = attend_smem_bytes_chunk(kv.capacity(), head_dim, chunk);
     if smem > limit || head_dim > 128 {
         return Err(CudaError::Shape {
             op: OP,
@@ -568,7 +548,6 @@ pub fn attend_with(
     };
     let qs_ = i32_of(OP, "q_stride", q_stride)?;
     let cap4 = i32_of(OP, "scores", kv.capacity().div_ceil(4) * 4)?;
-    let chunk_ = chunk as i32;
     let mut b = gpu.launcher(kernel)?;
     b.arg(q)
         .arg(&kv.k)
@@ -585,8 +564,7 @@ pub fn attend_with(
         .arg(&scale)
         .arg(&win)
         .arg(&qs_)
-        .arg(&cap4)
-        .arg(&chunk_);
+        .arg(&cap4);
     let cfg = LaunchConfig {
         grid_dim: (n as u32, heads as u32, 1),
         block_dim: (ATT_THREADS, 1, 1),
@@ -595,29 +573,4 @@ pub fn attend_with(
     // SAFETY: the kernel's signature matches the arguments pushed above; buffers were checked.
     unsafe { b.go(cfg, "launching attention") }?;
     Ok(())
-}
-
-#[cfg(test)]
-mod attend_chunk_tests {
-    use super::{attend_chunk, attend_smem_bytes_chunk};
-
-    #[test]
-    fn chunks_fill_the_room_and_stay_within_the_limit() {
-        let limit = 227 * 1024 - 1024;
-        for (cap, hd) in [(8192, 64), (301, 64), (49_000, 64), (4096, 128), (40, 37)] {
-            let c = attend_chunk(cap, hd, limit);
-            assert!(
-                (64..=512).contains(&c) && c.is_multiple_of(16),
-                "{cap} {hd}: {c}"
-            );
-            // It fits, unless not even the smallest chunk does (refused at launch).
-            let fits = attend_smem_bytes_chunk(cap, hd, c) <= limit;
-            assert!(fits || c == 64, "{cap} {hd}: {c}");
-            // One more step of 16 would not fit, or the chunk is already capped.
-            let capped = c == 512 || c >= cap.div_ceil(16) * 16 || c == 64;
-            assert!(capped || attend_smem_bytes_chunk(cap, hd, c + 16) > limit);
-        }
-        assert_eq!(attend_chunk(301, 64, limit), 304);
-        assert_eq!(attend_chunk(8192, 64, limit), 384);
-    }
 }
