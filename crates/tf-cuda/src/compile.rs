@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// The kernel sources, `(file name, text)`; each is compiled after [`COMMON`].
-pub const SOURCES: [(&str, &str); 8] = [
+pub const SOURCES: [(&str, &str); 9] = [
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("fused.cu", include_str!("../kernels/fused.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
@@ -19,6 +19,7 @@ pub const SOURCES: [(&str, &str); 8] = [
     ("mamba.cu", include_str!("../kernels/mamba.cu")),
     ("moe.cu", include_str!("../kernels/moe.cu")),
     ("synthetic.cu", include_str!("../kernels/synthetic.cu")),
+    ("llama_extra.cu", include_str!("../kernels/llama_extra.cu")),
 ];
 
 /// Options every program is compiled with: no contracted multiply-adds (each fma is written out),

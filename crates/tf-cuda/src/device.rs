@@ -62,6 +62,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::mamba::KERNEL_NAMES)
         .chain(crate::moe::KERNEL_NAMES)
         .chain(crate::synthetic::KERNEL_NAMES)
+        .chain(crate::llama::extra::KERNEL_NAMES)
         .map(|s| s.to_string())
         .collect();
     for f in FUSED_FORMATS {

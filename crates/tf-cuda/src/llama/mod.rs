@@ -1,10 +1,12 @@
-//! The llama-style decoder (llama, mistral, qwen2 without biases) on the GPU, over rounds of rows
-//! from any number of stream slots, with the CPU forward's arithmetic kernel for kernel.
+//! The llama-style decoder (llama, mistral, qwen2, qwen3) on the GPU, over rounds of rows from any
+//! number of stream slots, with the CPU forward's arithmetic kernel for kernel. Projection biases
+//! and per-head q/k norms run as extra launches ([`extra`]) only in models that have them.
 //!
 //! A round is uploaded once (tokens, slots, positions, RoPE angles computed on the host by the
 //! same `Rope` the CPU uses), then a fixed sequence of launches reads only device buffers — so
 //! the sequence for a given row count can be captured as a CUDA graph and replayed.
 
+pub mod extra;
 mod profile;
 
 use crate::device::Gpu;
@@ -15,6 +17,7 @@ use crate::load;
 use crate::ops::{self, AttnShape, GpuRows, Pairing};
 use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaGraph, CudaSlice};
+use extra::{HeadRun, LayerExtras};
 use std::collections::HashMap;
 use tf_families::llama::LlamaPlan;
 use tf_formats::checkpoint::Checkpoint;
@@ -25,17 +28,19 @@ use tf_kernels::ops::{Rope, RopeAngles, RopeConfig, RopePairing};
 pub enum Stage {
     /// Token embedding rows.
     Embed,
-    /// `[q|k|v]` projection with the input norm (every layer).
+    /// `[q|k|v]` projection with the input norm, then its biases and per-head q/k norms when
+    /// the model has them (every layer).
     Qkv,
     /// RoPE and KV append (every layer).
     RopeAppend,
     /// Attention (every layer).
     Attend,
-    /// Output projection with the residual add (every layer).
+    /// Output projection with the residual add (and its bias before it) (every layer).
     O,
-    /// `[gate|up]` projection with the MLP norm (every layer).
+    /// `[gate|up]` projection with the MLP norm (and its biases) (every layer).
     GateUp,
-    /// Down projection with SwiGLU in and the residual add (every layer).
+    /// Down projection with SwiGLU in and the residual add (and its bias before it) (every
+    /// layer).
     Down,
     /// Final norm and the head.
     Head,
@@ -79,6 +84,8 @@ struct Layer {
     down: GpuMatrix,
     /// Sliding-window width when this layer attends through one.
     window: Option<usize>,
+    /// Biases and q/k norm gains (all `None` for plain llama).
+    extra: LayerExtras,
 }
 
 /// Device buffers of a round, allocated once for `max_rows`.
@@ -90,6 +97,9 @@ struct Workspace {
     attn: CudaSlice<f32>,
     gate_up: CudaSlice<f32>,
     logits: CudaSlice<f32>,
+    /// An output or down projection stored apart before its bias and the residual add (only
+    /// for models with those biases).
+    proj: Option<CudaSlice<f32>>,
 }
 
 /// Sizes of the model.
@@ -122,12 +132,6 @@ pub struct GpuLlama {
     graphs: HashMap<usize, CudaGraph>,
 }
 
-fn refuse(what: &str) -> CudaError {
-    CudaError::UnsupportedFormat {
-        format: format!("llama with {what} (no CUDA path yet)"),
-    }
-}
-
 impl GpuLlama {
     /// Uploads the plan's weights in their stored layouts and allocates KV for `slots` streams of
     /// `capacity` positions and workspaces for rounds of up to `max_rows` rows.
@@ -140,16 +144,8 @@ impl GpuLlama {
         max_rows: usize,
     ) -> Result<GpuLlama> {
         let cfg = &plan.config;
-        if plan
-            .layers
-            .iter()
-            .any(|l| l.qkv_bias.is_some() || l.o_bias.is_some() || l.mlp_bias.is_some())
-        {
-            return Err(refuse("projection biases"));
-        }
-        if plan.layers.iter().any(|l| l.qk_norm.is_some()) {
-            return Err(refuse("q/k norms"));
-        }
+        let extras = extra::host_extras(ck, plan)?;
+        let needs_proj = extras.iter().any(|e| e.needs_scratch());
         let hd = cfg.head_dim as usize;
         let pairing = if ck.gguf_rope_permuted() || cfg.rope_traditional {
             RopePairing::Interleaved
@@ -168,9 +164,10 @@ impl GpuLlama {
             detail: e.to_string(),
         })?;
         let mut layers = Vec::with_capacity(plan.layers.len());
-        for (li, l) in plan.layers.iter().enumerate() {
+        for ((li, l), host) in plan.layers.iter().enumerate().zip(&extras) {
             let sliding = cfg.layer_sliding.get(li).copied().unwrap_or(false);
             layers.push(Layer {
+                extra: LayerExtras::upload(&gpu, host)?,
                 window: cfg.sliding_window.filter(|_| sliding).map(|w| w as usize),
                 attn_norm: load::vector(&gpu, ck, &l.input_layernorm)?,
                 qkv: load::matrices(&gpu, ck, &[&l.q_proj, &l.k_proj, &l.v_proj])?,
@@ -219,6 +216,7 @@ impl GpuLlama {
             attn: gpu.zeros(n * qw)?,
             gate_up: gpu.zeros(n * 2 * dims.ffn)?,
             logits: gpu.zeros(n * dims.vocab)?,
+            proj: needs_proj.then(|| gpu.zeros(n * dims.hidden)).transpose()?,
         };
         // Refuse now (not at the first round) a shape the fused kernels cannot take.
         let limit = gpu.info().smem_per_block;
@@ -430,7 +428,8 @@ impl GpuLlama {
 
     /// The round's launches for `n` rows; reads only device buffers (capturable). Six launches a
     /// layer: [q|k|v] with the input norm; RoPE + KV append; attention; o with the residual add;
-    /// [gate|up] with the MLP norm; down with SwiGLU on its input and the residual add.
+    /// [gate|up] with the MLP norm; down with SwiGLU on its input and the residual add. A model
+    /// with biases or q/k norms adds their launches ([`extra`]) after the projections they follow.
     fn launch_all(&mut self, n: usize) -> Result<()> {
         self.launch_stages(n, Stage::ALL)
     }
@@ -466,6 +465,27 @@ impl GpuLlama {
                     n,
                     &mut ws.qkv,
                 )?;
+                // The CPU's order: biases on q, k, v, then the per-head norms, then RoPE.
+                if let Some(b) = &l.extra.qkv_bias {
+                    extra::bias_rows(g, &mut ws.qkv, b, n)?;
+                }
+                if let Some([gq, gk]) = &l.extra.qk_norm {
+                    let stride = l.qkv.rows();
+                    let (q_run, k_run) = (
+                        HeadRun {
+                            heads: nh,
+                            row_stride: stride,
+                            offset: 0,
+                        },
+                        HeadRun {
+                            heads: self.shape.kv_heads,
+                            row_stride: stride,
+                            offset: nh * hd,
+                        },
+                    );
+                    extra::head_rms_norm(g, &mut ws.qkv, gq, self.eps, n, q_run)?;
+                    extra::head_rms_norm(g, &mut ws.qkv, gk, self.eps, n, k_run)?;
+                }
             }
             if has(Stage::RopeAppend) {
                 rope_append(
@@ -497,16 +517,32 @@ impl GpuLlama {
                 )?;
             }
             if has(Stage::O) {
-                matmul_fused(
-                    g,
-                    &l.o,
-                    &ws.attn,
-                    nh * hd,
-                    XForm::None,
-                    Epilogue::Add,
-                    n,
-                    &mut ws.x,
-                )?;
+                if let Some(b) = &l.extra.o_bias {
+                    // x + (o + b): the projection stored, its bias, then the residual add.
+                    let o = proj(&mut ws.proj)?;
+                    matmul_fused(
+                        g,
+                        &l.o,
+                        &ws.attn,
+                        nh * hd,
+                        XForm::None,
+                        Epilogue::Store,
+                        n,
+                        o,
+                    )?;
+                    extra::bias_residual(g, &mut ws.x, o, b, n)?;
+                } else {
+                    matmul_fused(
+                        g,
+                        &l.o,
+                        &ws.attn,
+                        nh * hd,
+                        XForm::None,
+                        Epilogue::Add,
+                        n,
+                        &mut ws.x,
+                    )?;
+                }
             }
             if has(Stage::GateUp) {
                 let norm = XForm::Norm {
@@ -523,18 +559,37 @@ impl GpuLlama {
                     n,
                     &mut ws.gate_up,
                 )?;
+                if let Some(b) = &l.extra.gate_up_bias {
+                    extra::bias_rows(g, &mut ws.gate_up, b, n)?;
+                }
             }
             if has(Stage::Down) {
-                matmul_fused(
-                    g,
-                    &l.down,
-                    &ws.gate_up,
-                    2 * ffn,
-                    XForm::SiluMul,
-                    Epilogue::Add,
-                    n,
-                    &mut ws.x,
-                )?;
+                if let Some(b) = &l.extra.down_bias {
+                    let d = proj(&mut ws.proj)?;
+                    let x_in = &ws.gate_up;
+                    matmul_fused(
+                        g,
+                        &l.down,
+                        x_in,
+                        2 * ffn,
+                        XForm::SiluMul,
+                        Epilogue::Store,
+                        n,
+                        d,
+                    )?;
+                    extra::bias_residual(g, &mut ws.x, d, b, n)?;
+                } else {
+                    matmul_fused(
+                        g,
+                        &l.down,
+                        &ws.gate_up,
+                        2 * ffn,
+                        XForm::SiluMul,
+                        Epilogue::Add,
+                        n,
+                        &mut ws.x,
+                    )?;
+                }
             }
         }
         if has(Stage::Head) {
@@ -556,4 +611,12 @@ impl GpuLlama {
         }
         Ok(())
     }
+}
+
+/// The workspace's projection buffer (allocated when a layer has an output or down bias).
+fn proj(p: &mut Option<CudaSlice<f32>>) -> Result<&mut CudaSlice<f32>> {
+    p.as_mut().ok_or_else(|| CudaError::Shape {
+        op: "llama",
+        detail: "a biased projection without its workspace buffer".into(),
+    })
 }
