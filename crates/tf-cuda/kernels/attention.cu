@@ -20,6 +20,33 @@
 #define ATT_CHUNK 64
 #define ATT_KEYS_PER_HW 4
 
+
+// Copies `cn` value rows of `head_dim` floats (rows `row_w` apart from `src`) to `dst`, packed,
+// with the threads `first..ATT_THREADS`: float4 loads when the rows allow them, four loads in
+// flight per thread. Only the copy changes; no value is computed.
+__device__ __forceinline__ void tf_stage_values(float* __restrict__ dst, const float* __restrict__ src,
+                                                int cn, int head_dim, int row_w, int first) {
+    const int nt = ATT_THREADS - first;
+    const int me = threadIdx.x - first;
+    if (((head_dim | row_w) & 3) == 0 && (((size_t)src) & 15) == 0) {
+        const int q4 = head_dim >> 2;
+        const int total = cn * q4;
+#pragma unroll 4
+        for (int e = me; e < total; e += nt) {
+            const int tt = e / q4;
+            const int c = e - tt * q4;
+            const float4 v = *(const float4*)(src + (size_t)tt * row_w + 4 * c);
+            *(float4*)(dst + tt * head_dim + 4 * c) = v;
+        }
+    } else {
+#pragma unroll 4
+        for (int e = me; e < cn * head_dim; e += nt) {
+            const int tt = e / head_dim;
+            dst[e] = src[(size_t)tt * row_w + (e - tt * head_dim)];
+        }
+    }
+}
+
 template <int PLANT>
 __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const float* __restrict__ kpool,
                                           const float* __restrict__ vpool, const int* __restrict__ slots,
@@ -61,10 +88,24 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
             const int t = min(t0 + hw + n_hw * u, n_keys - 1);
             kt[u] = kb + (size_t)t * row_w;
         }
-        for (int d = lane; d < head_dim; d += 16) {
-            const float qd = qs[d];
+        // All of a lane's key elements are loaded before the chains run (head_dim <= 128: at
+        // most 8 per key), so the loads are in flight together; the chains then take them in
+        // ascending d, as before.
+        float kv_[8][ATT_KEYS_PER_HW];
 #pragma unroll
-            for (int u = 0; u < ATT_KEYS_PER_HW; u++) acc[u] = fmaf(qd, kt[u][d], acc[u]);
+        for (int j = 0; j < 8; j++) {
+            const int d = lane + 16 * j;
+#pragma unroll
+            for (int u = 0; u < ATT_KEYS_PER_HW; u++) kv_[j][u] = d < head_dim ? kt[u][d] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int d = lane + 16 * j;
+            if (d < head_dim) {
+                const float qd = qs[d];
+#pragma unroll
+                for (int u = 0; u < ATT_KEYS_PER_HW; u++) acc[u] = fmaf(qd, kv_[j][u], acc[u]);
+            }
         }
 #pragma unroll
         for (int u = 0; u < ATT_KEYS_PER_HW; u++) {
@@ -77,6 +118,7 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
     if (threadIdx.x < 32) {
         float m = __int_as_float(0xff800000);  // -inf
         if (threadIdx.x < 16)
+#pragma unroll 4
             for (int t = threadIdx.x; t < n_keys; t += 16) m = tf_max_op(m, s[t]);
         m = tf_fold16_max(m);
         if (threadIdx.x == 0) m_shared = m;
@@ -88,6 +130,7 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
     if (threadIdx.x < 32) {
         float l = 0.0f;
         if (threadIdx.x < 16)
+#pragma unroll 4
             for (int t = threadIdx.x; t < n_keys; t += 16) l = l + s[t];
         l = tf_fold16_sum(l);
         if (threadIdx.x == 0) l_shared = l;
@@ -97,13 +140,7 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
     const int d = threadIdx.x;
     const int nchunks = (n_keys + ATT_CHUNK - 1) / ATT_CHUNK;
     const int chunk_w = ATT_CHUNK * head_dim;
-    {
-        const int cn = min(ATT_CHUNK, n_keys);
-        for (int e = threadIdx.x; e < cn * head_dim; e += ATT_THREADS) {
-            const int tt = e / head_dim;
-            vs[e] = vb[(size_t)tt * row_w + (e - tt * head_dim)];
-        }
-    }
+    tf_stage_values(vs, vb, min(ATT_CHUNK, n_keys), head_dim, row_w, 0);
     __syncthreads();
     float acc = 0.0f;
     for (int c = 0; c < nchunks; c++) {
@@ -113,14 +150,12 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
             if (c + 1 < nchunks) {
                 float* vn = vs + ((c + 1) & 1) * chunk_w;
                 const int n0 = c0 + ATT_CHUNK;
-                const int cn = min(ATT_CHUNK, n_keys - n0);
-                for (int e = threadIdx.x - 128; e < cn * head_dim; e += ATT_THREADS - 128) {
-                    const int tt = e / head_dim;
-                    vn[e] = vb[(size_t)(n0 + tt) * row_w + (e - tt * head_dim)];
-                }
+                tf_stage_values(vn, vb + (size_t)n0 * row_w, min(ATT_CHUNK, n_keys - n0), head_dim,
+                                row_w, 128);
             }
         } else if (d < head_dim) {
             const int cn = min(ATT_CHUNK, n_keys - c0);
+#pragma unroll 8
             for (int tt = 0; tt < cn; tt++) acc = fmaf(s[c0 + tt], vc[tt * head_dim + d], acc);
         }
         __syncthreads();
