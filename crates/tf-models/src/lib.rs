@@ -11,7 +11,7 @@ mod load;
 mod model;
 pub mod muse_spark;
 mod nemotron_h;
-mod weights;
+pub mod weights;
 
 pub use error::ModelError;
 pub use llama::rope_scaling;

@@ -19,6 +19,12 @@ pub fn matrix<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a
     let data = ck
         .data(&e.name)
         .ok_or_else(|| bad("no data in the checkpoint".into()))?;
+    pack(data, rows, cols).map_err(bad)
+}
+
+/// The `[rows, cols]` packed view of a tensor's stored data (dense, GGUF blocks or MLX affine),
+/// or why it cannot be one.
+pub fn pack(data: TensorData<'_>, rows: usize, cols: usize) -> Result<PackedMatrix<'_>, String> {
     let m = match data {
         TensorData::Dense { dtype, bytes } => PackedMatrix::dense(dtype, rows, cols, bytes),
         TensorData::Gguf { ty, bytes } => PackedMatrix::gguf(ty, rows, cols, bytes),
@@ -31,7 +37,7 @@ pub fn matrix<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a
             scales_dtype,
         } => {
             let scale_ty = FloatType::from_dtype(scales_dtype)
-                .ok_or_else(|| bad(format!("scales stored as {scales_dtype}")))?;
+                .ok_or_else(|| format!("scales stored as {scales_dtype}"))?;
             PackedMatrix::new(
                 rows,
                 cols,
@@ -46,7 +52,7 @@ pub fn matrix<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a
             )
         }
     };
-    m.map_err(|err| bad(err.to_string()))
+    m.map_err(|err| err.to_string())
 }
 
 /// A small tensor (a norm gain, a bias) decoded to f32 with the reference dequantizers.

@@ -16,7 +16,7 @@ use tf_families::nemotron_h::{
 };
 use tf_formats::checkpoint::{Checkpoint, TensorData};
 use tf_formats::TensorEntry;
-use tf_kernels::matmul::{FloatType, PackedMatrix, WeightData};
+use tf_kernels::matmul::PackedMatrix;
 use tf_kernels::ops::{exp, DroppedGroups, MambaParams, RouteParams};
 
 /// A Mamba2 mixer.
@@ -325,10 +325,10 @@ fn expert_mlp(gpu: &Gpu, ck: &Checkpoint, w: &ExpertWeights, n: usize) -> Result
         }
         ExpertWeights::PerExpert { up, down } => (
             up.iter()
-                .map(|e| packed(ck, e))
+                .map(|e| crate::load::packed(ck, e))
                 .collect::<Result<Vec<_>>>()?,
             down.iter()
-                .map(|e| packed(ck, e))
+                .map(|e| crate::load::packed(ck, e))
                 .collect::<Result<Vec<_>>>()?,
         ),
     };
@@ -356,54 +356,13 @@ fn bad(e: &TensorEntry, why: String) -> CudaError {
     }
 }
 
-/// The packed CPU view of a 2-D entry (dense, GGUF or MLX affine), as `crate::load` reads it.
-pub(super) fn packed<'a>(ck: &'a Checkpoint, e: &TensorEntry) -> Result<PackedMatrix<'a>> {
-    let [rows, cols] = e.shape[..] else {
-        return Err(bad(
-            e,
-            format!("expected a matrix, found shape {:?}", e.shape),
-        ));
-    };
-    let data = ck
-        .data(&e.name)
-        .ok_or_else(|| bad(e, "no data in the checkpoint".into()))?;
-    pack(e, data, rows as usize, cols as usize)
-}
-
 fn pack<'a>(
     e: &TensorEntry,
     data: TensorData<'a>,
     rows: usize,
     cols: usize,
 ) -> Result<PackedMatrix<'a>> {
-    match data {
-        TensorData::Dense { dtype, bytes } => PackedMatrix::dense(dtype, rows, cols, bytes),
-        TensorData::Gguf { ty, bytes } => PackedMatrix::gguf(ty, rows, cols, bytes),
-        TensorData::MlxAffine {
-            weight,
-            scales,
-            biases,
-            bits,
-            group_size,
-            scales_dtype,
-        } => {
-            let scale_ty = FloatType::from_dtype(scales_dtype)
-                .ok_or_else(|| bad(e, format!("MLX scales stored as {scales_dtype}")))?;
-            PackedMatrix::new(
-                rows,
-                cols,
-                WeightData::MlxAffine {
-                    bits,
-                    group_size: group_size as usize,
-                    scale_ty,
-                    words: weight,
-                    scales,
-                    biases,
-                },
-            )
-        }
-    }
-    .map_err(|err| bad(e, err.to_string()))
+    tf_models::weights::pack(data, rows, cols).map_err(|why| bad(e, why))
 }
 
 /// The `n` matrices `[rows, cols]` of a stacked `[n, rows, cols]` expert tensor (no copy):
@@ -490,7 +449,7 @@ pub(super) fn preflight(ck: &Checkpoint, plan: &NemotronHPlan) -> Result<()> {
         if ck.is_synthetic() {
             crate::synthetic::gpu_format(e)
         } else {
-            GpuFormat::of(&packed(ck, e)?)
+            GpuFormat::of(&crate::load::packed(ck, e)?)
         }
     };
     let check = |e: &TensorEntry| -> Result<()> { format(e).map(|_| ()).map_err(|x| named(e, x)) };

@@ -1,9 +1,10 @@
 //! Host-side tests (no GPU): row checks, the per-layer shapes and routing taken from the plan,
 //! and the slicing of stacked expert tensors, on the committed fixtures.
 
-use super::layers::{dt_limit, expert_packs, packed, preflight, routing};
+use super::layers::{dt_limit, expert_packs, preflight, routing};
 use super::{check_rows, GpuRow, Widths};
 use crate::error::CudaError;
+use crate::load::packed;
 use crate::moe::Routing;
 use std::path::PathBuf;
 use tf_families::nemotron_h::{ExpertWeights, NemotronBlock, NemotronHPlan, NemotronMixer};
