@@ -5,6 +5,7 @@
 
 mod attention;
 mod fused;
+mod llama_extra;
 mod mamba;
 mod matmul;
 mod moe;
@@ -134,6 +135,7 @@ pub fn run_all(gpu: &Gpu, depth: Depth) -> Result<SuiteResult, CudaError> {
     quant::run(gpu, depth, &mut out)?;
     mamba::run(gpu, depth, &mut out)?;
     moe::run(gpu, depth, &mut out)?;
+    llama_extra::run(gpu, depth, &mut out)?;
     Ok(out)
 }
 
