@@ -1,48 +1,98 @@
 // Fused decode kernels: the same per-element arithmetic as the separate kernels (so the same
 // bits), fewer launches and one trip to device memory for the weights.
 //
-// tf_mmf_<fmt>_<xf>_<ep>: a block of MMF_THREADS threads owns MMF_ROWS consecutive weight rows,
-// copies them once into shared memory with 16-byte loads, then, for each tile of MM_RT
-// activation rows, stages the tile's inputs in shared memory after an optional transform:
+// tf_mmf_<fmt>_<xf>_<ep>: a block of MMF_THREADS threads owns MMF_ROWS consecutive weight rows
+// and walks the columns in chunks of at most MMF_CC (a multiple of every format's unit), so its
+// shared memory is bounded whatever the row length. For each tile of MM_RT activation rows and
+// each chunk, in ascending column order, it copies the chunk of its rows into shared memory
+// (16-byte loads where the rows allow), and the tile's inputs for those columns after an
+// optional transform:
 //   xf none: x as is
-//   xf norm: RMSNorm, r = 1 / sqrt(dot16(x, x) / cols + eps) per row (a half-warp's fold, as in
-//            tf_rms_norm), then g[k] * (x[k] * r)
+//   xf norm: RMSNorm, r = 1 / sqrt(dot16(x, x) / cols + eps) per row (a half-warp's fold over
+//            the whole row, as in tf_rms_norm, before the first chunk), then g[k] * (x[k] * r)
 //   xf silu: SwiGLU of a fused [gate | up] row of width 2 * cols: silu(gate[k]) * up[k]
-// and each half-warp forms its row's 16-lane fmaf chains and the fixed fold (as tf_matmul), then
+// and each half-warp continues its row's 16-lane fmaf chains over the chunk (lane l still takes
+// k = l (mod 16) in ascending k, the accumulators living across chunks), then the fixed fold
+// (as tf_matmul), then
 //   ep store: y = s        ep add: y = y + s (the residual add)
 // Every block recomputes the transform for the rows it reads; each value is the same bits as the
 // separate kernel's, and nothing depends on the number of rows in the call.
 
 #define MMF_ROWS 8
 #define MMF_THREADS 128
+#define MMF_CC 1024  // columns per chunk: a multiple of 256 (every format's unit divides it)
 #define XF_NONE 0
 #define XF_NORM 1
 #define XF_SILU 2
 #define EP_STORE 0
 #define EP_ADD 1
 
-// Stages nt input rows into shared memory (row r at xs + r * cols), eight loads in flight per
-// thread before their stores; XF_SILU stores silu(gate) * up of a [gate | up] row.
+// Stages columns c0 .. c0 + cw of nt input rows into shared memory (row r at xs + r * stride),
+// eight loads in flight per thread before their stores; XF_SILU stores silu(gate) * up of a
+// [gate | up] row, XF_NORM g[k] * (x[k] * rs[r]).
 template <int XF>
-__device__ __forceinline__ void tf_stage_rows(const float* __restrict__ x, float* xs, int nt,
-                                              int cols, int i0, int x_stride) {
-    const int total = nt * cols;
+__device__ __forceinline__ void tf_stage_cols(const float* __restrict__ x,
+                                              const float* __restrict__ g, const float* rs,
+                                              float* xs, int nt, int cols, int c0, int cw,
+                                              int stride, int i0, int x_stride) {
+    const int total = nt * cw;
     for (int t0 = threadIdx.x; t0 < total; t0 += 8 * MMF_THREADS) {
         float a[8], b[8];
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             const int t = t0 + u * MMF_THREADS;
             if (t < total) {
-                const int r = t / cols, k = t - r * cols;
+                const int r = t / cw, k = c0 + t - r * cw;
                 const float* xr = x + (size_t)(i0 + r) * x_stride;
                 a[u] = xr[k];
                 if (XF == XF_SILU) b[u] = xr[cols + k];
+                if (XF == XF_NORM) b[u] = g[k];
             }
         }
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             const int t = t0 + u * MMF_THREADS;
-            if (t < total) xs[t] = XF == XF_SILU ? tf_silu(a[u]) * b[u] : a[u];
+            if (t < total) {
+                const int r = t / cw, kl = t - r * cw;
+                float v = a[u];
+                if (XF == XF_SILU) v = tf_silu(a[u]) * b[u];
+                if (XF == XF_NORM) v = b[u] * (a[u] * rs[r]);
+                xs[r * stride + kl] = v;
+            }
+        }
+    }
+}
+
+// The word type of a VW-byte copy.
+template <int VW> struct TfWord { typedef u8 T; };
+template <> struct TfWord<4> { typedef u32 T; };
+template <> struct TfWord<16> { typedef uint4 T; };
+
+// Copies nr rows of `bytes` bytes (row r at src + r * src_stride) to dst + r * dst_stride in
+// VW-byte words (VW = 16, 4 or 1; the caller checks the alignment), four words in flight.
+template <int VW>
+__device__ __forceinline__ void tf_copy_rows(const u8* __restrict__ src, size_t src_stride,
+                                             u8* dst, size_t dst_stride, int nr, int bytes) {
+    typedef typename TfWord<VW>::T V;
+    const int per = bytes / VW;
+    const int total = nr * per;
+    for (int t0 = threadIdx.x; t0 < total; t0 += 4 * MMF_THREADS) {
+        V v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int t = t0 + u * MMF_THREADS;
+            if (t < total) {
+                const int r = t / per, w = t - r * per;
+                v[u] = ((const V*)(src + (size_t)r * src_stride))[w];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int t = t0 + u * MMF_THREADS;
+            if (t < total) {
+                const int r = t / per, w = t - r * per;
+                ((V*)(dst + (size_t)r * dst_stride))[w] = v[u];
+            }
         }
     }
 }
@@ -54,82 +104,71 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
     extern __shared__ __align__(16) u8 tf_smem[];
     __shared__ float rs[MM_RT];
     const size_t rb = tf_row_bytes(FMT, cols);
+    const int cc = min(cols, MMF_CC);
+    // A chunk's row in shared memory: its bytes rounded up to 16 (host: fused_smem_bytes).
+    const size_t crs = (tf_row_bytes(FMT, cc) + 15) & ~(size_t)15;
     const int j0 = blockIdx.x * MMF_ROWS;
     const int nr = min(MMF_ROWS, rows - j0);
     u8* ws = tf_smem;
-    float* xs = (float*)(tf_smem + ((MMF_ROWS * rb + 15) & ~(size_t)15));
-    {
-        // The block's rows are contiguous; MMF_ROWS * rb is a multiple of 16 for every format.
-        const u8* src = W + (size_t)j0 * rb;
-        const size_t total = (size_t)nr * rb;
-        const size_t nvec = total / 16;
-        // Four 16-byte loads in flight per thread before their stores.
-        for (size_t t0 = threadIdx.x; t0 < nvec; t0 += 4 * MMF_THREADS) {
-            uint4 v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                if (t0 + u * MMF_THREADS < nvec) v[u] = ((const uint4*)src)[t0 + u * MMF_THREADS];
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                if (t0 + u * MMF_THREADS < nvec) ((uint4*)ws)[t0 + u * MMF_THREADS] = v[u];
-        }
-        for (size_t t = nvec * 16 + threadIdx.x; t < total; t += MMF_THREADS) ws[t] = src[t];
-    }
+    float* xs = (float*)(tf_smem + MMF_ROWS * crs);
     const int lane = threadIdx.x & 15;
     const int hw = threadIdx.x >> 4;
     const bool active = hw < nr;
-    const u8* row = ws + (size_t)(active ? hw : 0) * rb;
+    const u8* row = ws + (size_t)(active ? hw : 0) * crs;
+    const u8* wrows = W + (size_t)j0 * rb;
     for (int i0 = 0; i0 < n; i0 += MM_RT) {
         const int nt = min(MM_RT, n - i0);
-        __syncthreads();  // weights staged; the previous tile's inputs consumed
-        if (XF == XF_NORM) {
-            // Stage the raw rows (all threads, coalesced), then each row's sum of squares from
-            // shared memory, then the normalised values in place.
-            tf_stage_rows<XF_NONE>(x, xs, nt, cols, i0, x_stride);
-            __syncthreads();
-            if (hw < MM_RT) {  // threads 0..63: two whole warps
-                float acc = 0.0f;
-                if (hw < nt) {
-                    const float* xr = xs + hw * cols;
-                    for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
-                }
-                const float ss = tf_fold16_sum(acc);
-                if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
+        if (XF == XF_NORM && hw < MM_RT) {  // threads 0..63: two whole warps
+            float acc = 0.0f;
+            if (hw < nt) {
+                const float* xr = x + (size_t)(i0 + hw) * x_stride;
+                for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
             }
-            __syncthreads();
-            for (int t = threadIdx.x; t < nt * cols; t += MMF_THREADS) {
-                const int r = t / cols, k = t - r * cols;
-                xs[t] = g[k] * (xs[t] * rs[r]);
-            }
-        } else {
-            tf_stage_rows<XF>(x, xs, nt, cols, i0, x_stride);
+            const float ss = tf_fold16_sum(acc);
+            if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
         }
-        __syncthreads();
         float acc[MM_RT];
 #pragma unroll
         for (int r = 0; r < MM_RT; r++) acc[r] = 0.0f;
-        if (active) {
-            if (FMT >= FMT_Q4_0) {
-                const int nb = cols >> 5;
+        for (int c0 = 0; c0 < cols; c0 += cc) {
+            const int cw = min(cc, cols - c0);
+            __syncthreads();  // the previous chunk consumed; rs written
+            {
+                const u8* src = wrows + tf_row_bytes(FMT, c0);
+                const int bytes = (int)tf_row_bytes(FMT, cw);
+                const size_t a = (size_t)src | rb | (size_t)bytes;
+                if ((a & 15) == 0)
+                    tf_copy_rows<16>(src, rb, ws, crs, nr, bytes);
+                else if ((a & 3) == 0)
+                    tf_copy_rows<4>(src, rb, ws, crs, nr, bytes);
+                else
+                    tf_copy_rows<1>(src, rb, ws, crs, nr, bytes);
+            }
+            tf_stage_cols<XF>(x, g, rs, xs, nt, cols, c0, cw, cc, i0, x_stride);
+            __syncthreads();
+            if (active) {
+                if (FMT >= FMT_Q4_0) {
+                    const int nb = cw >> 5;
 #pragma unroll 2
-                for (int b = 0; b < nb; b++) {
-                    const int k0 = (b << 5) + lane;
-                    const float w0 = tf_decode<FMT>(row, k0);
-                    const float w1 = tf_decode<FMT>(row, k0 + 16);
+                    for (int b = 0; b < nb; b++) {
+                        const int kl = (b << 5) + lane;
+                        const float w0 = tf_mmv_decode<FMT>(row, kl);
+                        const float w1 = tf_mmv_decode<FMT>(row, kl + 16);
 #pragma unroll
-                    for (int r = 0; r < MM_RT; r++) {
-                        if (r < nt) {
-                            acc[r] = fmaf(xs[r * cols + k0], w0, acc[r]);
-                            acc[r] = fmaf(xs[r * cols + k0 + 16], w1, acc[r]);
+                        for (int r = 0; r < MM_RT; r++) {
+                            if (r < nt) {
+                                acc[r] = fmaf(xs[r * cc + kl], w0, acc[r]);
+                                acc[r] = fmaf(xs[r * cc + kl + 16], w1, acc[r]);
+                            }
                         }
                     }
-                }
-            } else {
-                for (int k = lane; k < cols; k += 16) {
-                    const float w = tf_decode<FMT>(row, k);
+                } else {
+                    for (int kl = lane; kl < cw; kl += 16) {
+                        const float w = tf_mmv_decode<FMT>(row, kl);
 #pragma unroll
-                    for (int r = 0; r < MM_RT; r++)
-                        if (r < nt) acc[r] = fmaf(xs[r * cols + k], w, acc[r]);
+                        for (int r = 0; r < MM_RT; r++)
+                            if (r < nt) acc[r] = fmaf(xs[r * cc + kl], w, acc[r]);
+                    }
                 }
             }
         }

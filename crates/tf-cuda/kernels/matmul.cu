@@ -59,10 +59,208 @@ __device__ __forceinline__ void tf_matmul(const u8* __restrict__ W, const float*
     }
 }
 
+// ---- staged matmul (tf_mmv): the same arithmetic as tf_matmul, weights read in wide loads ----
+//
+// Where tf_matmul's time went (one activation row, Q4_0 or MLX 4-bit): every weight load is one
+// lane reading one byte (or a 2- or 4-byte scale) straight from device memory, so a warp's load
+// instruction moves 32-64 bytes over two rows, and each lane has only the two blocks of its
+// unrolled loop in flight: a few KB in flight per SM where the H200 needs ~25-40 KB to cover
+// DRAM latency. The kernel is latency bound, far below the memory roofline.
+//
+// tf_mmv keeps the geometry (one half-warp per weight row, 128 threads, 8 rows per block) and
+// every lane's arithmetic: lane l still takes k = l (mod 16) in ascending k with one fmaf chain
+// per activation row, then the fixed fold. Only the LOADS change: the half-warp streams its row
+// in chunks of MMV_UNITS(FMT) whole format units (at most MMV_SPAN - 16 bytes, independent of the
+// row length); each lane issues MMV_VEC 16-byte loads of the next chunk (a half-warp moves 256
+// bytes per load instruction) before consuming the current chunk from shared memory. The MLX,
+// Q4_0 and Q8_0 codes are widened to f32 by the exact 2^23 trick instead of an int-to-float
+// conversion (a quarter-rate instruction): the same values, so the same products.
+
+#define MMV_VEC 4                        // 16-byte loads per lane per chunk
+#define MMV_SPAN (16 * 16 * MMV_VEC)     // bytes a half-warp stages per chunk
+#define MMV_STRIDE (MMV_SPAN + 32)       // shared bytes per half-warp (offsets the banks)
+#define MMV_HALVES 8                     // half-warps per block (128 threads)
+
+// Elements of one storage unit of a format (a block, a super-block, or 32 floats).
+__host__ __device__ constexpr int tf_unit_elems(int fmt) {
+    return (fmt == FMT_Q4_K || fmt == FMT_Q6_K || fmt == FMT_PLANT_Q4_K || fmt == FMT_PLANT_Q6_K)
+               ? 256
+               : 32;
+}
+
+// Bytes of one storage unit of a format.
+__host__ __device__ constexpr int tf_unit_bytes(int fmt) {
+    return fmt == FMT_F32                                   ? 128
+           : (fmt == FMT_F16 || fmt == FMT_BF16)            ? 64
+           : fmt == FMT_Q4_0                                ? 18
+           : fmt == FMT_Q4_1                                ? 20
+           : fmt == FMT_Q8_0                                ? 34
+           : (fmt == FMT_Q4_K || fmt == FMT_PLANT_Q4_K)     ? 144
+           : (fmt == FMT_Q6_K || fmt == FMT_PLANT_Q6_K)     ? 210
+                                                            : 4 * tf_mlx_bits(fmt) + 8;
+}
+
+// Units per chunk: a chunk plus its misalignment (< 16 bytes) fits in MMV_SPAN.
+__host__ __device__ constexpr int tf_mmv_units(int fmt) {
+    return (MMV_SPAN - 16) / tf_unit_bytes(fmt);
+}
+
+// An integer 0 <= q < 2^23 as f32, exactly: the bits of 2^23 + q, minus 2^23 (exact).
+__device__ __forceinline__ float tf_small_int(u32 q) {
+    return __int_as_float((int)(0x4b000000u | q)) - 8388608.0f;
+}
+
+// Element k of a row (row points at a unit boundary): tf_decode's value, with the codes of the
+// formats below widened by tf_small_int (exact) instead of a conversion instruction.
+template <int FMT>
+__device__ __forceinline__ float tf_mmv_decode(const u8* row, int k) {
+    if constexpr (FMT == FMT_Q4_0) {
+        const int e = k & 31;
+        const u8* b = row + (size_t)(k >> 5) * 18;
+        const u8 q = b[2 + (e & 15)];
+        const u32 v = e < 16 ? (q & 15u) : (u32)(q >> 4);
+        // (float)(v - 8): 2^23 + v - (2^23 + 8), exact for v < 16.
+        const float f = __int_as_float((int)(0x4b000000u | v)) - 8388616.0f;
+        return tf_f16(tf_ld16(b)) * f;
+    } else if constexpr (FMT == FMT_Q8_0) {
+        const int e = k & 31;
+        const u8* b = row + (size_t)(k >> 5) * 34;
+        // (float)(signed char)c: 2^23 + (c ^ 128) - (2^23 + 128), exact.
+        const float f = __int_as_float((int)(0x4b000000u | (u32)(b[2 + e] ^ 0x80u))) - 8388736.0f;
+        return tf_f16(tf_ld16(b)) * f;
+    } else if constexpr (FMT >= FMT_MLX2 && FMT <= FMT_MLX8) {
+        constexpr int B = tf_mlx_bits(FMT);
+        const u8* p = row + (size_t)(k >> 5) * (4 * B + 8);
+        const int bit = (k & 31) * B;
+        u32 v = p[bit >> 3];
+        if (8 % B != 0) v |= (u32)p[(bit >> 3) + 1] << 8;
+        const u32 q = (v >> (bit & 7)) & ((1u << B) - 1u);
+        const float s = *(const float*)(p + 4 * B);
+        const float bias = *(const float*)(p + 4 * B + 4);
+        return s * tf_small_int(q) + bias;
+    } else {
+        return tf_decode<FMT>(row, k);
+    }
+}
+
+// Loads the 16-byte vectors of one chunk window (vector v at a0 + 16 v, v < nv) that lane
+// `lane` owns; vectors not wholly inside [lo, hi) are read byte by byte within it.
+__device__ __forceinline__ void tf_mmv_fetch(uint4* v, const u8* a0, int nv, const u8* lo,
+                                             const u8* hi, int lane) {
+#pragma unroll
+    for (int u = 0; u < MMV_VEC; u++) {
+        const int t = lane + 16 * u;
+        v[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (t < nv) {
+            const u8* p = a0 + 16 * t;
+            if (p >= lo && p + 16 <= hi) {
+                v[u] = *(const uint4*)p;
+            } else {
+                u32 w[4] = {0u, 0u, 0u, 0u};
+                for (int c = 0; c < 16; c++)
+                    if (p + c >= lo && p + c < hi) w[c >> 2] |= (u32)p[c] << (8 * (c & 3));
+                v[u] = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+    }
+}
+
+// PLANT = 1: the planted control of tf_matmul (blocks in descending order when n > 1).
+template <int FMT, int PLANT>
+__device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __restrict__ x,
+                                       float* __restrict__ y, int n, int rows, int cols) {
+    __shared__ __align__(16) u8 mmv_smem[MMV_HALVES * MMV_STRIDE];
+    constexpr int UE = tf_unit_elems(FMT), UB = tf_unit_bytes(FMT), NU = tf_mmv_units(FMT);
+    constexpr bool BLOCKED = FMT >= FMT_Q4_0;
+    const int lane = threadIdx.x & 15;
+    u8* sb = mmv_smem + (size_t)((threadIdx.x >> 4) & (MMV_HALVES - 1)) * MMV_STRIDE;
+    const int j = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 4);
+    const bool active = j < rows;
+    const bool reverse = PLANT == 1 && n > 1;
+    const size_t rb = tf_row_bytes(FMT, cols);
+    const u8* row = W + (size_t)(active ? j : 0) * rb;
+    const u8* lo = W;
+    const u8* hi = W + (size_t)rows * rb;
+    const int units = (cols + UE - 1) / UE;
+    const int nchunks = (units + NU - 1) / NU;
+    // The window of chunk c: its first byte, aligned down to 16, and its 16-byte vectors.
+    auto window = [&](int c, const u8** a0, int* delta, int* nv) {
+        const u8* s = row + (size_t)c * NU * UB;
+        const u8* e = s + (size_t)NU * UB < row + rb ? s + (size_t)NU * UB : row + rb;
+        *a0 = (const u8*)((size_t)s & ~(size_t)15);
+        *delta = (int)(s - *a0);
+        *nv = (int)((e - *a0 + 15) >> 4);
+    };
+    for (int i0 = 0; i0 < n; i0 += MM_RT) {
+        float acc[MM_RT];
+#pragma unroll
+        for (int r = 0; r < MM_RT; r++) acc[r] = 0.0f;
+        const float* xr = x + (size_t)i0 * cols;
+        uint4 v[MMV_VEC];
+        const u8* a0;
+        int delta, nv;
+        window(reverse ? nchunks - 1 : 0, &a0, &delta, &nv);
+        tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+        for (int ci = 0; ci < nchunks; ci++) {
+            const int c = reverse ? nchunks - 1 - ci : ci;
+            const int cdelta = delta;
+            __syncwarp();  // the previous chunk is consumed
+#pragma unroll
+            for (int u = 0; u < MMV_VEC; u++) ((uint4*)sb)[lane + 16 * u] = v[u];
+            __syncwarp();
+            if (ci + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
+                window(reverse ? c - 1 : c + 1, &a0, &delta, &nv);
+                tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+            }
+            const u8* srow = sb + cdelta;
+            const int k_base = c * NU * UE;
+            if (active) {
+                if (BLOCKED) {
+                    const int nb = min(NU * UE, cols - k_base) >> 5;
+#pragma unroll 2
+                    for (int bi = 0; bi < nb; bi++) {
+                        const int b = reverse ? nb - 1 - bi : bi;
+                        const int kl = (b << 5) + lane;
+                        const float w0 = tf_mmv_decode<FMT>(srow, kl);
+                        const float w1 = tf_mmv_decode<FMT>(srow, kl + 16);
+                        const int k0 = k_base + kl;
+#pragma unroll
+                        for (int r = 0; r < MM_RT; r++) {
+                            if (i0 + r < n) {
+                                acc[r] = fmaf(xr[(size_t)r * cols + k0], w0, acc[r]);
+                                acc[r] = fmaf(xr[(size_t)r * cols + k0 + 16], w1, acc[r]);
+                            }
+                        }
+                    }
+                } else {
+                    const int kend = min(NU * UE, cols - k_base);
+                    for (int kl = lane; kl < kend; kl += 16) {
+                        const float w = tf_mmv_decode<FMT>(srow, kl);
+                        const int k = k_base + kl;
+#pragma unroll
+                        for (int r = 0; r < MM_RT; r++)
+                            if (i0 + r < n) acc[r] = fmaf(xr[(size_t)r * cols + k], w, acc[r]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MM_RT; r++) {
+            const float s = tf_fold16_sum(acc[r]);
+            if (active && lane == 0 && i0 + r < n) y[(size_t)(i0 + r) * rows + j] = s;
+        }
+    }
+}
+
+// The template behind the matmul entries (and the grouped expert matmuls of moe.cu): tf_mmv;
+// tf_matmul stays as the reference it must equal bit for bit (define this to tf_matmul to go
+// back to it).
+#define TF_MATMUL_IMPL tf_mmv
+
 #define TF_MATMUL_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
-        tf_matmul<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
+        TF_MATMUL_IMPL<FMT, PLANT>(W, x, y, n, rows, cols);                                   \
     }
 
 TF_MATMUL_ENTRY(tf_matmul_f32, FMT_F32, 0)

@@ -9,9 +9,10 @@
 //   wins; weights s / (total + 1e-15) * scale).
 // Picks are stored per slot (row i, pick j) at i * top_k + j; a missing pick is expert -1.
 // tf_moe_sort lists the slots of each expert (counting sort, slot order inside an expert), and
-// the expert matmuls run tf_matmul (matmul.cu) on each expert's contiguous group of gathered rows:
-// the matmul is row-invariant, so a slot's bits do not depend on the group. tf_moe_combine adds
-// the picks of a row in pick order from 0, each term rounded then added (the CPU's combine).
+// the expert matmuls run TF_MATMUL_IMPL (matmul.cu) on each expert's contiguous group of
+// gathered rows: the matmul is row-invariant, so a slot's bits do not depend on the group.
+// tf_moe_combine adds the picks of a row in pick order from 0, each term rounded then added (the
+// CPU's combine).
 
 __device__ __forceinline__ float tf_moe_sigmoid(float x) { return 1.0f / (1.0f + tf_exp(-x)); }
 
@@ -212,8 +213,9 @@ extern "C" __global__ void tf_moe_gather(const float* x, const int* order, const
 }
 
 // Expert matmuls: blockIdx.y is the expert e; its rows of the stacked weight [E * rows, cols]
-// multiply its group of gathered rows, yg[p, j] for p in offsets[e]..offsets[e + 1], with
-// tf_matmul's arithmetic (the same bits as the plain matmul of those rows).
+// multiply its group of gathered rows, yg[p, j] for p in offsets[e]..offsets[e + 1], through
+// TF_MATMUL_IMPL (matmul.cu): tf_matmul's arithmetic, the same bits as the plain matmul of those
+// rows.
 template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const float* __restrict__ xg,
                                               float* __restrict__ yg, const int* __restrict__ offsets,
@@ -222,8 +224,8 @@ __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const fl
     const int off = offsets[e];
     const int cnt = offsets[e + 1] - off;
     if (cnt <= 0) return;
-    tf_matmul<FMT, PLANT>(W + (size_t)e * rows * tf_row_bytes(FMT, cols), xg + (size_t)off * cols,
-                          yg + (size_t)off * rows, cnt, rows, cols);
+    TF_MATMUL_IMPL<FMT, PLANT>(W + (size_t)e * rows * tf_row_bytes(FMT, cols),
+                               xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, rows, cols);
 }
 
 #define TF_MOE_MATMUL_ENTRY(NAME, FMT, PLANT)                                                 \

@@ -5,7 +5,7 @@ use crate::device::{fused_kernel_name, Gpu};
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::ops::{i32_of, need, GpuRows, Pairing};
-use crate::weights::GpuMatrix;
+use crate::weights::{GpuFormat, GpuMatrix};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Weight rows per block of the fused matmul (kernels/fused.cu `MMF_ROWS`).
@@ -35,9 +35,19 @@ pub enum Epilogue {
     Add,
 }
 
-/// Shared memory bytes of a fused matmul block for `w`.
+/// Columns per chunk of the fused matmul (kernels/fused.cu `MMF_CC`).
+const MMF_CC: usize = 1024;
+
+/// Shared memory bytes of a fused matmul block for `w`: a chunk of at most [`MMF_CC`] columns
+/// of its rows (each rounded up to 16 bytes) and of the tile's inputs, whatever the row length.
 pub fn fused_smem_bytes(w: &GpuMatrix) -> usize {
-    (MMF_ROWS * w.format().row_bytes(w.cols())).div_ceil(16) * 16 + MM_RT * w.cols() * 4
+    fused_smem_bytes_for(w.format(), w.cols())
+}
+
+/// [`fused_smem_bytes`] of a `format` matrix with rows of `cols` elements.
+pub fn fused_smem_bytes_for(format: GpuFormat, cols: usize) -> usize {
+    let cc = cols.min(MMF_CC);
+    MMF_ROWS * format.row_bytes(cc).div_ceil(16) * 16 + MM_RT * cc * 4
 }
 
 /// `y[i, j] (=|+=) Σ_k xform(x)[i, k] · W[j, k]` for `i < n`, input row `i` at
@@ -200,4 +210,28 @@ pub fn rope_append(
     // checked against the pools by GpuRows::set.
     unsafe { b.go(cfg, "launching rope_append") }?;
     Ok(())
+}
+
+#[cfg(test)]
+mod host_cpp;
+
+#[cfg(test)]
+mod tests {
+    use super::fused_smem_bytes_for;
+    use crate::weights::GpuFormat;
+
+    #[test]
+    fn fused_shared_memory_is_bounded_by_the_chunk() {
+        // Llama-3-8B's down projection: [4096, 14336] Q4_0 needed 293888 bytes unchunked.
+        let q = fused_smem_bytes_for(GpuFormat::Q4_0, 14336);
+        assert_eq!(q, 8 * 576 + 4 * 1024 * 4);
+        assert_eq!(q, fused_smem_bytes_for(GpuFormat::Q4_0, 4096));
+        // The widest format's chunk stays far under the H200's 227 KiB per block.
+        assert!(fused_smem_bytes_for(GpuFormat::F32, 1 << 20) <= 8 * 4096 + 16384);
+        // Short rows: one chunk of the row itself (Q6_K rows rounded up to 16 bytes).
+        assert_eq!(
+            fused_smem_bytes_for(GpuFormat::Q6K, 256),
+            8 * 224 + 4 * 256 * 4
+        );
+    }
 }
