@@ -382,6 +382,41 @@ mod tests {
         }
     }
 
+    /// The kernels compile alone after the common header (when NVRTC is here) with the
+    /// parameter counts the wrappers push, and IEEE square root and division.
+    #[test]
+    fn kernels_compile_with_the_wrappers_signatures() {
+        if !crate::compile::nvrtc_present() {
+            eprintln!("skipped: libnvrtc not found");
+            return;
+        }
+        let src = format!(
+            "{}\n{}",
+            crate::compile::COMMON,
+            include_str!("../../kernels/llama_extra.cu")
+        );
+        let ptx = crate::compile::compile_to_ptx("llama_extra.cu", &src, "compute_90")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let counts: std::collections::HashMap<String, usize> =
+            crate::launch::ptx_param_counts(&ptx).into_iter().collect();
+        for (k, want) in [
+            ("tf_bias_rows", 4),
+            ("tf_plant_bias_rows_skip_last", 4),
+            ("tf_bias_residual", 5),
+            ("tf_plant_bias_residual_reordered", 5),
+            ("tf_head_rms_norm", 7),
+            ("tf_plant_head_rms_norm_short", 7),
+        ] {
+            assert_eq!(counts.get(k), Some(&want), "{k}");
+        }
+        assert_eq!(counts.len(), KERNEL_NAMES.len());
+        assert!(ptx.contains("sqrt.rn.f32") && ptx.contains("div.rn.f32"));
+        assert!(
+            ptx.contains("fma.rn.f32"),
+            "the sum of squares is an fmaf chain"
+        );
+    }
+
     #[test]
     fn kernel_names_are_in_the_program() {
         let names = crate::device::all_kernel_names();
