@@ -7,6 +7,7 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
+use crate::fused::Epilogue;
 use crate::load;
 use crate::ops::{grid, i32_of, need};
 use cudarc::driver::{CudaSlice, LaunchConfig};
@@ -172,6 +173,70 @@ pub fn head_rms_norm_with(
     // SAFETY: (f32*, f32*, i32, i32, i32, i32, f32); every head of every row lies inside x
     // (checked above); one warp per (row, head).
     unsafe { l.go(cfg, "launching head_rms_norm") }
+}
+
+impl LayerExtras {
+    /// The launches after the `[q | k | v]` projection (rows `n`, `heads`/`kv_heads` heads of
+    /// `head_dim`), in the CPU's order: the q, k, v biases, then the per-head q and k norms.
+    /// Nothing for a model without them.
+    pub fn after_qkv(
+        &self,
+        gpu: &Gpu,
+        qkv: &mut CudaSlice<f32>,
+        eps: f32,
+        n: usize,
+        (heads, kv_heads, head_dim): (usize, usize, usize),
+    ) -> Result<()> {
+        if let Some(b) = &self.qkv_bias {
+            bias_rows(gpu, qkv, b, n)?;
+        }
+        if let Some([gq, gk]) = &self.qk_norm {
+            let row_stride = (heads + 2 * kv_heads) * head_dim;
+            let run = |heads, offset| HeadRun {
+                heads,
+                row_stride,
+                offset,
+            };
+            head_rms_norm(gpu, qkv, gq, eps, n, run(heads, 0))?;
+            head_rms_norm(gpu, qkv, gk, eps, n, run(kv_heads, heads * head_dim))?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a projection that ends in the residual add writes: into `x` with the fused add when
+/// it has no bias (the launch of a plain model), else into `proj`, stored, for
+/// [`residual_bias`].
+pub fn residual_out<'a>(
+    bias: Option<&CudaSlice<f32>>,
+    x: &'a mut CudaSlice<f32>,
+    proj: &'a mut Option<CudaSlice<f32>>,
+) -> Result<(Epilogue, &'a mut CudaSlice<f32>)> {
+    match bias {
+        None => Ok((Epilogue::Add, x)),
+        Some(_) => Ok((Epilogue::Store, proj.as_mut().ok_or_else(no_proj)?)),
+    }
+}
+
+/// After [`residual_out`]: `x = x + (proj + bias)` when there is a bias, else nothing.
+pub fn residual_bias(
+    gpu: &Gpu,
+    bias: Option<&CudaSlice<f32>>,
+    x: &mut CudaSlice<f32>,
+    proj: &Option<CudaSlice<f32>>,
+    n: usize,
+) -> Result<()> {
+    match bias {
+        None => Ok(()),
+        Some(b) => bias_residual(gpu, x, proj.as_ref().ok_or_else(no_proj)?, b, n),
+    }
+}
+
+fn no_proj() -> CudaError {
+    CudaError::Shape {
+        op: "llama",
+        detail: "a biased projection without its workspace buffer".into(),
+    }
 }
 
 /// One layer's biases and q/k norm gains decoded to f32 on the host, concatenated as the

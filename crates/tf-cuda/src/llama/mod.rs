@@ -17,7 +17,7 @@ use crate::load;
 use crate::ops::{self, AttnShape, GpuRows, Pairing};
 use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaGraph, CudaSlice};
-use extra::{HeadRun, LayerExtras};
+use extra::LayerExtras;
 use std::collections::HashMap;
 use tf_families::llama::LlamaPlan;
 use tf_formats::checkpoint::Checkpoint;
@@ -466,26 +466,8 @@ impl GpuLlama {
                     &mut ws.qkv,
                 )?;
                 // The CPU's order: biases on q, k, v, then the per-head norms, then RoPE.
-                if let Some(b) = &l.extra.qkv_bias {
-                    extra::bias_rows(g, &mut ws.qkv, b, n)?;
-                }
-                if let Some([gq, gk]) = &l.extra.qk_norm {
-                    let stride = l.qkv.rows();
-                    let (q_run, k_run) = (
-                        HeadRun {
-                            heads: nh,
-                            row_stride: stride,
-                            offset: 0,
-                        },
-                        HeadRun {
-                            heads: self.shape.kv_heads,
-                            row_stride: stride,
-                            offset: nh * hd,
-                        },
-                    );
-                    extra::head_rms_norm(g, &mut ws.qkv, gq, self.eps, n, q_run)?;
-                    extra::head_rms_norm(g, &mut ws.qkv, gk, self.eps, n, k_run)?;
-                }
+                let heads = (nh, self.shape.kv_heads, hd);
+                l.extra.after_qkv(g, &mut ws.qkv, self.eps, n, heads)?;
             }
             if has(Stage::RopeAppend) {
                 rope_append(
@@ -517,32 +499,11 @@ impl GpuLlama {
                 )?;
             }
             if has(Stage::O) {
-                if let Some(b) = &l.extra.o_bias {
-                    // x + (o + b): the projection stored, its bias, then the residual add.
-                    let o = proj(&mut ws.proj)?;
-                    matmul_fused(
-                        g,
-                        &l.o,
-                        &ws.attn,
-                        nh * hd,
-                        XForm::None,
-                        Epilogue::Store,
-                        n,
-                        o,
-                    )?;
-                    extra::bias_residual(g, &mut ws.x, o, b, n)?;
-                } else {
-                    matmul_fused(
-                        g,
-                        &l.o,
-                        &ws.attn,
-                        nh * hd,
-                        XForm::None,
-                        Epilogue::Add,
-                        n,
-                        &mut ws.x,
-                    )?;
-                }
+                // Without a bias: x += o fused. With one: o stored, then x = x + (o + b).
+                let bias = l.extra.o_bias.as_ref();
+                let (epi, y) = extra::residual_out(bias, &mut ws.x, &mut ws.proj)?;
+                matmul_fused(g, &l.o, &ws.attn, nh * hd, XForm::None, epi, n, y)?;
+                extra::residual_bias(g, bias, &mut ws.x, &ws.proj, n)?;
             }
             if has(Stage::GateUp) {
                 let norm = XForm::Norm {
@@ -564,32 +525,10 @@ impl GpuLlama {
                 }
             }
             if has(Stage::Down) {
-                if let Some(b) = &l.extra.down_bias {
-                    let d = proj(&mut ws.proj)?;
-                    let x_in = &ws.gate_up;
-                    matmul_fused(
-                        g,
-                        &l.down,
-                        x_in,
-                        2 * ffn,
-                        XForm::SiluMul,
-                        Epilogue::Store,
-                        n,
-                        d,
-                    )?;
-                    extra::bias_residual(g, &mut ws.x, d, b, n)?;
-                } else {
-                    matmul_fused(
-                        g,
-                        &l.down,
-                        &ws.gate_up,
-                        2 * ffn,
-                        XForm::SiluMul,
-                        Epilogue::Add,
-                        n,
-                        &mut ws.x,
-                    )?;
-                }
+                let bias = l.extra.down_bias.as_ref();
+                let (epi, y) = extra::residual_out(bias, &mut ws.x, &mut ws.proj)?;
+                matmul_fused(g, &l.down, &ws.gate_up, 2 * ffn, XForm::SiluMul, epi, n, y)?;
+                extra::residual_bias(g, bias, &mut ws.x, &ws.proj, n)?;
             }
         }
         if has(Stage::Head) {
@@ -611,12 +550,4 @@ impl GpuLlama {
         }
         Ok(())
     }
-}
-
-/// The workspace's projection buffer (allocated when a layer has an output or down bias).
-fn proj(p: &mut Option<CudaSlice<f32>>) -> Result<&mut CudaSlice<f32>> {
-    p.as_mut().ok_or_else(|| CudaError::Shape {
-        op: "llama",
-        detail: "a biased projection without its workspace buffer".into(),
-    })
 }
