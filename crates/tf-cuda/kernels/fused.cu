@@ -147,28 +147,12 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
             tf_stage_cols<XF>(x, g, rs, xs, nt, cols, c0, cw, cc, i0, x_stride);
             __syncthreads();
             if (active) {
-                if (FMT >= FMT_Q4_0) {
-                    const int nb = cw >> 5;
-#pragma unroll 2
-                    for (int b = 0; b < nb; b++) {
-                        const int kl = (b << 5) + lane;
-                        const float w0 = tf_mmv_decode<FMT>(row, kl);
-                        const float w1 = tf_mmv_decode<FMT>(row, kl + 16);
-#pragma unroll
-                        for (int r = 0; r < MM_RT; r++) {
-                            if (r < nt) {
-                                acc[r] = fmaf(xs[r * cc + kl], w0, acc[r]);
-                                acc[r] = fmaf(xs[r * cc + kl + 16], w1, acc[r]);
-                            }
-                        }
-                    }
-                } else {
-                    for (int kl = lane; kl < cw; kl += 16) {
-                        const float w = tf_mmv_decode<FMT>(row, kl);
-#pragma unroll
-                        for (int r = 0; r < MM_RT; r++)
-                            if (r < nt) acc[r] = fmaf(xs[r * cc + kl], w, acc[r]);
-                    }
+                // The chains as tf_mmv's (matmul.cu), the inputs from shared memory.
+                switch (nt) {
+                    case 1: tf_mmv_chunk<FMT, 1>(row, xs, cc, cw, false, lane, acc); break;
+                    case 2: tf_mmv_chunk<FMT, 2>(row, xs, cc, cw, false, lane, acc); break;
+                    case 3: tf_mmv_chunk<FMT, 3>(row, xs, cc, cw, false, lane, acc); break;
+                    default: tf_mmv_chunk<FMT, MM_RT>(row, xs, cc, cw, false, lane, acc);
                 }
             }
         }

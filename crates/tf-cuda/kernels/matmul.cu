@@ -143,8 +143,17 @@ __device__ __forceinline__ float tf_mmv_decode(const u8* row, int k) {
     }
 }
 
+// The 16 bytes at p that lie in [lo, hi), zeros elsewhere (a window's edge vectors only).
+__device__ __noinline__ uint4 tf_mmv_edge(const u8* p, const u8* lo, const u8* hi) {
+    u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll 1
+    for (int c = 0; c < 16; c++)
+        if (p + c >= lo && p + c < hi) w[c >> 2] |= (u32)p[c] << (8 * (c & 3));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Loads the 16-byte vectors of one chunk window (vector v at a0 + 16 v, v < nv) that lane
-// `lane` owns; vectors not wholly inside [lo, hi) are read byte by byte within it.
+// `lane` owns (read-only cache path); vectors not wholly inside [lo, hi) byte by byte within it.
 __device__ __forceinline__ void tf_mmv_fetch(uint4* v, const u8* a0, int nv, const u8* lo,
                                              const u8* hi, int lane) {
 #pragma unroll
@@ -153,14 +162,37 @@ __device__ __forceinline__ void tf_mmv_fetch(uint4* v, const u8* a0, int nv, con
         v[u] = make_uint4(0u, 0u, 0u, 0u);
         if (t < nv) {
             const u8* p = a0 + 16 * t;
-            if (p >= lo && p + 16 <= hi) {
-                v[u] = *(const uint4*)p;
-            } else {
-                u32 w[4] = {0u, 0u, 0u, 0u};
-                for (int c = 0; c < 16; c++)
-                    if (p + c >= lo && p + c < hi) w[c >> 2] |= (u32)p[c] << (8 * (c & 3));
-                v[u] = make_uint4(w[0], w[1], w[2], w[3]);
+            v[u] = p >= lo && p + 16 <= hi ? __ldg((const uint4*)p) : tf_mmv_edge(p, lo, hi);
+        }
+    }
+}
+
+// One staged chunk of a row into the chains of NT activation rows (xk: row 0's input at the
+// chunk's first column; row r at xk + r * cols): lane l's elements in ascending k (descending
+// blocks when rev, the planted control), as tf_matmul.
+template <int FMT, int NT>
+__device__ __forceinline__ void tf_mmv_chunk(const u8* srow, const float* __restrict__ xk,
+                                             int cols, int len, bool rev, int lane,
+                                             float* acc) {
+    if (FMT >= FMT_Q4_0) {
+        const int nb = len >> 5;
+#pragma unroll 2
+        for (int bi = 0; bi < nb; bi++) {
+            const int b = rev ? nb - 1 - bi : bi;
+            const int kl = (b << 5) + lane;
+            const float w0 = tf_mmv_decode<FMT>(srow, kl);
+            const float w1 = tf_mmv_decode<FMT>(srow, kl + 16);
+#pragma unroll
+            for (int r = 0; r < NT; r++) {
+                acc[r] = fmaf(xk[(size_t)r * cols + kl], w0, acc[r]);
+                acc[r] = fmaf(xk[(size_t)r * cols + kl + 16], w1, acc[r]);
             }
+        }
+    } else {
+        for (int kl = lane; kl < len; kl += 16) {
+            const float w = tf_mmv_decode<FMT>(srow, kl);
+#pragma unroll
+            for (int r = 0; r < NT; r++) acc[r] = fmaf(xk[(size_t)r * cols + kl], w, acc[r]);
         }
     }
 }
@@ -171,7 +203,6 @@ __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __
                                        float* __restrict__ y, int n, int rows, int cols) {
     __shared__ __align__(16) u8 mmv_smem[MMV_HALVES * MMV_STRIDE];
     constexpr int UE = tf_unit_elems(FMT), UB = tf_unit_bytes(FMT), NU = tf_mmv_units(FMT);
-    constexpr bool BLOCKED = FMT >= FMT_Q4_0;
     const int lane = threadIdx.x & 15;
     u8* sb = mmv_smem + (size_t)((threadIdx.x >> 4) & (MMV_HALVES - 1)) * MMV_STRIDE;
     const int j = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 4);
@@ -214,33 +245,15 @@ __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __
             }
             const u8* srow = sb + cdelta;
             const int k_base = c * NU * UE;
+            const int len = min(NU * UE, cols - k_base);
+            const float* xk = xr + k_base;
             if (active) {
-                if (BLOCKED) {
-                    const int nb = min(NU * UE, cols - k_base) >> 5;
-#pragma unroll 2
-                    for (int bi = 0; bi < nb; bi++) {
-                        const int b = reverse ? nb - 1 - bi : bi;
-                        const int kl = (b << 5) + lane;
-                        const float w0 = tf_mmv_decode<FMT>(srow, kl);
-                        const float w1 = tf_mmv_decode<FMT>(srow, kl + 16);
-                        const int k0 = k_base + kl;
-#pragma unroll
-                        for (int r = 0; r < MM_RT; r++) {
-                            if (i0 + r < n) {
-                                acc[r] = fmaf(xr[(size_t)r * cols + k0], w0, acc[r]);
-                                acc[r] = fmaf(xr[(size_t)r * cols + k0 + 16], w1, acc[r]);
-                            }
-                        }
-                    }
-                } else {
-                    const int kend = min(NU * UE, cols - k_base);
-                    for (int kl = lane; kl < kend; kl += 16) {
-                        const float w = tf_mmv_decode<FMT>(srow, kl);
-                        const int k = k_base + kl;
-#pragma unroll
-                        for (int r = 0; r < MM_RT; r++)
-                            if (i0 + r < n) acc[r] = fmaf(xr[(size_t)r * cols + k], w, acc[r]);
-                    }
+                // The tile's row count as a constant: no per-row tests in the inner loop.
+                switch (min(MM_RT, n - i0)) {
+                    case 1: tf_mmv_chunk<FMT, 1>(srow, xk, cols, len, reverse, lane, acc); break;
+                    case 2: tf_mmv_chunk<FMT, 2>(srow, xk, cols, len, reverse, lane, acc); break;
+                    case 3: tf_mmv_chunk<FMT, 3>(srow, xk, cols, len, reverse, lane, acc); break;
+                    default: tf_mmv_chunk<FMT, MM_RT>(srow, xk, cols, len, reverse, lane, acc);
                 }
             }
         }

@@ -14,8 +14,9 @@ use tf_kernels::contract::Rng;
 use tf_kernels::matmul::{matmul as cpu_matmul, FloatType};
 use tf_kernels::pool::Pool;
 
-// The suite's random packed weights (its module is private to the suite; this is the same file).
-#[allow(dead_code)]
+// The suite's random packed weights (its module is private to the suite; this is the same file:
+// making `suite::packed` pub(crate) would let this be a `use`).
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "../suite/packed.rs"]
 mod packed;
 use packed::HostWeights;
@@ -37,6 +38,7 @@ const PRELUDE: &str = r#"
 #define __global__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __restrict__ __restrict
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
@@ -45,6 +47,7 @@ using std::fmaf; using std::isnan; using std::min; using std::max;
 using std::tanh;
 struct uint4 { unsigned x, y, z, w; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+template <class T> static inline T __ldg(const T* p) { return *p; }
 struct D3 { unsigned x, y, z; };
 static thread_local D3 threadIdx, blockIdx;
 static D3 blockDim;
