@@ -362,6 +362,10 @@ pub fn host_extras(ck: &Checkpoint, plan: &LlamaPlan) -> Result<Vec<LayerExtrasH
 }
 
 #[cfg(test)]
+#[path = "extra_host.rs"]
+mod host;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::path::Path;
