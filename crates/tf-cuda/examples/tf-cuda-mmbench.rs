@@ -1,0 +1,300 @@
+//! `tf-cuda-mmbench [--iters N] [--peak BYTES_PER_S] [--quick]`: the matmul kernels alone at the
+//! decode shapes of the synthetic models (Lightning MLX 4-bit, Llama-3-8B Q4_0, and one matrix
+//! of every other format), checked and timed.
+//!
+//! For each shape:
+//! 1. Check: `ops::matmul` on the GPU at 1 and 5 rows must give the CPU matmul's bits; the fused
+//!    kernel (no transform, store) must give the plain matmul's bits (Llama shapes: the fused
+//!    kernels must also take the shape, which the whole-row kernels refused). A planted control
+//!    (the row-variant Q4_1 kernel) must differ from the CPU at 5 rows.
+//! 2. Time: back-to-back launches between two CUDA events, cycling over enough copies of the
+//!    weights that none is still in L2 when it is read again; microseconds per call, GB/s of
+//!    weight bytes and the fraction of `--peak` (default 3.97e12 B/s, the synthetic bench's
+//!    roofline) at 1, 4 and 16 rows.
+//!
+//! Prints PASS/FAIL last; exits non-zero on any mismatch or error.
+
+use std::process::ExitCode;
+use tf_cuda::fused::{matmul_fused, Epilogue, XForm};
+use tf_cuda::{ops, Gpu, GpuMatrix};
+use tf_formats::gguf::GgmlType;
+use tf_kernels::matmul::{matmul as cpu_matmul, FloatType, PackedMatrix, WeightData};
+use tf_kernels::pool::Pool;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// A weight layout to build.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    Gguf(GgmlType),
+    Dense(FloatType),
+    /// MLX affine, group 64, bf16 scales.
+    Mlx(u8),
+}
+
+/// Host bytes of a matrix (owned) and a view of them.
+struct HostMatrix {
+    rows: usize,
+    cols: usize,
+    layout: Layout,
+    a: Vec<u8>,
+    scales: Vec<u8>,
+    biases: Vec<u8>,
+}
+
+struct XorShift(u64);
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+impl HostMatrix {
+    fn random(layout: Layout, rows: usize, cols: usize, rng: &mut XorShift) -> HostMatrix {
+        // Small scales (f16 0x2000 ~ 2^-7 varied in the low bits) so sums stay finite.
+        let small_f16 = |r: &mut XorShift| 0x2000u16 | (r.next() as u16 & 0x03ff);
+        let small_bf16 = |r: &mut XorShift| 0x3c00u16 | (r.next() as u16 & 0x007f);
+        let (mut a, mut scales, mut biases) = (Vec::new(), Vec::new(), Vec::new());
+        match layout {
+            Layout::Gguf(ty) => {
+                let (block, size, scale_at) = match ty {
+                    GgmlType::Q4_0 => (32, 18, vec![0]),
+                    GgmlType::Q4_1 => (32, 20, vec![0, 2]),
+                    GgmlType::Q8_0 => (32, 34, vec![0]),
+                    GgmlType::Q4K => (256, 144, vec![0, 2]),
+                    _ => (256, 210, vec![208]), // Q6K
+                };
+                a = rng.bytes(rows * cols / block * size);
+                for b in a.chunks_exact_mut(size) {
+                    for &at in &scale_at {
+                        b[at..at + 2].copy_from_slice(&small_f16(rng).to_le_bytes());
+                    }
+                }
+            }
+            Layout::Dense(ty) => {
+                for _ in 0..rows * cols {
+                    let v = rng.unit() * 0.1;
+                    match ty {
+                        FloatType::F32 => a.extend(v.to_le_bytes()),
+                        FloatType::F16 => a.extend(half::f16::from_f32(v).to_bits().to_le_bytes()),
+                        _ => a.extend(half::bf16::from_f32(v).to_bits().to_le_bytes()),
+                    }
+                }
+            }
+            Layout::Mlx(bits) => {
+                a = rng.bytes(rows * cols * bits as usize / 8);
+                for _ in 0..rows * cols / 64 {
+                    scales.extend(small_bf16(rng).to_le_bytes());
+                    biases.extend((small_bf16(rng) | 0x8000).to_le_bytes());
+                }
+            }
+        }
+        HostMatrix {
+            rows,
+            cols,
+            layout,
+            a,
+            scales,
+            biases,
+        }
+    }
+
+    fn packed(&self) -> Res<PackedMatrix<'_>> {
+        let data = match self.layout {
+            Layout::Gguf(ty) => WeightData::Gguf { ty, bytes: &self.a },
+            Layout::Dense(ty) => WeightData::Dense { ty, bytes: &self.a },
+            Layout::Mlx(bits) => WeightData::MlxAffine {
+                bits,
+                group_size: 64,
+                scale_ty: FloatType::BF16,
+                words: &self.a,
+                scales: &self.scales,
+                biases: &self.biases,
+            },
+        };
+        Ok(PackedMatrix::new(self.rows, self.cols, data)?)
+    }
+}
+
+/// (label, layout, rows, cols, whether the fused kernels must take it)
+fn shapes(quick: bool) -> Vec<(&'static str, Layout, usize, usize, bool)> {
+    use Layout::*;
+    let mut v = vec![
+        ("lightning expert up", Mlx(4), 1856, 2688, false),
+        ("lightning expert down", Mlx(4), 2688, 1856, false),
+        ("lightning shared up", Mlx(4), 3712, 2688, false),
+        ("lightning mamba out", Mlx(4), 2688, 4096, false),
+        ("llama3-8b qkv", Gguf(GgmlType::Q4_0), 6144, 4096, true),
+        ("llama3-8b o", Gguf(GgmlType::Q4_0), 4096, 4096, true),
+        ("llama3-8b gate_up", Gguf(GgmlType::Q4_0), 28672, 4096, true),
+        ("llama3-8b down", Gguf(GgmlType::Q4_0), 4096, 14336, true),
+    ];
+    if !quick {
+        v.extend([
+            ("lightning head", Mlx(4), 131072, 2688, false),
+            ("q4_1 4096x4096", Gguf(GgmlType::Q4_1), 4096, 4096, true),
+            ("q8_0 4096x4096", Gguf(GgmlType::Q8_0), 4096, 4096, true),
+            ("q4_k 4096x4096", Gguf(GgmlType::Q4K), 4096, 4096, false),
+            ("q6_k 4096x4096", Gguf(GgmlType::Q6K), 4096, 4096, false),
+            ("mlx8 4096x4096", Mlx(8), 4096, 4096, false),
+            ("mlx3 4096x4096", Mlx(3), 4096, 4096, false),
+            ("bf16 4096x4096", Dense(FloatType::BF16), 4096, 4096, true),
+            ("f32 2048x2048", Dense(FloatType::F32), 2048, 2048, true),
+        ]);
+    }
+    v
+}
+
+fn bits_equal(a: &[f32], b: &[f32]) -> usize {
+    a.iter()
+        .zip(b)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count()
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => {
+            println!("mmbench: PASS");
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            println!("mmbench: FAIL");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            println!("mmbench: FAIL ({e})");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Res<bool> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| args.windows(2).find(|w| w[0] == flag).map(|w| w[1].clone());
+    let iters: usize = value("--iters").and_then(|v| v.parse().ok()).unwrap_or(200);
+    let peak: f64 = value("--peak")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3.97e12);
+    let quick = args.iter().any(|a| a == "--quick");
+    let gpu = Gpu::open(0)?;
+    let pool = Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut ok = true;
+    println!("| matrix | format | rows x cols | MB | n | us/call | GB/s | of peak |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (label, layout, rows, cols, fused) in shapes(quick) {
+        let host = HostMatrix::random(layout, rows, cols, &mut rng);
+        let packed = host.packed()?;
+        let w = GpuMatrix::upload(&gpu, &packed)?;
+        let bytes = w.storage_bytes();
+        // Check: GPU vs CPU bits at 1 and 5 rows; fused vs plain.
+        let nmax = 16;
+        let x_host: Vec<f32> = (0..nmax * cols).map(|_| rng.unit()).collect();
+        let x = gpu.upload(&x_host)?;
+        let mut y = gpu.zeros::<f32>(nmax * rows)?;
+        for n in [1usize, 5] {
+            ops::matmul(&gpu, &w, &x, n, &mut y)?;
+            let g = gpu.download(&y, n * rows)?;
+            let mut c = vec![0f32; n * rows];
+            cpu_matmul(&packed, &x_host[..n * cols], n, &mut c, &pool)?;
+            let bad = bits_equal(&g, &c);
+            if bad != 0 {
+                println!(
+                    "CHECK {label} n={n}: {bad} of {} outputs differ from the CPU",
+                    c.len()
+                );
+                ok = false;
+            }
+            if fused {
+                let mut yf = gpu.zeros::<f32>(nmax * rows)?;
+                matmul_fused(&gpu, &w, &x, cols, XForm::None, Epilogue::Store, n, &mut yf)?;
+                let f = gpu.download(&yf, n * rows)?;
+                let bad = bits_equal(&f, &g);
+                if bad != 0 {
+                    println!("CHECK {label} fused n={n}: {bad} outputs differ from the matmul");
+                    ok = false;
+                }
+            }
+        }
+        // Planted control: the row-variant kernel must be caught (Q4_1 shapes only).
+        if matches!(layout, Layout::Gguf(GgmlType::Q4_1)) {
+            ops::matmul_with(&gpu, "tf_plant_matmul_q4_1_rowvar", &w, &x, 5, &mut y)?;
+            let g = gpu.download(&y, 5 * rows)?;
+            let mut c = vec![0f32; 5 * rows];
+            cpu_matmul(&packed, &x_host[..5 * cols], 5, &mut c, &pool)?;
+            if bits_equal(&g, &c) == 0 {
+                println!("CHECK {label}: the planted row-variant kernel went uncaught");
+                ok = false;
+            }
+        }
+        // Timing over copies that together exceed L2 several times.
+        let copies = (512usize << 20).div_ceil(bytes).clamp(1, 64);
+        let mut ws = vec![w];
+        for _ in 1..copies {
+            ws.push(GpuMatrix::upload(&gpu, &packed)?);
+        }
+        for n in [1usize, 4, 16] {
+            for m in ws.iter().take(3) {
+                ops::matmul(&gpu, m, &x, n, &mut y)?;
+            }
+            let stream = gpu.stream();
+            let t0 =
+                stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            for i in 0..iters {
+                ops::matmul(&gpu, &ws[i % copies], &x, n, &mut y)?;
+            }
+            let t1 =
+                stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            t1.synchronize()?;
+            let us = t0.elapsed_ms(&t1)? as f64 * 1e3 / iters as f64;
+            let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+            println!(
+                "| {label} | {:?} | {rows} x {cols} | {:.1} | {n} | {us:.1} | {gbs:.0} | {:.0}% |",
+                ws[0].format(),
+                bytes as f64 / 1e6,
+                100.0 * gbs * 1e9 / peak
+            );
+        }
+        if fused {
+            // The fused kernel at 1 row, SwiGLU in and residual add (the down projection's use).
+            let xs = gpu.upload(&(0..2 * cols).map(|_| rng.unit()).collect::<Vec<f32>>())?;
+            let stream = gpu.stream();
+            let t0 =
+                stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            for i in 0..iters {
+                matmul_fused(
+                    &gpu,
+                    &ws[i % copies],
+                    &xs,
+                    2 * cols,
+                    XForm::SiluMul,
+                    Epilogue::Add,
+                    1,
+                    &mut y,
+                )?;
+            }
+            let t1 =
+                stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            t1.synchronize()?;
+            let us = t0.elapsed_ms(&t1)? as f64 * 1e3 / iters as f64;
+            let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+            println!(
+                "| {label} (fused silu/add) | {:?} | {rows} x {cols} | {:.1} | 1 | {us:.1} | {gbs:.0} | {:.0}% |",
+                ws[0].format(),
+                bytes as f64 / 1e6,
+                100.0 * gbs * 1e9 / peak
+            );
+        }
+    }
+    Ok(ok)
+}
