@@ -137,11 +137,11 @@ fn shapes(quick: bool) -> Vec<(&'static str, Layout, usize, usize, bool)> {
         ("llama3-8b o", Gguf(GgmlType::Q4_0), 4096, 4096, true),
         ("llama3-8b gate_up", Gguf(GgmlType::Q4_0), 28672, 4096, true),
         ("llama3-8b down", Gguf(GgmlType::Q4_0), 4096, 14336, true),
+        ("q4_1 4096x4096", Gguf(GgmlType::Q4_1), 4096, 4096, true),
     ];
     if !quick {
         v.extend([
             ("lightning head", Mlx(4), 131072, 2688, false),
-            ("q4_1 4096x4096", Gguf(GgmlType::Q4_1), 4096, 4096, true),
             ("q8_0 4096x4096", Gguf(GgmlType::Q8_0), 4096, 4096, true),
             ("q4_k 4096x4096", Gguf(GgmlType::Q4K), 4096, 4096, false),
             ("q6_k 4096x4096", Gguf(GgmlType::Q6K), 4096, 4096, false),

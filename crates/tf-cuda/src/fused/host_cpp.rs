@@ -367,7 +367,7 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     for (i, f) in FORMATS.iter().copied().enumerate() {
         let (rows, cols) = (11, cols_of(f));
         let (w, bytes) = weights(f, rows, cols, rng);
-        for (n, off) in [(1usize, 0usize), (6, 2 + 4 * (i % 3))] {
+        for (n, off) in [(1usize, 0usize), (7, 2 + 4 * (i % 3))] {
             let x = rng.vec_uniform(n * cols, -1.0, 1.0);
             cases.push(Case {
                 label: format!("{f:?} matmul n={n} off={off}"),
