@@ -212,26 +212,56 @@ extern "C" __global__ void tf_moe_gather(const float* x, const int* order, const
     for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = src[c];
 }
 
-// Expert matmuls: blockIdx.y is the expert e; its rows of the stacked weight [E * rows, cols]
-// multiply its group of gathered rows, yg[p, j] for p in offsets[e]..offsets[e + 1], through
-// TF_MATMUL_IMPL (matmul.cu): tf_matmul's arithmetic, the same bits as the plain matmul of those
-// rows.
+// The id of the y-th expert (ascending ids) whose group offsets[e]..offsets[e + 1] is not empty,
+// or -1. Every thread of the block calls it (blockDim.x a multiple of 32, at most 1024).
+__device__ __forceinline__ int tf_moe_block_expert(const int* __restrict__ offsets,
+                                                   int n_experts, int y) {
+    __shared__ int counts[32];
+    __shared__ int found;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (threadIdx.x == 0) found = -1;
+    int before = 0;  // non-empty experts in earlier passes
+    for (int e0 = 0; e0 < n_experts; e0 += blockDim.x) {
+        const int e = e0 + threadIdx.x;
+        const bool full = e < n_experts && offsets[e + 1] > offsets[e];
+        const u32 m = __ballot_sync(TF_FULL_MASK, full);
+        __syncthreads();  // counts of the previous pass read
+        if (lane == 0) counts[warp] = __popc(m);
+        __syncthreads();
+        int rank = before + __popc(m & ((1u << lane) - 1u));
+        int total = 0;
+        for (int w = 0; w < nw; w++) {
+            if (w < warp) rank += counts[w];
+            total += counts[w];
+        }
+        if (full && rank == y) found = e;
+        before += total;
+    }
+    __syncthreads();
+    return found;
+}
+
+// Expert matmuls: block row y takes the y-th expert e with a non-empty group (the launcher sizes
+// the grid's y to min(n_experts, slots), the most groups a round can have, so no block waits on
+// an empty expert); its rows of the stacked weight [E * rows, cols] multiply its group of
+// gathered rows, yg[p, j] for p in offsets[e]..offsets[e + 1], through TF_MATMUL_IMPL
+// (matmul.cu): tf_matmul's arithmetic, the same bits as the plain matmul of those rows.
 template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const float* __restrict__ xg,
                                               float* __restrict__ yg, const int* __restrict__ offsets,
-                                              int rows, int cols) {
-    const int e = blockIdx.y;
+                                              int rows, int cols, int n_experts) {
+    const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
+    if (e < 0) return;
     const int off = offsets[e];
     const int cnt = offsets[e + 1] - off;
-    if (cnt <= 0) return;
     TF_MATMUL_IMPL<FMT, PLANT>(W + (size_t)e * rows * tf_row_bytes(FMT, cols),
                                xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, rows, cols);
 }
 
 #define TF_MOE_MATMUL_ENTRY(NAME, FMT, PLANT)                                                 \
     extern "C" __global__ void NAME(const u8* W, const float* xg, float* yg, const int* offsets, \
-                                    int rows, int cols) {                                     \
-        tf_moe_matmul<FMT, PLANT>(W, xg, yg, offsets, rows, cols);                            \
+                                    int rows, int cols, int n_experts) {                      \
+        tf_moe_matmul<FMT, PLANT>(W, xg, yg, offsets, rows, cols, n_experts);                 \
     }
 
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_f32, FMT_F32, 0)

@@ -433,22 +433,31 @@ fn expert_matmul(
     need(OP, "y", y.len(), slots * w.rows())?;
     need(OP, "offsets", offsets.len(), w.n_experts() + 1)?;
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
+    let n_experts = i32_of(OP, "experts", w.n_experts())?;
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.matrix.bytes())
         .arg(x)
         .arg(y)
         .arg(offsets)
         .arg(&rows)
-        .arg(&cols);
+        .arg(&cols)
+        .arg(&n_experts);
+    // Block row y takes the y-th expert with rows (kernels/moe.cu): a round has at most
+    // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
     let mut cfg = grid(w.rows() * 16, THREADS);
-    cfg.grid_dim.1 = u32::try_from(w.n_experts()).map_err(|_| CudaError::Param {
-        op: OP,
-        what: "experts",
-        value: w.n_experts() as f64,
-        why: "exceeds the grid",
-    })?;
-    // SAFETY: (u8*, f32*, f32*, i32*, i32, i32); the stacked weight holds n_experts * rows rows
-    // (validated at upload); every group lies within the `slots` rows checked above.
+    let groups = w.n_experts().min(slots).max(1);
+    cfg.grid_dim.1 =
+        u32::try_from(groups)
+            .ok()
+            .filter(|&g| g <= 65535)
+            .ok_or(CudaError::Param {
+                op: OP,
+                what: "expert groups",
+                value: groups as f64,
+                why: "exceeds the grid",
+            })?;
+    // SAFETY: (u8*, f32*, f32*, i32*, i32, i32, i32); the stacked weight holds n_experts * rows
+    // rows (validated at upload); every group lies within the `slots` rows checked above.
     unsafe { b.go(cfg, "launching moe expert matmul") }
 }
 
