@@ -1,12 +1,13 @@
 // Fused decode kernels: the same per-element arithmetic as the separate kernels (so the same
 // bits), fewer launches and one trip to device memory for the weights.
 //
-// tf_mmf_<fmt>_<xf>_<ep>: a block of MMF_THREADS threads owns MMF_ROWS consecutive weight rows
-// and walks the columns in chunks of at most MMF_CC (a multiple of every format's unit), so its
-// shared memory is bounded whatever the row length. For each tile of MM_RT activation rows and
-// each chunk, in ascending column order, it copies the chunk of its rows into shared memory
-// (16-byte loads where the rows allow), and the tile's inputs for those columns after an
-// optional transform:
+// tf_mmf_<fmt>_<xf>_<ep>: a block of MMF_THREADS threads owns MMF_ROWS consecutive weight rows,
+// one per half-warp, and walks the columns in the chunks of tf_mmv (matmul.cu: whole format
+// units, at most MMV_SPAN - 16 bytes of a row), so its shared memory is bounded whatever the row
+// length. Each half-warp streams its row as tf_mmv does (16-byte loads, the next chunk in flight
+// while the current one is consumed from shared memory); for each tile of MM_RT activation rows
+// and each chunk, in ascending column order, the block stages the tile's inputs for the chunk's
+// columns after an optional transform:
 //   xf none: x as is
 //   xf norm: RMSNorm, r = 1 / sqrt(dot16(x, x) / cols + eps) per row (a half-warp's fold over
 //            the whole row, as in tf_rms_norm, before the first chunk), then g[k] * (x[k] * r)
@@ -20,7 +21,6 @@
 
 #define MMF_ROWS 8
 #define MMF_THREADS 128
-#define MMF_CC 1024  // columns per chunk: a multiple of 256 (every format's unit divides it)
 #define XF_NONE 0
 #define XF_NORM 1
 #define XF_SILU 2
@@ -63,59 +63,26 @@ __device__ __forceinline__ void tf_stage_cols(const float* __restrict__ x,
     }
 }
 
-// The word type of a VW-byte copy.
-template <int VW> struct TfWord { typedef u8 T; };
-template <> struct TfWord<4> { typedef u32 T; };
-template <> struct TfWord<16> { typedef uint4 T; };
-
-// Copies nr rows of `bytes` bytes (row r at src + r * src_stride) to dst + r * dst_stride in
-// VW-byte words (VW = 16, 4 or 1; the caller checks the alignment), four words in flight.
-template <int VW>
-__device__ __forceinline__ void tf_copy_rows(const u8* __restrict__ src, size_t src_stride,
-                                             u8* dst, size_t dst_stride, int nr, int bytes) {
-    typedef typename TfWord<VW>::T V;
-    const int per = bytes / VW;
-    const int total = nr * per;
-    for (int t0 = threadIdx.x; t0 < total; t0 += 4 * MMF_THREADS) {
-        V v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int t = t0 + u * MMF_THREADS;
-            if (t < total) {
-                const int r = t / per, w = t - r * per;
-                v[u] = ((const V*)(src + (size_t)r * src_stride))[w];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int t = t0 + u * MMF_THREADS;
-            if (t < total) {
-                const int r = t / per, w = t - r * per;
-                ((V*)(dst + (size_t)r * dst_stride))[w] = v[u];
-            }
-        }
-    }
-}
-
 template <int FMT, int XF, int EP>
 __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __restrict__ x,
                                        const float* __restrict__ g, float eps, float* y, int n,
                                        int rows, int cols, int x_stride) {
     extern __shared__ __align__(16) u8 tf_smem[];
     __shared__ float rs[MM_RT];
+    constexpr int UE = tf_unit_elems(FMT), NU = tf_mmv_units(FMT), CCOLS = NU * UE;
     const size_t rb = tf_row_bytes(FMT, cols);
-    const int cc = min(cols, MMF_CC);
-    // A chunk's row in shared memory: its bytes rounded up to 16 (host: fused_smem_bytes).
-    const size_t crs = (tf_row_bytes(FMT, cc) + 15) & ~(size_t)15;
-    const int j0 = blockIdx.x * MMF_ROWS;
-    const int nr = min(MMF_ROWS, rows - j0);
-    u8* ws = tf_smem;
-    float* xs = (float*)(tf_smem + MMF_ROWS * crs);
+    const int cc = min(cols, CCOLS);  // the staged inputs' row stride
     const int lane = threadIdx.x & 15;
     const int hw = threadIdx.x >> 4;
-    const bool active = hw < nr;
-    const u8* row = ws + (size_t)(active ? hw : 0) * crs;
-    const u8* wrows = W + (size_t)j0 * rb;
+    u8* sb = tf_smem + (size_t)hw * MMV_STRIDE;  // this half-warp's weight window
+    float* xs = (float*)(tf_smem + MMF_ROWS * MMV_STRIDE);
+    const int j0 = blockIdx.x * MMF_ROWS;
+    const bool active = j0 + hw < rows;
+    const u8* row = W + (size_t)(active ? j0 + hw : j0) * rb;
+    const u8* lo = W;
+    const u8* hi = W + (size_t)rows * rb;
+    const int units = (cols + UE - 1) / UE;
+    const int nchunks = (units + NU - 1) / NU;
     for (int i0 = 0; i0 < n; i0 += MM_RT) {
         const int nt = min(MM_RT, n - i0);
         if (XF == XF_NORM && hw < MM_RT) {  // threads 0..63: two whole warps
@@ -130,29 +97,32 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         float acc[MM_RT];
 #pragma unroll
         for (int r = 0; r < MM_RT; r++) acc[r] = 0.0f;
-        for (int c0 = 0; c0 < cols; c0 += cc) {
-            const int cw = min(cc, cols - c0);
+        uint4 v[MMV_VEC];
+        const u8* a0;
+        int delta, nv;
+        tf_mmv_window<FMT>(row, rb, 0, &a0, &delta, &nv);
+        tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+        for (int c = 0; c < nchunks; c++) {
+            const int c0 = c * CCOLS;
+            const int cw = min(CCOLS, cols - c0);
+            const int cdelta = delta;
             __syncthreads();  // the previous chunk consumed; rs written
-            {
-                const u8* src = wrows + tf_row_bytes(FMT, c0);
-                const int bytes = (int)tf_row_bytes(FMT, cw);
-                const size_t a = (size_t)src | rb | (size_t)bytes;
-                if ((a & 15) == 0)
-                    tf_copy_rows<16>(src, rb, ws, crs, nr, bytes);
-                else if ((a & 3) == 0)
-                    tf_copy_rows<4>(src, rb, ws, crs, nr, bytes);
-                else
-                    tf_copy_rows<1>(src, rb, ws, crs, nr, bytes);
-            }
+#pragma unroll
+            for (int u = 0; u < MMV_VEC; u++) ((uint4*)sb)[lane + 16 * u] = v[u];
             tf_stage_cols<XF>(x, g, rs, xs, nt, cols, c0, cw, cc, i0, x_stride);
+            if (c + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
+                tf_mmv_window<FMT>(row, rb, c + 1, &a0, &delta, &nv);
+                tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+            }
             __syncthreads();
             if (active) {
                 // The chains as tf_mmv's (matmul.cu), the inputs from shared memory.
+                const u8* srow = sb + cdelta;
                 switch (nt) {
-                    case 1: tf_mmv_chunk<FMT, 1>(row, xs, cc, cw, false, lane, acc); break;
-                    case 2: tf_mmv_chunk<FMT, 2>(row, xs, cc, cw, false, lane, acc); break;
-                    case 3: tf_mmv_chunk<FMT, 3>(row, xs, cc, cw, false, lane, acc); break;
-                    default: tf_mmv_chunk<FMT, MM_RT>(row, xs, cc, cw, false, lane, acc);
+                    case 1: tf_mmv_chunk<FMT, 1>(srow, xs, cc, cw, false, lane, acc); break;
+                    case 2: tf_mmv_chunk<FMT, 2>(srow, xs, cc, cw, false, lane, acc); break;
+                    case 3: tf_mmv_chunk<FMT, 3>(srow, xs, cc, cw, false, lane, acc); break;
+                    default: tf_mmv_chunk<FMT, MM_RT>(srow, xs, cc, cw, false, lane, acc);
                 }
             }
         }

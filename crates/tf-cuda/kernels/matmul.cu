@@ -167,6 +167,19 @@ __device__ __forceinline__ void tf_mmv_fetch(uint4* v, const u8* a0, int nv, con
     }
 }
 
+// The window of chunk c of a row of rb bytes: its first byte aligned down to 16 (a0), the
+// chunk's offset in it (delta) and its 16-byte vectors (nv).
+template <int FMT>
+__device__ __forceinline__ void tf_mmv_window(const u8* row, size_t rb, int c, const u8** a0,
+                                              int* delta, int* nv) {
+    constexpr int UB = tf_unit_bytes(FMT), NU = tf_mmv_units(FMT);
+    const u8* s = row + (size_t)c * NU * UB;
+    const u8* e = s + (size_t)NU * UB < row + rb ? s + (size_t)NU * UB : row + rb;
+    *a0 = (const u8*)((size_t)s & ~(size_t)15);
+    *delta = (int)(s - *a0);
+    *nv = (int)((e - *a0 + 15) >> 4);
+}
+
 // One staged chunk of a row into the chains of NT activation rows (xk: row 0's input at the
 // chunk's first column; row r at xk + r * cols): lane l's elements in ascending k (descending
 // blocks when rev, the planted control), as tf_matmul.
@@ -202,7 +215,7 @@ template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __restrict__ x,
                                        float* __restrict__ y, int n, int rows, int cols) {
     __shared__ __align__(16) u8 mmv_smem[MMV_HALVES * MMV_STRIDE];
-    constexpr int UE = tf_unit_elems(FMT), UB = tf_unit_bytes(FMT), NU = tf_mmv_units(FMT);
+    constexpr int UE = tf_unit_elems(FMT), NU = tf_mmv_units(FMT);
     const int lane = threadIdx.x & 15;
     u8* sb = mmv_smem + (size_t)((threadIdx.x >> 4) & (MMV_HALVES - 1)) * MMV_STRIDE;
     const int j = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 4);
@@ -214,14 +227,6 @@ __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __
     const u8* hi = W + (size_t)rows * rb;
     const int units = (cols + UE - 1) / UE;
     const int nchunks = (units + NU - 1) / NU;
-    // The window of chunk c: its first byte, aligned down to 16, and its 16-byte vectors.
-    auto window = [&](int c, const u8** a0, int* delta, int* nv) {
-        const u8* s = row + (size_t)c * NU * UB;
-        const u8* e = s + (size_t)NU * UB < row + rb ? s + (size_t)NU * UB : row + rb;
-        *a0 = (const u8*)((size_t)s & ~(size_t)15);
-        *delta = (int)(s - *a0);
-        *nv = (int)((e - *a0 + 15) >> 4);
-    };
     for (int i0 = 0; i0 < n; i0 += MM_RT) {
         float acc[MM_RT];
 #pragma unroll
@@ -230,7 +235,7 @@ __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __
         uint4 v[MMV_VEC];
         const u8* a0;
         int delta, nv;
-        window(reverse ? nchunks - 1 : 0, &a0, &delta, &nv);
+        tf_mmv_window<FMT>(row, rb, reverse ? nchunks - 1 : 0, &a0, &delta, &nv);
         tf_mmv_fetch(v, a0, nv, lo, hi, lane);
         for (int ci = 0; ci < nchunks; ci++) {
             const int c = reverse ? nchunks - 1 - ci : ci;
@@ -240,7 +245,7 @@ __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __
             for (int u = 0; u < MMV_VEC; u++) ((uint4*)sb)[lane + 16 * u] = v[u];
             __syncwarp();
             if (ci + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
-                window(reverse ? c - 1 : c + 1, &a0, &delta, &nv);
+                tf_mmv_window<FMT>(row, rb, reverse ? c - 1 : c + 1, &a0, &delta, &nv);
                 tf_mmv_fetch(v, a0, nv, lo, hi, lane);
             }
             const u8* srow = sb + cdelta;

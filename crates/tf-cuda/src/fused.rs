@@ -35,19 +35,30 @@ pub enum Epilogue {
     Add,
 }
 
-/// Columns per chunk of the fused matmul (kernels/fused.cu `MMF_CC`).
-const MMF_CC: usize = 1024;
+/// Bytes of a row a half-warp stages per chunk (kernels/matmul.cu `MMV_SPAN`).
+const MMV_SPAN: usize = 1024;
+/// Shared bytes per half-warp's window (kernels/matmul.cu `MMV_STRIDE`).
+const MMV_STRIDE: usize = MMV_SPAN + 32;
 
-/// Shared memory bytes of a fused matmul block for `w`: a chunk of at most [`MMF_CC`] columns
-/// of its rows (each rounded up to 16 bytes) and of the tile's inputs, whatever the row length.
+/// Columns of one chunk of a `format` row (kernels/matmul.cu `tf_mmv_units` whole units).
+pub fn chunk_cols(format: GpuFormat) -> usize {
+    let unit_elems = match format {
+        GpuFormat::Q4K | GpuFormat::Q6K => 256,
+        _ => 32,
+    };
+    let unit_bytes = format.row_bytes(unit_elems);
+    (MMV_SPAN - 16) / unit_bytes * unit_elems
+}
+
+/// Shared memory bytes of a fused matmul block for `w`: a chunk window per weight row and the
+/// tile's inputs for one chunk of columns, whatever the row length.
 pub fn fused_smem_bytes(w: &GpuMatrix) -> usize {
     fused_smem_bytes_for(w.format(), w.cols())
 }
 
 /// [`fused_smem_bytes`] of a `format` matrix with rows of `cols` elements.
 pub fn fused_smem_bytes_for(format: GpuFormat, cols: usize) -> usize {
-    let cc = cols.min(MMF_CC);
-    MMF_ROWS * format.row_bytes(cc).div_ceil(16) * 16 + MM_RT * cc * 4
+    MMF_ROWS * MMV_STRIDE + MM_RT * cols.min(chunk_cols(format)) * 4
 }
 
 /// `y[i, j] (=|+=) Σ_k xform(x)[i, k] · W[j, k]` for `i < n`, input row `i` at
@@ -222,16 +233,32 @@ mod tests {
 
     #[test]
     fn fused_shared_memory_is_bounded_by_the_chunk() {
+        use super::chunk_cols;
+        // Whole units of at most 1008 bytes (the kernels' tf_mmv_units).
+        assert_eq!(chunk_cols(GpuFormat::Q4_0), 56 * 32);
+        assert_eq!(chunk_cols(GpuFormat::Mlx4), 42 * 32);
+        assert_eq!(chunk_cols(GpuFormat::Q6K), 4 * 256);
+        assert_eq!(chunk_cols(GpuFormat::F32), 7 * 32);
         // Llama-3-8B's down projection: [4096, 14336] Q4_0 needed 293888 bytes unchunked.
         let q = fused_smem_bytes_for(GpuFormat::Q4_0, 14336);
-        assert_eq!(q, 8 * 576 + 4 * 1024 * 4);
+        assert_eq!(q, 8 * 1056 + 4 * 1792 * 4);
         assert_eq!(q, fused_smem_bytes_for(GpuFormat::Q4_0, 4096));
-        // The widest format's chunk stays far under the H200's 227 KiB per block.
-        assert!(fused_smem_bytes_for(GpuFormat::F32, 1 << 20) <= 8 * 4096 + 16384);
-        // Short rows: one chunk of the row itself (Q6_K rows rounded up to 16 bytes).
+        // Every format stays far under the H200's 227 KiB per block at any width.
+        for f in [
+            GpuFormat::F32,
+            GpuFormat::Bf16,
+            GpuFormat::Mlx2,
+            GpuFormat::Q8_0,
+        ] {
+            assert!(
+                fused_smem_bytes_for(f, 1 << 20) <= 8 * 1056 + 4 * 2016 * 4,
+                "{f:?}"
+            );
+        }
+        // Short rows: the inputs of the row itself.
         assert_eq!(
             fused_smem_bytes_for(GpuFormat::Q6K, 256),
-            8 * 224 + 4 * 256 * 4
+            8 * 1056 + 4 * 256 * 4
         );
     }
 }
