@@ -1,0 +1,256 @@
+//! The host build of the staged, grouped and fused matmul kernels: CUDA stand-ins (threads,
+//! barriers, shuffles, votes), the emulated launch, the case reader, and the program text.
+
+use crate::weights::GpuFormat;
+use std::process::Command;
+
+/// Host stand-ins for the CUDA names the kernels use, and the emulated launch.
+const PRELUDE: &str = r#"
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+#define __device__
+#define __global__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __restrict__ __restrict
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(n)
+using std::fmaf; using std::isnan; using std::min; using std::max;
+using std::tanh;
+struct uint4 { unsigned x, y, z, w; };
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+template <class T> static inline T __ldg(const T* p) { return *p; }
+struct D3 { unsigned x, y, z; };
+static thread_local D3 threadIdx, blockIdx;
+static D3 blockDim;
+static std::barrier<>* tf_block_bar;
+static std::vector<std::unique_ptr<std::barrier<>>> tf_warp_bars;
+static float tf_shfl[64][32];
+static unsigned char* tf_dyn_smem;
+static inline float __int_as_float(int b) { float f; std::memcpy(&f, &b, 4); return f; }
+static inline int __float_as_int(float f) { int b; std::memcpy(&b, &f, 4); return b; }
+static inline void __syncthreads() { tf_block_bar->arrive_and_wait(); }
+static unsigned tf_vote[64][32];
+static inline unsigned __ballot_sync(unsigned, bool p) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    tf_vote[w][lane] = p ? 1u : 0u;
+    tf_warp_bars[w]->arrive_and_wait();
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++) m |= tf_vote[w][l] << l;
+    tf_warp_bars[w]->arrive_and_wait();
+    return m;
+}
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
+static inline void __syncwarp() { tf_warp_bars[threadIdx.x >> 5]->arrive_and_wait(); }
+static inline float __shfl_down_sync(unsigned, float v, int delta, int width) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    tf_shfl[w][lane] = v;
+    tf_warp_bars[w]->arrive_and_wait();
+    const float r = (lane % width) + delta < width ? tf_shfl[w][lane + delta] : v;
+    tf_warp_bars[w]->arrive_and_wait();
+    return r;
+}
+static inline float tf_host_f16(unsigned short h) {
+    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? std::ldexp((double)m, -24)
+             : e == 31 ? (m ? NAN : INFINITY)
+             : std::ldexp((double)(m | 1024), e - 25);
+    return (float)(s ? -v : v);
+}
+template <class F> static void tf_launch(D3 grid, unsigned threads, size_t smem, F f) {
+    blockDim = D3{threads, 1, 1};
+    std::vector<unsigned char> dyn(smem + 16);
+    tf_dyn_smem = dyn.data() + (16 - ((uintptr_t)dyn.data() & 15)) % 16;
+    for (unsigned by = 0; by < grid.y; by++)
+        for (unsigned bx = 0; bx < grid.x; bx++) {
+            std::barrier<> bar((std::ptrdiff_t)threads);
+            tf_block_bar = &bar;
+            tf_warp_bars.clear();
+            for (unsigned w = 0; w < (threads + 31) / 32; w++)
+                tf_warp_bars.emplace_back(new std::barrier<>((std::ptrdiff_t)std::min(32u, threads - 32 * w)));
+            std::vector<std::thread> ts;
+            for (unsigned t = 0; t < threads; t++)
+                ts.emplace_back([=] { threadIdx = D3{t, 0, 0}; blockIdx = D3{bx, by, 0}; f(); });
+            for (auto& t : ts) t.join();
+        }
+}
+"#;
+
+/// Reads cases from argv[1], writes each case's outputs to argv[2]. A case: a kernel name
+/// (u32 length + bytes), then i32 kind, fmt, rows, cols, n, experts, x_stride, byte length,
+/// offset; the weight bytes; x (n * x_stride floats; kind 2: experts + 1 offsets first); for
+/// fused kinds the gain (cols floats), eps and the y it starts from (n * rows floats).
+/// kind 0: plain matmul, 1: grouped expert matmul, 2: fused (name picks the variant).
+const MAIN: &str = r#"
+typedef void (*MmFn)(const u8*, const float*, float*, int, int, int);
+typedef void (*MoeFn)(const u8*, const float*, float*, const int*, int, int, int);
+typedef void (*MmfFn)(const u8*, const float*, const float*, float, float*, int, int, int, int);
+struct In { std::vector<char> b; size_t at = 0;
+    bool more() const { return at < b.size(); }
+    int i() { int v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
+    float f() { float v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
+    std::vector<float> vf(size_t n) { std::vector<float> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
+    std::vector<int> vi(size_t n) { std::vector<int> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
+    std::string s() { int l = i(); std::string r(&b[at], l); at += l; return r; }
+};
+#define MM(name) {#name, name},
+static std::map<std::string, MmFn> mm = { TF_HOST_MM };
+static std::map<std::string, MoeFn> moe = { TF_HOST_MOE };
+static std::map<std::string, MmfFn> mmf = { TF_HOST_MMF };
+int main(int argc, char** argv) {
+    if (argc < 3) return 2;
+    FILE* fi = std::fopen(argv[1], "rb");
+    if (!fi) return 2;
+    In in;
+    std::fseek(fi, 0, SEEK_END); in.b.resize(std::ftell(fi)); std::fseek(fi, 0, SEEK_SET);
+    if (std::fread(in.b.data(), 1, in.b.size(), fi) != in.b.size()) return 3;
+    FILE* fo = std::fopen(argv[2], "wb");
+    if (!fo) return 2;
+    while (in.more()) {
+        const std::string name = in.s();
+        const int kind = in.i(), fmt = in.i(), rows = in.i(), cols = in.i(), n = in.i();
+        const int experts = in.i(), xs = in.i(), len = in.i(), off = in.i();
+        (void)fmt;
+        // The matrix at `off` bytes into a buffer of garbage (its edges must not be read into
+        // any output).
+        std::vector<u8> buf(len + off + 64, 0xa5);
+        std::memcpy(buf.data() + off, &in.b[in.at], len);
+        in.at += len;
+        const u8* W = buf.data() + off;
+        std::vector<int> offs;
+        if (kind == 1) offs = in.vi(experts + 1);
+        auto x = in.vf((size_t)n * xs);
+        const int out_rows = kind == 1 ? n : n;
+        std::vector<float> y((size_t)out_rows * rows, 0.0f);
+        const unsigned blocks = (unsigned)((rows * 16 + 127) / 128);
+        if (kind == 0) {
+            auto it = mm.find(name);
+            if (it == mm.end()) return 4;
+            tf_launch(D3{blocks, 1, 1}, 128, 0, [&] { it->second(W, x.data(), y.data(), n, rows, cols); });
+        } else if (kind == 1) {
+            auto it = moe.find(name);
+            if (it == moe.end()) return 4;
+            // As the launcher: a block row per possible non-empty group.
+            const unsigned groups = (unsigned)std::max(1, std::min(experts, n));
+            tf_launch(D3{blocks, groups, 1}, 128, 0, [&] { it->second(W, x.data(), y.data(), offs.data(), rows, cols, experts); });
+        } else {
+            auto it = mmf.find(name);
+            if (it == mmf.end()) return 4;
+            auto g = in.vf(cols);
+            const float eps = in.f();
+            y = in.vf((size_t)n * rows);
+            const int smem = in.i();
+            tf_launch(D3{(unsigned)((rows + MMF_ROWS - 1) / MMF_ROWS), 1, 1}, MMF_THREADS, smem, [&] {
+                it->second(W, x.data(), g.data(), eps, y.data(), n, rows, cols, xs);
+            });
+        }
+        std::fwrite(y.data(), 4, y.size(), fo);
+    }
+    std::fclose(fo);
+    return 0;
+}
+"#;
+
+/// Formats, their `FMT_*` ids and kernel tags.
+pub(super) const FORMATS: [GpuFormat; 14] = [
+    GpuFormat::F32,
+    GpuFormat::F16,
+    GpuFormat::Bf16,
+    GpuFormat::Q4_0,
+    GpuFormat::Q4_1,
+    GpuFormat::Q8_0,
+    GpuFormat::Q4K,
+    GpuFormat::Q6K,
+    GpuFormat::Mlx2,
+    GpuFormat::Mlx3,
+    GpuFormat::Mlx4,
+    GpuFormat::Mlx5,
+    GpuFormat::Mlx6,
+    GpuFormat::Mlx8,
+];
+
+pub(super) fn compiler() -> Option<String> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let ok = Command::new(&cxx)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(cxx)
+}
+
+/// The kernel sources for the host: common.cuh (its f16 conversion through the host's),
+/// matmul.cu, fused.cu, quant.cu and moe.cu, then tables of the entries the harness calls.
+pub(super) fn host_source() -> String {
+    let common = include_str!("../../../kernels/common.cuh").replace(
+        r#"asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));"#,
+        "f = tf_host_f16(h);",
+    );
+    assert!(
+        common.contains("tf_host_f16(h)"),
+        "common.cuh's f16 conversion moved"
+    );
+    let fused = include_str!("../../../kernels/fused.cu").replace(
+        "extern __shared__ __align__(16) u8 tf_smem[];",
+        "u8* tf_smem = tf_dyn_smem;",
+    );
+    assert!(
+        fused.contains("tf_dyn_smem"),
+        "fused.cu's dynamic shared memory moved"
+    );
+    // Of moe.cu only the grouped expert matmuls (the rest needs no stand-ins here).
+    let moe_src = include_str!("../../../kernels/moe.cu");
+    let (b, e) = (
+        moe_src.find("// The id of the y-th expert"),
+        moe_src.find("// relu²"),
+    );
+    let (Some(b), Some(e)) = (b, e) else {
+        panic!("moe.cu lost its expert-matmul section markers");
+    };
+    let moe_part = &moe_src[b..e];
+    let mut mm = String::new();
+    let mut moe = String::new();
+    let mut mmf = String::new();
+    for f in FORMATS {
+        let tag = f.kernel_tag();
+        mm.push_str(&format!("MM(tf_matmul_{tag}) "));
+        moe.push_str(&format!("MM(tf_moe_matmul_{tag}) "));
+        for xf in ["none", "norm", "silu"] {
+            for ep in ["store", "add"] {
+                mmf.push_str(&format!("MM(tf_mmf_{tag}_{xf}_{ep}) "));
+            }
+        }
+    }
+    for p in [
+        "tf_plant_matmul_q4_1_rowvar",
+        "tf_plant_matmul_mlx4_fma",
+        "tf_plant_matmul_mlx4_nibbles",
+        "tf_ref_matmul_q4_0",
+        "tf_ref_matmul_mlx4",
+    ] {
+        mm.push_str(&format!("MM({p}) "));
+    }
+    moe.push_str("MM(tf_plant_moe_matmul_q4_1_rowvar) ");
+    // The old template (tf_matmul) as entries: the staged one must equal it.
+    let refs = "#define TF_MATMUL_REF_ENTRY(NAME, FMT) extern \"C\" void NAME(const u8* W, \
+                const float* x, float* y, int n, int rows, int cols) { \
+                tf_matmul<FMT, 0>(W, x, y, n, rows, cols); }\n\
+                TF_MATMUL_REF_ENTRY(tf_ref_matmul_q4_0, FMT_Q4_0)\n\
+                TF_MATMUL_REF_ENTRY(tf_ref_matmul_mlx4, FMT_MLX4)\n";
+    format!(
+        "{PRELUDE}{common}\n{}\n{fused}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n{MAIN}",
+        include_str!("../../../kernels/matmul.cu"),
+        include_str!("../../../kernels/quant.cu"),
+        moe_part,
+    )
+}
