@@ -13,6 +13,7 @@ pub mod compile;
 pub mod device;
 pub mod error;
 pub mod fused;
+pub mod graphs;
 pub mod kv;
 pub mod launch;
 pub mod llama;

@@ -10,15 +10,15 @@ pub mod extra;
 mod profile;
 
 use crate::device::Gpu;
-use crate::error::{drv, CudaError, Result};
+use crate::error::{CudaError, Result};
 use crate::fused::{fused_smem_bytes, matmul_fused, rope_append, Epilogue, XForm};
+use crate::graphs::{wanted_logits, Graphs};
 use crate::kv::GpuKv;
 use crate::load;
 use crate::ops::{self, AttnShape, GpuRows, Pairing};
 use crate::weights::GpuMatrix;
-use cudarc::driver::{CudaGraph, CudaSlice};
+use cudarc::driver::CudaSlice;
 use extra::LayerExtras;
-use std::collections::HashMap;
 use tf_families::llama::LlamaPlan;
 use tf_formats::checkpoint::Checkpoint;
 use tf_kernels::ops::{Rope, RopeAngles, RopeConfig, RopePairing};
@@ -129,7 +129,7 @@ pub struct GpuLlama {
     lens: Vec<usize>,
     max_rows: usize,
     weight_bytes: usize,
-    graphs: HashMap<usize, CudaGraph>,
+    graphs: Graphs,
 }
 
 impl GpuLlama {
@@ -261,7 +261,7 @@ impl GpuLlama {
             ws,
             max_rows: n,
             weight_bytes,
-            graphs: HashMap::new(),
+            graphs: Graphs::default(),
         })
     }
 
@@ -341,40 +341,16 @@ impl GpuLlama {
     fn round(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>, graphed: bool) -> Result<()> {
         let n = rows.len();
         self.upload_round(rows)?;
-        if graphed {
-            if !self.graphs.contains_key(&n) {
-                let stream = self.gpu.stream().clone();
-                stream.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(drv("beginning graph capture"))?;
-                let launched = self.launch_all(n);
-                let graph = stream
-                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
-                    .map_err(drv("ending graph capture"))?;
-                launched?;
-                let graph = graph.ok_or_else(|| CudaError::Shape {
-                    op: "graph capture",
-                    detail: "captured an empty graph".into(),
-                })?;
-                self.graphs.insert(n, graph);
-            }
-            self.graphs[&n]
-                .launch()
-                .map_err(drv("launching the decode graph"))?;
-        } else {
-            self.launch_all(n)?;
-        }
+        let mut graphs = std::mem::take(&mut self.graphs);
+        let stream = self.gpu.stream().clone();
+        let ran = graphs.run(stream, n, graphed, || self.launch_all(n));
+        self.graphs = graphs;
+        ran?;
         for r in rows {
             self.lens[r.slot] = r.pos + 1;
         }
         // Logits of the rows that want them.
-        let vocab = self.dims.vocab;
-        let all = self.gpu.download(&self.ws.logits, n * vocab)?;
-        logits.clear();
-        for (i, r) in rows.iter().enumerate() {
-            if r.logits {
-                logits.extend_from_slice(&all[i * vocab..(i + 1) * vocab]);
-            }
-        }
-        Ok(())
+        wanted_logits(&self.gpu, &self.ws.logits, rows, self.dims.vocab, logits)
     }
 
     /// Checks the rows and uploads tokens, slots, positions and RoPE angles.

@@ -12,14 +12,14 @@ mod launch;
 mod weights;
 
 use crate::device::Gpu;
-use crate::error::{drv, CudaError, Result};
+use crate::error::{CudaError, Result};
+use crate::graphs::{wanted_logits, Graphs};
 use crate::kv::GpuKv;
 use crate::llama::GpuRow;
 use crate::moe::{MoeBuffers, MoeLimits, Routing};
 use crate::ops::{self, AttnShape, GpuRows};
 use crate::weights::GpuMatrix;
-use cudarc::driver::{CudaGraph, CudaSlice};
-use std::collections::HashMap;
+use cudarc::driver::CudaSlice;
 use tf_families::muse_spark::MuseSparkPlan;
 use tf_formats::checkpoint::Checkpoint;
 use tf_kernels::ops::{Rope, RopeAngles, RopeConfig, RopePairing, RopeScaling};
@@ -85,7 +85,7 @@ pub struct GpuMuseSpark {
     lens: Vec<usize>,
     max_rows: usize,
     weight_bytes: usize,
-    graphs: HashMap<usize, CudaGraph>,
+    graphs: Graphs,
 }
 
 fn refuse(what: String) -> CudaError {
@@ -240,7 +240,7 @@ impl GpuMuseSpark {
             ws,
             max_rows: n,
             weight_bytes,
-            graphs: HashMap::new(),
+            graphs: Graphs::default(),
         })
     }
 
@@ -331,43 +331,15 @@ impl GpuMuseSpark {
     fn round(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>, graphed: bool) -> Result<()> {
         let n = rows.len();
         self.upload_round(rows)?;
-        if graphed {
-            if !self.graphs.contains_key(&n) {
-                let stream = self.gpu.stream().clone();
-                stream
-                    .begin_capture(
-                        cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                    )
-                    .map_err(drv("beginning graph capture"))?;
-                let launched = self.launch_all(n);
-                let graph = stream
-                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
-                    .map_err(drv("ending graph capture"))?;
-                launched?;
-                let graph = graph.ok_or_else(|| CudaError::Shape {
-                    op: "graph capture",
-                    detail: "captured an empty graph".into(),
-                })?;
-                self.graphs.insert(n, graph);
-            }
-            self.graphs[&n]
-                .launch()
-                .map_err(drv("launching the round's graph"))?;
-        } else {
-            self.launch_all(n)?;
-        }
+        let mut graphs = std::mem::take(&mut self.graphs);
+        let stream = self.gpu.stream().clone();
+        let ran = graphs.run(stream, n, graphed, || self.launch_all(n));
+        self.graphs = graphs;
+        ran?;
         for r in rows {
             self.lens[r.slot] = r.pos + 1;
         }
-        let vocab = self.dims.vocab;
-        let all = self.gpu.download(&self.ws.logits, n * vocab)?;
-        logits.clear();
-        for (i, r) in rows.iter().enumerate() {
-            if r.logits {
-                logits.extend_from_slice(&all[i * vocab..(i + 1) * vocab]);
-            }
-        }
-        Ok(())
+        wanted_logits(&self.gpu, &self.ws.logits, rows, self.dims.vocab, logits)
     }
 
     /// Checks the rows and uploads tokens, slots, positions and RoPE angles.

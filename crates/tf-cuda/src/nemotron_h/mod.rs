@@ -16,16 +16,16 @@ mod tests;
 pub use crate::llama::GpuRow;
 
 use crate::device::Gpu;
-use crate::error::{drv, CudaError, Result};
+use crate::error::{CudaError, Result};
+use crate::graphs::{wanted_logits, Graphs};
 use crate::kv::GpuKv;
 use crate::load;
 use crate::mamba::{GpuMambaState, MambaShape};
 use crate::moe::{MoeBuffers, MoeLimits};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
-use cudarc::driver::{CudaGraph, CudaSlice};
+use cudarc::driver::CudaSlice;
 use layers::{build_layer, preflight, Layer, Mixer};
-use std::collections::HashMap;
 use tf_families::nemotron_h::{NemotronBlock, NemotronHPlan};
 use tf_formats::checkpoint::Checkpoint;
 
@@ -172,7 +172,7 @@ pub struct GpuNemotronH {
     max_rows: usize,
     capacity: usize,
     weight_bytes: usize,
-    graphs: HashMap<usize, CudaGraph>,
+    graphs: Graphs,
 }
 
 impl GpuNemotronH {
@@ -304,7 +304,7 @@ impl GpuNemotronH {
             max_rows: n,
             capacity,
             weight_bytes,
-            graphs: HashMap::new(),
+            graphs: Graphs::default(),
         })
     }
 
@@ -452,43 +452,15 @@ impl GpuNemotronH {
     fn round(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>, graphed: bool) -> Result<()> {
         let n = rows.len();
         self.upload_round(rows)?;
-        if graphed {
-            if !self.graphs.contains_key(&n) {
-                let stream = self.gpu.stream().clone();
-                stream
-                    .begin_capture(
-                        cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                    )
-                    .map_err(drv("beginning graph capture"))?;
-                let launched = self.launch_all(n);
-                let graph = stream
-                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
-                    .map_err(drv("ending graph capture"))?;
-                launched?;
-                let graph = graph.ok_or_else(|| CudaError::Shape {
-                    op: "graph capture",
-                    detail: "captured an empty graph".into(),
-                })?;
-                self.graphs.insert(n, graph);
-            }
-            self.graphs[&n]
-                .launch()
-                .map_err(drv("launching the decode graph"))?;
-        } else {
-            self.launch_all(n)?;
-        }
+        let mut graphs = std::mem::take(&mut self.graphs);
+        let stream = self.gpu.stream().clone();
+        let ran = graphs.run(stream, n, graphed, || self.launch_all(n));
+        self.graphs = graphs;
+        ran?;
         for r in rows {
             self.lens[r.slot] = r.pos + 1;
         }
-        let vocab = self.vocab;
-        let all = self.gpu.download(&self.ws.logits, n * vocab)?;
-        logits.clear();
-        for (i, r) in rows.iter().enumerate() {
-            if r.logits {
-                logits.extend_from_slice(&all[i * vocab..(i + 1) * vocab]);
-            }
-        }
-        Ok(())
+        wanted_logits(&self.gpu, &self.ws.logits, rows, self.vocab, logits)
     }
 
     /// Checks the rows (each continues its slot, in order; tokens in the vocabulary) and
