@@ -30,18 +30,8 @@ for mode in full serial chunk:7 chunk:64; do
   check "score $mode: GPU logits == CPU logits (bytes)" cmp -s "$work/cpu.st" "$work/gpu-$mode.st"
 done
 
-# 3. The same on every fixture of the three families (MLX-quantized and float forms).
-echo '[1, 5, 9, 2, 7, 3, 11, 4, 8, 6, 12, 10, 13, 2, 5, 14, 1, 9]' > "$work/fx.json"
-for fx in fixtures/llama/*/*/ fixtures/nemotron_h/*/*/ fixtures/muse_spark/*/; do
-  [ -f "$fx/config.json" ] || continue
-  name=$(echo "$fx" | cut -d/ -f2-4)
-  $T score "$fx" --backend cpu --tokens "$work/fx.json" --mode chunk:4 --out "$work/fx-cpu.st" 2>/dev/null
-  if $T score "$fx" --backend cuda --tokens "$work/fx.json" --mode full --out "$work/fx-gpu.st" 2>"$work/fx.err"; then
-    check "fixture $name: GPU logits == CPU logits" cmp -s "$work/fx-cpu.st" "$work/fx-gpu.st"
-  else
-    echo "REFUSED fixture $name: $(tail -1 "$work/fx.err")"
-  fi
-done
+# 3. The same on every fixture of the three families (scripts/device/fixtures.sh).
+bash scripts/device/fixtures.sh || fails=$((fails + 1))
 
 # 4. Receipts through servers on the GPU, and the planted crosstalk control (must fail).
 check "receipts concurrency (cuda)" $T receipts concurrency "$model"
