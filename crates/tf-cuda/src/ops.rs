@@ -129,7 +129,12 @@ pub fn matmul(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    matmul_with(gpu, w.format().matmul_kernel(), w, x, n, y)
+    let kernel = if n > MM_RT {
+        wide_matmul_kernel(w.format())
+    } else {
+        w.format().matmul_kernel()
+    };
+    matmul_with(gpu, kernel, w, x, n, y)
 }
 
 /// Activation rows per pass of the `tf_matmul_<fmt>` entries (kernels/matmul.cu `MM_RT`); more
@@ -149,8 +154,7 @@ pub fn wide_matmul_kernel(format: GpuFormat) -> &'static str {
         .unwrap_or(format.matmul_kernel())
 }
 
-/// [`matmul`] through a named kernel (the planted controls use this); the format's own
-/// `tf_matmul_<fmt>` is launched as its wide entry for more than [`MM_RT`] rows.
+/// [`matmul`] through a named kernel (the planted controls use this).
 pub fn matmul_with(
     gpu: &Gpu,
     kernel: &'static str,
@@ -166,14 +170,6 @@ pub fn matmul_with(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    // The format's own kernel at more than MM_RT rows: its wide entry (the same bits; the
-    // contract suite, which names the format's kernel, checks it at 1..64 rows). Named
-    // kernels (the planted controls) run as named.
-    let kernel = if n > MM_RT && kernel == w.format().matmul_kernel() {
-        wide_matmul_kernel(w.format())
-    } else {
-        kernel
-    };
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.bytes())
         .arg(x)
