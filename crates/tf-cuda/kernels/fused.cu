@@ -5,9 +5,9 @@
 // one per half-warp, and walks the columns in the chunks of tf_mmv (matmul.cu: whole format
 // units, at most MMV_SPAN - 16 bytes of a row), so its shared memory is bounded whatever the row
 // length. Each half-warp streams its row as tf_mmv does (16-byte loads, the next chunk in flight
-// while the current one is consumed from shared memory); for each tile of MM_RT (the wide
-// entries: MM_RT_MID) activation rows and each chunk, in ascending column order, the block
-// stages the tile's inputs for the chunk's columns after an optional transform:
+// while the current one is consumed from shared memory); for each tile of MM_RT activation rows
+// and each chunk, in ascending column order, the block stages the tile's inputs for the chunk's
+// columns after an optional transform:
 //   xf none: x as is
 //   xf norm: RMSNorm, r = 1 / sqrt(dot16(x, x) / cols + eps) per row (a half-warp's fold over
 //            the whole row, as in tf_rms_norm, before the first chunk), then g[k] * (x[k] * r)
@@ -63,14 +63,12 @@ __device__ __forceinline__ void tf_stage_cols(const float* __restrict__ x,
     }
 }
 
-// One pass over the block's weight rows for the nt <= T input rows from i0 (T accumulators per
-// lane; the block stages the tile's inputs, T rows of cc floats, after the weight windows).
-template <int FMT, int XF, int EP, int T>
-__device__ __forceinline__ void tf_mmf_pass(const u8* __restrict__ W, const float* __restrict__ x,
-                                            const float* __restrict__ g, float eps, float* y,
-                                            float* rs, int i0, int nt, int rows, int cols,
-                                            int x_stride) {
+template <int FMT, int XF, int EP>
+__device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __restrict__ x,
+                                       const float* __restrict__ g, float eps, float* y, int n,
+                                       int rows, int cols, int x_stride) {
     extern __shared__ __align__(16) u8 tf_smem[];
+    __shared__ float rs[MM_RT];
     constexpr int UE = tf_unit_elems(FMT), NU = tf_mmv_units(FMT), CCOLS = NU * UE;
     const size_t rb = tf_row_bytes(FMT, cols);
     const int cc = min(cols, CCOLS);  // the staged inputs' row stride
@@ -85,88 +83,56 @@ __device__ __forceinline__ void tf_mmf_pass(const u8* __restrict__ W, const floa
     const u8* hi = W + (size_t)rows * rb;
     const int units = (cols + UE - 1) / UE;
     const int nchunks = (units + NU - 1) / NU;
-    if (XF == XF_NORM && hw < T) {  // T <= MMF_ROWS half-warps: whole warps
-        float acc = 0.0f;
-        if (hw < nt) {
-            const float* xr = x + (size_t)(i0 + hw) * x_stride;
-            for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
+    for (int i0 = 0; i0 < n; i0 += MM_RT) {
+        const int nt = min(MM_RT, n - i0);
+        if (XF == XF_NORM && hw < MM_RT) {  // threads 0..63: two whole warps
+            float acc = 0.0f;
+            if (hw < nt) {
+                const float* xr = x + (size_t)(i0 + hw) * x_stride;
+                for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
+            }
+            const float ss = tf_fold16_sum(acc);
+            if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
         }
-        const float ss = tf_fold16_sum(acc);
-        if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
-    }
-    float acc[T];
+        float acc[MM_RT];
 #pragma unroll
-    for (int r = 0; r < T; r++) acc[r] = 0.0f;
-    uint4 v[MMV_VEC];
-    const u8* a0;
-    int delta, nv;
-    tf_mmv_window<FMT>(row, rb, 0, &a0, &delta, &nv);
-    tf_mmv_fetch(v, a0, nv, lo, hi, lane);
-    for (int c = 0; c < nchunks; c++) {
-        const int c0 = c * CCOLS;
-        const int cw = min(CCOLS, cols - c0);
-        const int cdelta = delta;
-        __syncthreads();  // the previous chunk consumed; rs written
+        for (int r = 0; r < MM_RT; r++) acc[r] = 0.0f;
+        uint4 v[MMV_VEC];
+        const u8* a0;
+        int delta, nv;
+        tf_mmv_window<FMT>(row, rb, 0, &a0, &delta, &nv);
+        tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+        for (int c = 0; c < nchunks; c++) {
+            const int c0 = c * CCOLS;
+            const int cw = min(CCOLS, cols - c0);
+            const int cdelta = delta;
+            __syncthreads();  // the previous chunk consumed; rs written
 #pragma unroll
-        for (int u = 0; u < MMV_VEC; u++) ((uint4*)sb)[lane + 16 * u] = v[u];
-        tf_stage_cols<XF>(x, g, rs, xs, nt, cols, c0, cw, cc, i0, x_stride);
-        if (c + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
-            tf_mmv_window<FMT>(row, rb, c + 1, &a0, &delta, &nv);
-            tf_mmv_fetch(v, a0, nv, lo, hi, lane);
-        }
-        __syncthreads();
-        if (active) {
-            // The chains as tf_mmv's (matmul.cu), the inputs from shared memory.
-            const u8* srow = sb + cdelta;
-            if constexpr (T == MM_RT) {
+            for (int u = 0; u < MMV_VEC; u++) ((uint4*)sb)[lane + 16 * u] = v[u];
+            tf_stage_cols<XF>(x, g, rs, xs, nt, cols, c0, cw, cc, i0, x_stride);
+            if (c + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
+                tf_mmv_window<FMT>(row, rb, c + 1, &a0, &delta, &nv);
+                tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+            }
+            __syncthreads();
+            if (active) {
+                // The chains as tf_mmv's (matmul.cu), the inputs from shared memory.
+                const u8* srow = sb + cdelta;
                 switch (nt) {
                     case 1: tf_mmv_chunk<FMT, 1>(srow, xs, cc, cw, false, lane, acc); break;
                     case 2: tf_mmv_chunk<FMT, 2>(srow, xs, cc, cw, false, lane, acc); break;
                     case 3: tf_mmv_chunk<FMT, 3>(srow, xs, cc, cw, false, lane, acc); break;
                     default: tf_mmv_chunk<FMT, MM_RT>(srow, xs, cc, cw, false, lane, acc);
                 }
-            } else {
-                switch (nt) {
-                    case 5: tf_mmv_chunk<FMT, 5>(srow, xs, cc, cw, false, lane, acc); break;
-                    case 6: tf_mmv_chunk<FMT, 6>(srow, xs, cc, cw, false, lane, acc); break;
-                    case 7: tf_mmv_chunk<FMT, 7>(srow, xs, cc, cw, false, lane, acc); break;
-                    default: tf_mmv_chunk<FMT, T>(srow, xs, cc, cw, false, lane, acc);
-                }
             }
         }
-    }
 #pragma unroll
-    for (int r = 0; r < T; r++) {
-        if (r < nt) {  // nt is uniform: every lane takes part in the fold
+        for (int r = 0; r < MM_RT; r++) {
             const float s = tf_fold16_sum(acc[r]);
-            if (active && lane == 0) {
+            if (active && lane == 0 && r < nt) {
                 float* o = y + (size_t)(i0 + r) * rows + j0 + hw;
                 *o = EP == EP_ADD ? *o + s : s;
             }
-        }
-    }
-}
-
-// WIDE = 0 (tf_mmf_<fmt>_<xf>_<ep>): passes of MM_RT rows, shared memory for MM_RT staged rows.
-// WIDE = 1 (tf_mmf_wide_..., launched for n > MM_RT with shared memory for MM_RT_MID rows):
-// passes of MM_RT_MID (8) rows while more than MM_RT remain, then one of MM_RT; more registers,
-// so a separate entry and the decode keeps its occupancy. Same bits either way.
-template <int FMT, int XF, int EP, int WIDE = 0>
-__device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __restrict__ x,
-                                       const float* __restrict__ g, float eps, float* y, int n,
-                                       int rows, int cols, int x_stride) {
-    __shared__ float rs[MM_RT_MID];
-    for (int i0 = 0; i0 < n;) {
-        const int rem = n - i0;
-        if (WIDE == 1 && rem > MM_RT) {
-            const int nt = min(MM_RT_MID, rem);
-            tf_mmf_pass<FMT, XF, EP, MM_RT_MID>(W, x, g, eps, y, rs, i0, nt, rows, cols,
-                                                x_stride);
-            i0 += nt;
-        } else {
-            const int nt = min(MM_RT, rem);
-            tf_mmf_pass<FMT, XF, EP, MM_RT>(W, x, g, eps, y, rs, i0, nt, rows, cols, x_stride);
-            i0 += nt;
         }
     }
 }
@@ -191,35 +157,6 @@ TF_MMF_FORMAT(bf16, FMT_BF16)
 TF_MMF_FORMAT(q4_0, FMT_Q4_0)
 TF_MMF_FORMAT(q4_1, FMT_Q4_1)
 TF_MMF_FORMAT(q8_0, FMT_Q8_0)
-
-#define TF_MMF_WIDE_ENTRY(FNAME, FMT, XF, EP)                                                   \
-    extern "C" __global__ void __launch_bounds__(MMF_THREADS)                                   \
-        tf_mmf_wide_##FNAME(const u8* W, const float* x, const float* g, float eps, float* y,   \
-                            int n, int rows, int cols, int x_stride) {                          \
-        tf_mmf<FMT, XF, EP, 1>(W, x, g, eps, y, n, rows, cols, x_stride);                       \
-    }
-#define TF_MMF_WIDE_FORMAT(NAME, FMT)                          \
-    TF_MMF_WIDE_ENTRY(NAME##_none_store, FMT, XF_NONE, EP_STORE) \
-    TF_MMF_WIDE_ENTRY(NAME##_none_add, FMT, XF_NONE, EP_ADD)     \
-    TF_MMF_WIDE_ENTRY(NAME##_norm_store, FMT, XF_NORM, EP_STORE) \
-    TF_MMF_WIDE_ENTRY(NAME##_norm_add, FMT, XF_NORM, EP_ADD)     \
-    TF_MMF_WIDE_ENTRY(NAME##_silu_store, FMT, XF_SILU, EP_STORE) \
-    TF_MMF_WIDE_ENTRY(NAME##_silu_add, FMT, XF_SILU, EP_ADD)
-
-TF_MMF_WIDE_FORMAT(f32, FMT_F32)
-TF_MMF_WIDE_FORMAT(f16, FMT_F16)
-TF_MMF_WIDE_FORMAT(bf16, FMT_BF16)
-TF_MMF_WIDE_FORMAT(q4_0, FMT_Q4_0)
-TF_MMF_WIDE_FORMAT(q4_1, FMT_Q4_1)
-TF_MMF_WIDE_FORMAT(q8_0, FMT_Q8_0)
-TF_MMF_WIDE_FORMAT(q4_k, FMT_Q4_K)
-TF_MMF_WIDE_FORMAT(q6_k, FMT_Q6_K)
-TF_MMF_WIDE_FORMAT(mlx2, FMT_MLX2)
-TF_MMF_WIDE_FORMAT(mlx3, FMT_MLX3)
-TF_MMF_WIDE_FORMAT(mlx4, FMT_MLX4)
-TF_MMF_WIDE_FORMAT(mlx5, FMT_MLX5)
-TF_MMF_WIDE_FORMAT(mlx6, FMT_MLX6)
-TF_MMF_WIDE_FORMAT(mlx8, FMT_MLX8)
 
 // RoPE and KV append in one launch, one block per row of a fused [q | k | v] projection
 // (row width (heads + 2 * kv_heads) * head_dim): q is rotated in place; k is rotated into the

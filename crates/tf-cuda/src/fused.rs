@@ -61,15 +61,6 @@ pub fn fused_smem_bytes_for(format: GpuFormat, cols: usize) -> usize {
     MMF_ROWS * MMV_STRIDE + MM_RT * cols.min(chunk_cols(format)) * 4
 }
 
-/// Activation rows per tile of the wide fused entries (kernels/matmul.cu `MM_RT_MID`).
-const MM_RT_MID: usize = 8;
-
-/// Shared memory of the wide fused entry (`tf_mmf_wide_...`, launched for more than 4 rows):
-/// [`fused_smem_bytes_for`] with 8 staged input rows instead of 4.
-pub fn fused_wide_smem_bytes_for(format: GpuFormat, cols: usize) -> usize {
-    MMF_ROWS * MMV_STRIDE + MM_RT_MID * cols.min(chunk_cols(format)) * 4
-}
-
 /// `y[i, j] (=|+=) Σ_k xform(x)[i, k] · W[j, k]` for `i < n`, input row `i` at
 /// `x[i * x_stride..]`, output rows `w.rows()` wide. Same bits as the separate kernels.
 #[allow(clippy::too_many_arguments)]
@@ -127,17 +118,7 @@ pub fn matmul_fused(
     } else {
         "store"
     };
-    // More than MM_RT rows: the wide entry (8-row tiles) where its shared memory fits; the same
-    // bits as the 4-row one, which decode keeps (fewer registers, more blocks per SM).
-    let wide_smem = fused_wide_smem_bytes_for(w.format(), cols);
-    let wide = n > MM_RT && wide_smem <= limit;
-    let smem = if wide { wide_smem } else { smem };
-    let base = fused_kernel_name(w.format().kernel_tag(), xname, ename);
-    let name = if wide {
-        base.replacen("tf_mmf_", "tf_mmf_wide_", 1)
-    } else {
-        base
-    };
+    let name = fused_kernel_name(w.format().kernel_tag(), xname, ename);
     let (n_, r_, c_, s_) = (
         i32_of(OP, "n", n)?,
         rows as i32,
@@ -279,14 +260,5 @@ mod tests {
             fused_smem_bytes_for(GpuFormat::Q6K, 256),
             8 * 1056 + 4 * 256 * 4
         );
-        // The wide entries stage 8 rows: 65 KB for Q4_0 at any width, under 227 KiB for all.
-        let w = super::fused_wide_smem_bytes_for(GpuFormat::Q4_0, 14336);
-        assert_eq!(w, 8 * 1056 + 8 * 1792 * 4);
-        for f in GpuFormat::ALL {
-            assert!(
-                super::fused_wide_smem_bytes_for(f, 1 << 20) <= 8 * 1056 + 8 * 2016 * 4,
-                "{f:?}"
-            );
-        }
     }
 }

@@ -26,8 +26,69 @@ mod experts;
 
 pub use experts::{ExpertMlp, GpuExperts};
 
-mod names;
-pub use names::KERNEL_NAMES;
+/// Kernel entry points defined in kernels/moe.cu.
+pub const KERNEL_NAMES: &[&str] = &[
+    "tf_moe_route_grouped",
+    "tf_plant_moe_route_tie_high",
+    "tf_moe_route_muse",
+    "tf_moe_sort",
+    "tf_moe_gather",
+    "tf_moe_matmul_f32",
+    "tf_moe_matmul_f16",
+    "tf_moe_matmul_bf16",
+    "tf_moe_matmul_q4_0",
+    "tf_moe_matmul_q4_1",
+    "tf_moe_matmul_q8_0",
+    "tf_plant_moe_matmul_q4_1_rowvar",
+    "tf_moe_matmul_q4_k",
+    "tf_moe_matmul_q6_k",
+    "tf_moe_matmul_mlx2",
+    "tf_moe_matmul_mlx3",
+    "tf_moe_matmul_mlx4",
+    "tf_moe_matmul_mlx5",
+    "tf_moe_matmul_mlx6",
+    "tf_moe_matmul_mlx8",
+    "tf_moe_matmul_wide_f32",
+    "tf_moe_matmul_wide_f16",
+    "tf_moe_matmul_wide_bf16",
+    "tf_moe_matmul_wide_q4_0",
+    "tf_moe_matmul_wide_q4_1",
+    "tf_moe_matmul_wide_q8_0",
+    "tf_moe_matmul_wide_q4_k",
+    "tf_moe_matmul_wide_q6_k",
+    "tf_moe_matmul_wide_mlx2",
+    "tf_moe_matmul_wide_mlx3",
+    "tf_moe_matmul_wide_mlx4",
+    "tf_moe_matmul_wide_mlx5",
+    "tf_moe_matmul_wide_mlx6",
+    "tf_moe_matmul_wide_mlx8",
+    // kernels/matmul.cu's wide-tile plain matmuls (crate::ops::matmul launches them for n > 4
+    // rows), listed here so the device loads them.
+    "tf_matmul_wide_f32",
+    "tf_matmul_wide_f16",
+    "tf_matmul_wide_bf16",
+    "tf_matmul_wide_q4_0",
+    "tf_matmul_wide_q4_1",
+    "tf_matmul_wide_q8_0",
+    "tf_matmul_wide_q4_k",
+    "tf_matmul_wide_q6_k",
+    "tf_matmul_wide_mlx2",
+    "tf_matmul_wide_mlx3",
+    "tf_matmul_wide_mlx4",
+    "tf_matmul_wide_mlx5",
+    "tf_matmul_wide_mlx6",
+    "tf_matmul_wide_mlx8",
+    "tf_plant_matmul_wide_q4_1_rowvar",
+    "tf_moe_relu2",
+    "tf_moe_combine",
+    "tf_plant_moe_combine_reversed",
+    "tf_moe_take_cols",
+    "tf_moe_scale",
+    "tf_moe_mul_cols",
+    "tf_muse_sigmoid_mul",
+    "tf_muse_gated_add",
+    "tf_muse_softcap",
+];
 
 /// Threads per block of the routing, gather and combine kernels.
 const THREADS: u32 = 128;

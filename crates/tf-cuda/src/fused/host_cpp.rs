@@ -297,23 +297,18 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     let mut cases = Vec::new();
     let eps = 1e-5f32;
     for (i, f) in FORMATS.iter().copied().enumerate() {
-        // The 4-row entries at 3 or 6 rows; the wide ones (8-row tiles) at 5, 8, 13 or 17.
         let (rows, n) = (10usize, if i % 2 == 0 { 3 } else { 6 });
-        let wide_n = [5usize, 8, 13, 17][i % 4];
         let cols = match f {
             GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 => 2100,
             GpuFormat::Q4K | GpuFormat::Q6K => 2304,
             _ => 2112,
         };
         let (w, bytes) = weights(f, rows, cols, rng);
-        for (xf, ep, n, wide) in [
-            ("none", "store", n, ""),
-            ("norm", "add", n, ""),
-            ("silu", "add", n, ""),
-            ("norm", "store", n, ""),
-            ("none", "store", wide_n, "wide_"),
-            ("norm", "add", wide_n, "wide_"),
-            ("silu", "add", wide_n, "wide_"),
+        for (xf, ep) in [
+            ("none", "store"),
+            ("norm", "add"),
+            ("silu", "add"),
+            ("norm", "store"),
         ] {
             if !(i % 3 == 0 || (xf, ep) != ("norm", "store")) {
                 continue;
@@ -347,10 +342,10 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             let plant = i == 4 && ep == "add";
             cases.push(Case {
                 label: format!(
-                    "{f:?} fused {wide}{xf} {ep} n={n}{}",
+                    "{f:?} fused {xf} {ep}{}",
                     if plant { " (planted)" } else { "" }
                 ),
-                name: format!("tf_mmf_{wide}{}_{xf}_{ep}", f.kernel_tag()),
+                name: format!("tf_mmf_{}_{xf}_{ep}", f.kernel_tag()),
                 kind: 2,
                 rows,
                 cols,
@@ -369,11 +364,7 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
                 } else {
                     y0
                 },
-                smem: if wide.is_empty() {
-                    super::fused_smem_bytes_for(f, cols)
-                } else {
-                    super::fused_wide_smem_bytes_for(f, cols)
-                },
+                smem: super::fused_smem_bytes_for(f, cols),
                 want,
                 must_match: !plant,
             });

@@ -229,9 +229,7 @@ pub(super) fn host_source() -> String {
         ));
         for xf in ["none", "norm", "silu"] {
             for ep in ["store", "add"] {
-                mmf.push_str(&format!(
-                    "MM(tf_mmf_{tag}_{xf}_{ep}) MM(tf_mmf_wide_{tag}_{xf}_{ep}) "
-                ));
+                mmf.push_str(&format!("MM(tf_mmf_{tag}_{xf}_{ep}) "));
             }
         }
     }
