@@ -4,7 +4,7 @@
 // in ascending k with fmaf into one accumulator per activation row, then the 16 lanes are folded
 // by the fixed tree: the CPU's canonical arithmetic (tf_kernels matmul::kernel), so each (i, j)
 // has the same bits whatever n is, whichever tile the row falls in, and on the CPU. Activation
-// rows are taken MM_RT at a time here (tf_mmv's wide entries: up to MM_RT_BIG); the tile only
+// rows are taken MM_RT at a time here (tf_mmv below takes up to MM_RT_BIG); the tile only
 // groups independent sums, it never changes one.
 
 #define MM_RT 4
@@ -276,16 +276,14 @@ __device__ __forceinline__ void tf_mmv_pass(const u8* row, size_t rb, const u8* 
     }
 }
 
-// Rows per pass. WIDE = 0 (the tf_matmul_<fmt> entries, and the decode launches): MM_RT rows
-// at a time, 56-64 registers. WIDE = 1 (tf_matmul_wide_<fmt>, launched for n > MM_RT): 16 rows
-// while 16 remain, one pass of the 8-row tile for 5..15 remaining (at most 8), MM_RT for the
-// last 1..4; 80-96 registers, so it is a separate entry and the decode keeps its occupancy.
-// Each (i, j) is the same chain and fold in every tile: the bits never depend on the tiling.
+// Rows per pass: MM_RT (4) while at most 4 remain, so one to four rows take the same path as
+// before; 5..8 remaining rows one pass of the 8-row tile; 16 or more a pass of MM_RT_BIG. Each
+// (i, j) is the same chain and fold in every tile, so the bits never depend on the tiling.
 #define MM_RT_MID 8
 #define MM_RT_BIG 16
 
 // PLANT = 1: the planted control of tf_matmul (blocks in descending order when n > 1).
-template <int FMT, int PLANT, int WIDE = 0>
+template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __restrict__ x,
                                        float* __restrict__ y, int n, int rows, int cols) {
     __shared__ __align__(16) u8 mmv_smem[MMV_HALVES * MMV_STRIDE];
@@ -300,12 +298,7 @@ __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __
     const u8* hi = W + (size_t)rows * rb;
     for (int i0 = 0; i0 < n;) {
         const int rem = n - i0;
-        if (WIDE == 0) {
-            const int nt = min(MM_RT, rem);
-            tf_mmv_pass<FMT, MM_RT>(row, rb, lo, hi, sb, x, y, i0, nt, rows, cols, j, active,
-                                    reverse, lane);
-            i0 += nt;
-        } else if (rem >= MM_RT_BIG) {
+        if (rem >= MM_RT_BIG) {
             tf_mmv_pass<FMT, MM_RT_BIG>(row, rb, lo, hi, sb, x, y, i0, MM_RT_BIG, rows, cols, j,
                                         active, reverse, lane);
             i0 += MM_RT_BIG;
@@ -340,29 +333,6 @@ TF_MATMUL_ENTRY(tf_matmul_q4_0, FMT_Q4_0, 0)
 TF_MATMUL_ENTRY(tf_matmul_q4_1, FMT_Q4_1, 0)
 TF_MATMUL_ENTRY(tf_matmul_q8_0, FMT_Q8_0, 0)
 TF_MATMUL_ENTRY(tf_plant_matmul_q4_1_rowvar, FMT_Q4_1, 1)
-
-// The wide-tile entries (every format; the host launches them for n > MM_RT rows).
-#define TF_MATMUL_WIDE_ENTRY(NAME, FMT, PLANT)                                                \
-    extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
-                                    int cols) {                                               \
-        tf_mmv<FMT, PLANT, 1>(W, x, y, n, rows, cols);                                        \
-    }
-
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_f32, FMT_F32, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_f16, FMT_F16, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_bf16, FMT_BF16, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_q4_0, FMT_Q4_0, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_q4_1, FMT_Q4_1, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_q8_0, FMT_Q8_0, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_q4_k, FMT_Q4_K, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_q6_k, FMT_Q6_K, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_mlx2, FMT_MLX2, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_mlx3, FMT_MLX3, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_mlx4, FMT_MLX4, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_mlx5, FMT_MLX5, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_mlx6, FMT_MLX6, 0)
-TF_MATMUL_WIDE_ENTRY(tf_matmul_wide_mlx8, FMT_MLX8, 0)
-TF_MATMUL_WIDE_ENTRY(tf_plant_matmul_wide_q4_1_rowvar, FMT_Q4_1, 1)
 
 // Embedding rows: out[i, k] = W[tokens[i], k] decoded (the values the matmul multiplies by).
 template <int FMT>

@@ -245,10 +245,8 @@ __device__ __forceinline__ int tf_moe_block_expert(const int* __restrict__ offse
 // the grid's y to min(n_experts, slots), the most groups a round can have, so no block waits on
 // an empty expert); its rows of the stacked weight [E * rows, cols] multiply its group of
 // gathered rows, yg[p, j] for p in offsets[e]..offsets[e + 1], through TF_MATMUL_IMPL
-// (matmul.cu): tf_matmul's arithmetic, the same bits as the plain matmul of those rows. WIDE = 1
-// (tf_moe_matmul_wide_<fmt>, launched when groups average more than MM_RT rows): tf_mmv's
-// 16- and 8-row tiles.
-template <int FMT, int PLANT, int WIDE = 0>
+// (matmul.cu): tf_matmul's arithmetic, the same bits as the plain matmul of those rows.
+template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const float* __restrict__ xg,
                                               float* __restrict__ yg, const int* __restrict__ offsets,
                                               int rows, int cols, int n_experts) {
@@ -256,9 +254,8 @@ __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const fl
     if (e < 0) return;
     const int off = offsets[e];
     const int cnt = offsets[e + 1] - off;
-    TF_MATMUL_IMPL<FMT, PLANT, WIDE>(W + (size_t)e * rows * tf_row_bytes(FMT, cols),
-                                     xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, rows,
-                                     cols);
+    TF_MATMUL_IMPL<FMT, PLANT>(W + (size_t)e * rows * tf_row_bytes(FMT, cols),
+                               xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, rows, cols);
 }
 
 #define TF_MOE_MATMUL_ENTRY(NAME, FMT, PLANT)                                                 \
@@ -283,27 +280,6 @@ TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx4, FMT_MLX4, 0)
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx5, FMT_MLX5, 0)
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx6, FMT_MLX6, 0)
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx8, FMT_MLX8, 0)
-
-#define TF_MOE_MATMUL_WIDE_ENTRY(NAME, FMT)                                                   \
-    extern "C" __global__ void NAME(const u8* W, const float* xg, float* yg, const int* offsets, \
-                                    int rows, int cols, int n_experts) {                      \
-        tf_moe_matmul<FMT, 0, 1>(W, xg, yg, offsets, rows, cols, n_experts);                  \
-    }
-
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_f32, FMT_F32)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_f16, FMT_F16)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_bf16, FMT_BF16)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_q4_0, FMT_Q4_0)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_q4_1, FMT_Q4_1)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_q8_0, FMT_Q8_0)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_q4_k, FMT_Q4_K)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_q6_k, FMT_Q6_K)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_mlx2, FMT_MLX2)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_mlx3, FMT_MLX3)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_mlx4, FMT_MLX4)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_mlx5, FMT_MLX5)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_mlx6, FMT_MLX6)
-TF_MOE_MATMUL_WIDE_ENTRY(tf_moe_matmul_wide_mlx8, FMT_MLX8)
 
 // relu²: out = max(x, 0)², as tf_kernels' relu2 (r = x > 0 ? x : 0; r * r).
 extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {

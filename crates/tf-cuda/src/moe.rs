@@ -18,7 +18,6 @@
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ops::{grid, i32_of, need};
-use crate::weights::GpuFormat;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::{DroppedGroups, RouteParams};
 
@@ -48,37 +47,6 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_matmul_mlx5",
     "tf_moe_matmul_mlx6",
     "tf_moe_matmul_mlx8",
-    "tf_moe_matmul_wide_f32",
-    "tf_moe_matmul_wide_f16",
-    "tf_moe_matmul_wide_bf16",
-    "tf_moe_matmul_wide_q4_0",
-    "tf_moe_matmul_wide_q4_1",
-    "tf_moe_matmul_wide_q8_0",
-    "tf_moe_matmul_wide_q4_k",
-    "tf_moe_matmul_wide_q6_k",
-    "tf_moe_matmul_wide_mlx2",
-    "tf_moe_matmul_wide_mlx3",
-    "tf_moe_matmul_wide_mlx4",
-    "tf_moe_matmul_wide_mlx5",
-    "tf_moe_matmul_wide_mlx6",
-    "tf_moe_matmul_wide_mlx8",
-    // kernels/matmul.cu's wide-tile plain matmuls (crate::ops::matmul launches them for n > 4
-    // rows), listed here so the device loads them.
-    "tf_matmul_wide_f32",
-    "tf_matmul_wide_f16",
-    "tf_matmul_wide_bf16",
-    "tf_matmul_wide_q4_0",
-    "tf_matmul_wide_q4_1",
-    "tf_matmul_wide_q8_0",
-    "tf_matmul_wide_q4_k",
-    "tf_matmul_wide_q6_k",
-    "tf_matmul_wide_mlx2",
-    "tf_matmul_wide_mlx3",
-    "tf_matmul_wide_mlx4",
-    "tf_matmul_wide_mlx5",
-    "tf_matmul_wide_mlx6",
-    "tf_matmul_wide_mlx8",
-    "tf_plant_matmul_wide_q4_1_rowvar",
     "tf_moe_relu2",
     "tf_moe_combine",
     "tf_plant_moe_combine_reversed",
@@ -431,8 +399,6 @@ pub fn experts_with(
      -> Result<()> {
         let kernel = if plant {
             "tf_plant_moe_matmul_q4_1_rowvar"
-        } else if wide_groups(w.n_experts(), slots) {
-            wide_expert_kernel(w.matrix.format(), w.kernel)
         } else {
             w.kernel
         };
@@ -450,23 +416,6 @@ pub fn experts_with(
         }
     }
     grouped(&mlp.down, &buf.act, &mut buf.yg, &buf.offsets)
-}
-
-/// Whether a round's groups average more than `MM_RT` (4) rows (kernels/matmul.cu): then the
-/// wide-tile expert matmul (16- and 8-row tiles, more registers) streams each expert's rows
-/// fewer times; decode rounds keep the 4-row kernel and its occupancy. Same bits either way.
-pub fn wide_groups(n_experts: usize, slots: usize) -> bool {
-    slots > 4 * n_experts.min(slots).max(1)
-}
-
-/// The wide-tile grouped expert matmul of a format (kernels/moe.cu `tf_moe_matmul_wide_<fmt>`;
-/// `narrow`, the same bits, if it were missing: a test checks none is).
-pub fn wide_expert_kernel(format: GpuFormat, narrow: &'static str) -> &'static str {
-    KERNEL_NAMES
-        .iter()
-        .copied()
-        .find(|k| k.strip_prefix("tf_moe_matmul_wide_") == Some(format.kernel_tag()))
-        .unwrap_or(narrow)
 }
 
 /// One grouped expert matmul over `slots` gathered rows (each expert's group from `offsets`).

@@ -4,7 +4,7 @@
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
-use crate::weights::{GpuFormat, GpuMatrix};
+use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Threads per block of the row kernels.
@@ -129,29 +129,7 @@ pub fn matmul(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let kernel = if n > MM_RT {
-        wide_matmul_kernel(w.format())
-    } else {
-        w.format().matmul_kernel()
-    };
-    matmul_with(gpu, kernel, w, x, n, y)
-}
-
-/// Activation rows per pass of the `tf_matmul_<fmt>` entries (kernels/matmul.cu `MM_RT`); more
-/// rows go to the wide-tile entries.
-pub const MM_RT: usize = 4;
-
-/// The wide-tile matmul of a format (kernels/matmul.cu `tf_matmul_wide_<fmt>`: passes of 16, 8
-/// and 4 activation rows per stream of the weights; more registers than `tf_matmul_<fmt>`, so
-/// launched only for more than [`MM_RT`] rows). Same bits as `tf_matmul_<fmt>`.
-pub fn wide_matmul_kernel(format: GpuFormat) -> &'static str {
-    // The names are listed in crate::moe::KERNEL_NAMES (the table the device loads); the 4-row
-    // kernel (the same bits) stands in for one that is missing (a test checks none is).
-    crate::moe::KERNEL_NAMES
-        .iter()
-        .copied()
-        .find(|k| k.strip_prefix("tf_matmul_wide_") == Some(format.kernel_tag()))
-        .unwrap_or(format.matmul_kernel())
+    matmul_with(gpu, w.format().matmul_kernel(), w, x, n, y)
 }
 
 /// [`matmul`] through a named kernel (the planted controls use this).

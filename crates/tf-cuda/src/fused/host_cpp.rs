@@ -135,21 +135,20 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     for (i, f) in FORMATS.iter().copied().enumerate() {
         let (rows, cols) = (11, cols_of(f));
         let (w, bytes) = weights(f, rows, cols, rng);
-        // Every format at 1 and 7 rows (4-row tiles); the wide entries at one of the row counts
-        // that cross their 8- and 16-row tiles (Q4_0 and MLX 4-bit at all of them, and at 1).
+        // Every format at 1 and 7 rows; each also at one of the row counts that cross the 8- and
+        // 16-row tiles (Q4_0 and MLX 4-bit at all of them).
         let tiled = [5usize, 8, 16, 17, 33];
-        let mut ns = vec![(1usize, 0usize, ""), (7, 2 + 4 * (i % 3), "")];
+        let mut ns = vec![(1usize, 0usize), (7, 2 + 4 * (i % 3))];
         if matches!(f, GpuFormat::Q4_0 | GpuFormat::Mlx4) {
-            ns.push((1, 2, "wide_"));
-            ns.extend(tiled.iter().map(|&n| (n, 2 * (n % 3), "wide_")));
+            ns.extend(tiled.iter().map(|&n| (n, 2 * (n % 3))));
         } else {
-            ns.push((tiled[i % tiled.len()], 2, "wide_"));
+            ns.push((tiled[i % tiled.len()], 2));
         }
-        for (n, off, wide) in ns {
+        for (n, off) in ns {
             let x = rng.vec_uniform(n * cols, -1.0, 1.0);
             cases.push(Case {
-                label: format!("{f:?} {wide}matmul n={n} off={off}"),
-                name: format!("tf_matmul_{wide}{}", f.kernel_tag()),
+                label: format!("{f:?} matmul n={n} off={off}"),
+                name: format!("tf_matmul_{}", f.kernel_tag()),
                 kind: 0,
                 rows,
                 cols,
@@ -175,12 +174,6 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
         (GpuFormat::Q4_0, "tf_ref_matmul_q4_0", true, None),
         (GpuFormat::Mlx4, "tf_ref_matmul_mlx4", true, None),
         (GpuFormat::Q4_1, "tf_plant_matmul_q4_1_rowvar", false, None),
-        (
-            GpuFormat::Q4_1,
-            "tf_plant_matmul_wide_q4_1_rowvar",
-            false,
-            None,
-        ),
         (GpuFormat::Mlx4, "tf_plant_matmul_mlx4_nibbles", false, None),
         (
             GpuFormat::Mlx4,
@@ -233,22 +226,19 @@ fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     let mut cases = Vec::new();
     let rows = 9usize;
     for (i, (f, name, must_match)) in [
-        (GpuFormat::Q4_0, "tf_moe_matmul_wide_q4_0", true),
+        (GpuFormat::Q4_0, "tf_moe_matmul_q4_0", true),
         (GpuFormat::Mlx4, "tf_moe_matmul_mlx4", true),
         (GpuFormat::Q6K, "tf_moe_matmul_q6_k", true),
         (GpuFormat::F16, "tf_moe_matmul_f16", true),
         (GpuFormat::Q4_1, "tf_plant_moe_matmul_q4_1_rowvar", false),
-        (GpuFormat::Mlx4, "tf_moe_matmul_wide_mlx4", true),
-        (GpuFormat::Q4_0, "tf_moe_matmul_q4_0", true),
     ]
     .into_iter()
     .enumerate()
     {
-        // 3 experts with groups of 2, 0 and 5 rows (or 9, 0 and 17); or 4 experts with 0, 1, 0 and 1 rows, so
+        // 3 experts with groups of 2, 0 and 5 rows (or, for Q4_0, 9, 0 and 17); or 4 experts with 0, 1, 0 and 1 rows, so
         // the launch has fewer block rows (2) than experts and must skip the empty ones.
-        // The wide Q4_0 and the 4-row Q4_0: groups of 9, 0 and 17 rows (wide: passes of 8 + 1
-        // and 16 + 1 rows).
-        let (e, n, offsets) = if i == 0 || i == 6 {
+        // Q4_0: groups of 9, 0 and 17 rows (passes of 8 + 1 and 16 + 1 rows).
+        let (e, n, offsets) = if i == 0 {
             (3usize, 26usize, vec![0i32, 9, 9, 26])
         } else if i % 2 == 0 {
             (3usize, 7usize, vec![0i32, 2, 2, 7])

@@ -42,29 +42,3 @@ fn routing_parameters_are_checked() {
     assert!(grouped(4, 2, 9).validate().is_err());
     assert!(grouped(3, 1, 2).validate().is_err());
 }
-
-#[test]
-fn decode_rounds_keep_the_four_row_kernel_and_prefill_takes_the_wide_one() {
-    // 1 or 4 streams with 8 picks of 128 experts: groups average at most 4 rows.
-    assert!(!wide_groups(128, 8));
-    assert!(!wide_groups(128, 32));
-    assert!(!wide_groups(8, 32));
-    // A 2048-token prefill with 8 picks of 128 experts: 128 rows per group on average.
-    assert!(wide_groups(128, 2048 * 8));
-    assert!(wide_groups(8, 33));
-    // The boundary: 4 rows per group stay on the 4-row kernel, 5 do not.
-    assert!(!wide_groups(1, 4));
-    assert!(wide_groups(1, 5));
-}
-
-#[test]
-fn every_wide_kernel_is_listed_for_loading() {
-    for f in GpuFormat::ALL {
-        let e = wide_expert_kernel(f, "narrow");
-        assert_eq!(e, format!("tf_moe_matmul_wide_{}", f.kernel_tag()));
-        let m = crate::ops::wide_matmul_kernel(f);
-        assert_eq!(m, format!("tf_matmul_wide_{}", f.kernel_tag()));
-    }
-    // Control: a name missing from the table falls back to the 4-row kernel.
-    assert!(!KERNEL_NAMES.contains(&"tf_matmul_wide_q5_k"));
-}

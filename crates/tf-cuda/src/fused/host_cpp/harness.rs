@@ -223,10 +223,8 @@ pub(super) fn host_source() -> String {
     let mut mmf = String::new();
     for f in FORMATS {
         let tag = f.kernel_tag();
-        mm.push_str(&format!("MM(tf_matmul_{tag}) MM(tf_matmul_wide_{tag}) "));
-        moe.push_str(&format!(
-            "MM(tf_moe_matmul_{tag}) MM(tf_moe_matmul_wide_{tag}) "
-        ));
+        mm.push_str(&format!("MM(tf_matmul_{tag}) "));
+        moe.push_str(&format!("MM(tf_moe_matmul_{tag}) "));
         for xf in ["none", "norm", "silu"] {
             for ep in ["store", "add"] {
                 mmf.push_str(&format!("MM(tf_mmf_{tag}_{xf}_{ep}) "));
@@ -235,7 +233,6 @@ pub(super) fn host_source() -> String {
     }
     for p in [
         "tf_plant_matmul_q4_1_rowvar",
-        "tf_plant_matmul_wide_q4_1_rowvar",
         "tf_plant_matmul_mlx4_fma",
         "tf_plant_matmul_mlx4_nibbles",
         "tf_ref_matmul_q4_0",
