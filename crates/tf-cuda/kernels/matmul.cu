@@ -4,8 +4,7 @@
 // in ascending k with fmaf into one accumulator per activation row, then the 16 lanes are folded
 // by the fixed tree: the CPU's canonical arithmetic (tf_kernels matmul::kernel), so each (i, j)
 // has the same bits whatever n is, whichever tile the row falls in, and on the CPU. Activation
-// rows are taken MM_RT at a time here (tf_mmv below takes up to MM_RT_BIG); the tile only
-// groups independent sums, it never changes one.
+// rows are taken MM_RT at a time; the tile only groups independent sums, it never changes one.
 
 #define MM_RT 4
 
@@ -211,82 +210,12 @@ __device__ __forceinline__ void tf_mmv_chunk(const u8* srow, const float* __rest
     }
 }
 
-// One pass of a half-warp over its weight row for the nt <= T activation rows from i0 (T
-// accumulators per lane; nt is the same in every lane of the block): the row streamed once, each
-// staged chunk consumed by every row of the tile. rev: the planted control's block order.
-template <int FMT, int T>
-__device__ __forceinline__ void tf_mmv_pass(const u8* row, size_t rb, const u8* lo, const u8* hi,
-                                            u8* sb, const float* __restrict__ x,
-                                            float* __restrict__ y, int i0, int nt, int rows,
-                                            int cols, int j, bool active, bool rev, int lane) {
-    constexpr int UE = tf_unit_elems(FMT), NU = tf_mmv_units(FMT);
-    const int units = (cols + UE - 1) / UE;
-    const int nchunks = (units + NU - 1) / NU;
-    float acc[T];
-#pragma unroll
-    for (int r = 0; r < T; r++) acc[r] = 0.0f;
-    const float* xr = x + (size_t)i0 * cols;
-    uint4 v[MMV_VEC];
-    const u8* a0;
-    int delta, nv;
-    tf_mmv_window<FMT>(row, rb, rev ? nchunks - 1 : 0, &a0, &delta, &nv);
-    tf_mmv_fetch(v, a0, nv, lo, hi, lane);
-    for (int ci = 0; ci < nchunks; ci++) {
-        const int c = rev ? nchunks - 1 - ci : ci;
-        const int cdelta = delta;
-        __syncwarp();  // the previous chunk is consumed
-#pragma unroll
-        for (int u = 0; u < MMV_VEC; u++) ((uint4*)sb)[lane + 16 * u] = v[u];
-        __syncwarp();
-        if (ci + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
-            tf_mmv_window<FMT>(row, rb, rev ? c - 1 : c + 1, &a0, &delta, &nv);
-            tf_mmv_fetch(v, a0, nv, lo, hi, lane);
-        }
-        const u8* srow = sb + cdelta;
-        const int k_base = c * NU * UE;
-        const int len = min(NU * UE, cols - k_base);
-        const float* xk = xr + k_base;
-        if (active) {
-            // The tile's row count as a constant: no per-row tests in the inner loop.
-            if constexpr (T == 4) {
-                switch (nt) {
-                    case 1: tf_mmv_chunk<FMT, 1>(srow, xk, cols, len, rev, lane, acc); break;
-                    case 2: tf_mmv_chunk<FMT, 2>(srow, xk, cols, len, rev, lane, acc); break;
-                    case 3: tf_mmv_chunk<FMT, 3>(srow, xk, cols, len, rev, lane, acc); break;
-                    default: tf_mmv_chunk<FMT, 4>(srow, xk, cols, len, rev, lane, acc);
-                }
-            } else if constexpr (T == 8) {
-                switch (nt) {
-                    case 5: tf_mmv_chunk<FMT, 5>(srow, xk, cols, len, rev, lane, acc); break;
-                    case 6: tf_mmv_chunk<FMT, 6>(srow, xk, cols, len, rev, lane, acc); break;
-                    case 7: tf_mmv_chunk<FMT, 7>(srow, xk, cols, len, rev, lane, acc); break;
-                    default: tf_mmv_chunk<FMT, 8>(srow, xk, cols, len, rev, lane, acc);
-                }
-            } else {
-                tf_mmv_chunk<FMT, T>(srow, xk, cols, len, rev, lane, acc);
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < T; r++) {
-        if (r < nt) {  // nt is uniform: every lane of the warp takes part in the fold
-            const float s = tf_fold16_sum(acc[r]);
-            if (active && lane == 0) y[(size_t)(i0 + r) * rows + j] = s;
-        }
-    }
-}
-
-// Rows per pass: MM_RT (4) while at most 4 remain, so one to four rows take the same path as
-// before; 5..8 remaining rows one pass of the 8-row tile; 16 or more a pass of MM_RT_BIG. Each
-// (i, j) is the same chain and fold in every tile, so the bits never depend on the tiling.
-#define MM_RT_MID 8
-#define MM_RT_BIG 16
-
 // PLANT = 1: the planted control of tf_matmul (blocks in descending order when n > 1).
 template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __restrict__ x,
                                        float* __restrict__ y, int n, int rows, int cols) {
     __shared__ __align__(16) u8 mmv_smem[MMV_HALVES * MMV_STRIDE];
+    constexpr int UE = tf_unit_elems(FMT), NU = tf_mmv_units(FMT);
     const int lane = threadIdx.x & 15;
     u8* sb = mmv_smem + (size_t)((threadIdx.x >> 4) & (MMV_HALVES - 1)) * MMV_STRIDE;
     const int j = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 4);
@@ -296,21 +225,47 @@ __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __
     const u8* row = W + (size_t)(active ? j : 0) * rb;
     const u8* lo = W;
     const u8* hi = W + (size_t)rows * rb;
-    for (int i0 = 0; i0 < n;) {
-        const int rem = n - i0;
-        if (rem >= MM_RT_BIG) {
-            tf_mmv_pass<FMT, MM_RT_BIG>(row, rb, lo, hi, sb, x, y, i0, MM_RT_BIG, rows, cols, j,
-                                        active, reverse, lane);
-            i0 += MM_RT_BIG;
-        } else if (rem > MM_RT) {
-            const int nt = min(MM_RT_MID, rem);
-            tf_mmv_pass<FMT, MM_RT_MID>(row, rb, lo, hi, sb, x, y, i0, nt, rows, cols, j, active,
-                                        reverse, lane);
-            i0 += nt;
-        } else {
-            tf_mmv_pass<FMT, MM_RT>(row, rb, lo, hi, sb, x, y, i0, rem, rows, cols, j, active,
-                                    reverse, lane);
-            i0 += rem;
+    const int units = (cols + UE - 1) / UE;
+    const int nchunks = (units + NU - 1) / NU;
+    for (int i0 = 0; i0 < n; i0 += MM_RT) {
+        float acc[MM_RT];
+#pragma unroll
+        for (int r = 0; r < MM_RT; r++) acc[r] = 0.0f;
+        const float* xr = x + (size_t)i0 * cols;
+        uint4 v[MMV_VEC];
+        const u8* a0;
+        int delta, nv;
+        tf_mmv_window<FMT>(row, rb, reverse ? nchunks - 1 : 0, &a0, &delta, &nv);
+        tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+        for (int ci = 0; ci < nchunks; ci++) {
+            const int c = reverse ? nchunks - 1 - ci : ci;
+            const int cdelta = delta;
+            __syncwarp();  // the previous chunk is consumed
+#pragma unroll
+            for (int u = 0; u < MMV_VEC; u++) ((uint4*)sb)[lane + 16 * u] = v[u];
+            __syncwarp();
+            if (ci + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
+                tf_mmv_window<FMT>(row, rb, reverse ? c - 1 : c + 1, &a0, &delta, &nv);
+                tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+            }
+            const u8* srow = sb + cdelta;
+            const int k_base = c * NU * UE;
+            const int len = min(NU * UE, cols - k_base);
+            const float* xk = xr + k_base;
+            if (active) {
+                // The tile's row count as a constant: no per-row tests in the inner loop.
+                switch (min(MM_RT, n - i0)) {
+                    case 1: tf_mmv_chunk<FMT, 1>(srow, xk, cols, len, reverse, lane, acc); break;
+                    case 2: tf_mmv_chunk<FMT, 2>(srow, xk, cols, len, reverse, lane, acc); break;
+                    case 3: tf_mmv_chunk<FMT, 3>(srow, xk, cols, len, reverse, lane, acc); break;
+                    default: tf_mmv_chunk<FMT, MM_RT>(srow, xk, cols, len, reverse, lane, acc);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MM_RT; r++) {
+            const float s = tf_fold16_sum(acc[r]);
+            if (active && lane == 0 && i0 + r < n) y[(size_t)(i0 + r) * rows + j] = s;
         }
     }
 }

@@ -135,16 +135,7 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     for (i, f) in FORMATS.iter().copied().enumerate() {
         let (rows, cols) = (11, cols_of(f));
         let (w, bytes) = weights(f, rows, cols, rng);
-        // Every format at 1 and 7 rows; each also at one of the row counts that cross the 8- and
-        // 16-row tiles (Q4_0 and MLX 4-bit at all of them).
-        let tiled = [5usize, 8, 16, 17, 33];
-        let mut ns = vec![(1usize, 0usize), (7, 2 + 4 * (i % 3))];
-        if matches!(f, GpuFormat::Q4_0 | GpuFormat::Mlx4) {
-            ns.extend(tiled.iter().map(|&n| (n, 2 * (n % 3))));
-        } else {
-            ns.push((tiled[i % tiled.len()], 2));
-        }
-        for (n, off) in ns {
+        for (n, off) in [(1usize, 0usize), (7, 2 + 4 * (i % 3))] {
             let x = rng.vec_uniform(n * cols, -1.0, 1.0);
             cases.push(Case {
                 label: format!("{f:?} matmul n={n} off={off}"),
@@ -182,41 +173,38 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             Some(FloatType::F32),
         ),
     ] {
-        // 5 rows: one pass of the 8-row tile; 21 rows: passes of 16 and 5 rows.
-        for n in [5usize, 21] {
-            let (rows, cols) = (9, 1024);
-            let (w, bytes) = match ty {
-                Some(t) => {
-                    let w = HostWeights::random_mlx(4, 64, t, rows, cols, rng);
-                    let d = device_bytes(&w.packed())
-                        .expect("device bytes")
-                        .into_owned();
-                    (w, d)
-                }
-                None => weights(f, rows, cols, rng),
-            };
-            let x = rng.vec_uniform(n * cols, -1.0, 1.0);
-            cases.push(Case {
-                label: format!("{name} n={n}"),
-                name: name.to_string(),
-                kind: 0,
-                rows,
-                cols,
-                n,
-                experts: 0,
-                x_stride: cols,
-                bytes,
-                off: 0,
-                offsets: vec![],
-                want: cpu(&w, &x, n, pool),
-                x,
-                gain: vec![],
-                eps: 0.0,
-                y0: vec![],
-                smem: 0,
-                must_match,
-            });
-        }
+        let (rows, cols, n) = (9, 1024, 5);
+        let (w, bytes) = match ty {
+            Some(t) => {
+                let w = HostWeights::random_mlx(4, 64, t, rows, cols, rng);
+                let d = device_bytes(&w.packed())
+                    .expect("device bytes")
+                    .into_owned();
+                (w, d)
+            }
+            None => weights(f, rows, cols, rng),
+        };
+        let x = rng.vec_uniform(n * cols, -1.0, 1.0);
+        cases.push(Case {
+            label: name.to_string(),
+            name: name.to_string(),
+            kind: 0,
+            rows,
+            cols,
+            n,
+            experts: 0,
+            x_stride: cols,
+            bytes,
+            off: 0,
+            offsets: vec![],
+            want: cpu(&w, &x, n, pool),
+            x,
+            gain: vec![],
+            eps: 0.0,
+            y0: vec![],
+            smem: 0,
+            must_match,
+        });
     }
     cases
 }
@@ -235,12 +223,9 @@ fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     .into_iter()
     .enumerate()
     {
-        // 3 experts with groups of 2, 0 and 5 rows (or, for Q4_0, 9, 0 and 17); or 4 experts with 0, 1, 0 and 1 rows, so
+        // 3 experts with groups of 2, 0 and 5 rows; or 4 experts with 0, 1, 0 and 1 rows, so
         // the launch has fewer block rows (2) than experts and must skip the empty ones.
-        // Q4_0: groups of 9, 0 and 17 rows (passes of 8 + 1 and 16 + 1 rows).
-        let (e, n, offsets) = if i == 0 {
-            (3usize, 26usize, vec![0i32, 9, 9, 26])
-        } else if i % 2 == 0 {
+        let (e, n, offsets) = if i % 2 == 0 {
             (3usize, 7usize, vec![0i32, 2, 2, 7])
         } else {
             (4, 2, vec![0i32, 0, 1, 1, 2])
