@@ -419,16 +419,17 @@ fn recurrent_state_is_exact_after_partial_windows_a_cancel_and_an_eviction() {
         top_logprobs: None,
         draft: true,
     };
-    s.handle().submit(req, Box::new(tx)).expect("submit");
+    // The client is gone at the sixth token, however fast the stream runs.
+    let sink = LeavesAfter { tokens: 5, tx };
+    s.handle().submit(req, Box::new(sink)).expect("submit");
     let got: Vec<u32> = rx
         .iter()
         .filter_map(|e| match e {
             StreamEvent::Token(t) => Some(t.id),
             _ => None,
         })
-        .take(5)
         .collect();
-    drop(rx);
+    assert_eq!(got.len(), 5);
     wait_idle(&s.handle());
     assert_eq!(s.handle().snapshot().cancelled, 1);
     let p1 = next_turn(&p0, &got, 3);
@@ -519,4 +520,23 @@ fn a_reply_stopped_on_the_end_token_resumes_whole_in_the_next_turn() {
     // With the end token the whole previous turn resumes; without, its assistant opening.
     assert_eq!(cached[0], p0.len() + k);
     assert_eq!(cached[2], p0.len() - 3);
+}
+
+/// A client that leaves after `tokens` tokens: its sink refuses the next one (a dropped
+/// connection noticed at that send), whatever the timing.
+struct LeavesAfter {
+    tokens: usize,
+    tx: mpsc::Sender<StreamEvent>,
+}
+
+impl EventSink for LeavesAfter {
+    fn send(&mut self, event: StreamEvent) -> bool {
+        if matches!(event, StreamEvent::Token(_)) {
+            if self.tokens == 0 {
+                return false;
+            }
+            self.tokens -= 1;
+        }
+        self.tx.send(event).is_ok()
+    }
 }
