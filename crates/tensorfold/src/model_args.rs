@@ -100,19 +100,31 @@ pub fn load_model(
         .with_context(|| format!("opening {}", path.display()))?;
     let plan = tf_families::plan(ck.config(), ck.entries())
         .map_err(|r| Refusal(format!("{}: {r}", r.name())))?;
-    match tf_cuda::backend::load(&ck, &plan, gpu) {
-        Ok(m) => {
-            eprintln!("backend: cuda (GPU {})", gpu.ordinal);
-            Ok(m)
-        }
-        Err(e) if is_refusal(&e) && backend == Backend::Auto => {
+    match load_on_gpu(&ck, &plan, gpu, &format!("GPU {}", gpu.ordinal)) {
+        Err(e) if backend == Backend::Auto && e.is::<Refusal>() => {
             eprintln!("backend: cpu (CUDA cannot take this model: {e})");
             cpu()
         }
-        Err(e) if is_refusal(&e) => Err(Refusal(format!("--backend cuda: {e}")).into()),
-        Err(e) => {
-            Err(anyhow::Error::new(e).context(format!("loading {} on the GPU", path.display())))
+        Err(e) if e.is::<Refusal>() => Err(Refusal(format!("--backend cuda: {e}")).into()),
+        loaded => loaded.with_context(|| format!("loading {} on the GPU", path.display())),
+    }
+}
+
+/// Loads a planned checkpoint on the GPU, saying so; what the GPU cannot take comes back as a
+/// [`Refusal`].
+fn load_on_gpu(
+    ck: &tf_formats::checkpoint::Checkpoint,
+    plan: &tf_families::ModelPlan,
+    opts: &CudaOptions,
+    what: &str,
+) -> anyhow::Result<Box<dyn Model>> {
+    match tf_cuda::backend::load(ck, plan, opts) {
+        Ok(m) => {
+            eprintln!("backend: cuda ({what}, {} family)", plan.family());
+            Ok(m)
         }
+        Err(e) if is_refusal(&e) => Err(Refusal(e.to_string()).into()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -146,14 +158,10 @@ pub fn load_synthetic(
         context: Some(context),
         ..CudaOptions::default()
     };
-    match tf_cuda::backend::load(&ck, &plan, &opts) {
-        Ok(m) => {
-            eprintln!("backend: cuda, synthetic {spec} ({} family)", plan.family());
-            Ok(m)
+    load_on_gpu(&ck, &plan, &opts, &format!("synthetic {spec}")).map_err(|e| {
+        match e.downcast::<Refusal>() {
+            Ok(r) => Refusal(format!("--synthetic {spec}: {r}")).into(),
+            Err(e) => e.context(format!("building synthetic {spec} on the GPU")),
         }
-        Err(e) if is_refusal(&e) => Err(Refusal(format!("--synthetic {spec}: {e}")).into()),
-        Err(e) => {
-            Err(anyhow::Error::new(e).context(format!("building synthetic {spec} on the GPU")))
-        }
-    }
+    })
 }

@@ -45,7 +45,6 @@ impl Clone for StreamState {
             device: None,
         };
         if self.device.is_some() {
-            s.truncate(0);
             s.len = 0;
         }
         s

@@ -419,18 +419,19 @@ fn retire(sh: &Shared, running: &mut Vec<Running>, cache: &mut PromptCache, mode
                 .into_iter()
                 .flatten()
                 .collect();
-            let had_snaps = !snaps.is_empty();
             for snap in snaps {
                 cache.insert(&tokens, snap);
             }
-            if s.state.device.is_some() {
-                if !had_snaps || final_on_boundary {
-                    if let Ok(host) = model.host_copy(&s.state) {
-                        cache.insert(&tokens, host);
-                    }
+            if !s.state.is_recurrent() || final_on_boundary {
+                // Device state is kept as a host copy; its slot goes back with the stream.
+                let kept = if s.state.device.is_some() {
+                    model.host_copy(&s.state).ok()
+                } else {
+                    Some(s.state)
+                };
+                if let Some(state) = kept {
+                    cache.insert(&tokens, state);
                 }
-            } else if !s.state.is_recurrent() || final_on_boundary {
-                cache.insert(&tokens, s.state);
             }
         }
     }
