@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use tf_families::nemotron_h::NemotronBlock;
 use tf_families::ModelPlan;
 use tf_formats::checkpoint::Checkpoint;
+use tf_formats::WeightFormat;
 use tf_kernels::ops::{KvCache, LayerKv, MambaState};
 use tf_models::{check_rows, DeviceSlot, Model, ModelError, ModelInfo, Row, StreamState};
 
@@ -192,10 +193,16 @@ pub fn load(
     let context = opts.context.map_or(own, |c| c.min(own)).max(1);
     let slots = opts.slots.max(1);
     let gpu = Gpu::open(opts.ordinal)?;
+    // Device bytes: MLX weights are re-laid in 32-element units with f32 scales and biases.
     let weights: u64 = ck
         .entries()
         .iter()
-        .map(|e| e.format.storage_bytes(e.elements()))
+        .map(|e| match e.format {
+            WeightFormat::MlxAffine { bits, .. } => {
+                e.elements() / 32 * crate::quant::mlx_unit_bytes(bits) as u64
+            }
+            f => f.storage_bytes(e.elements()),
+        })
         .sum();
     let per_pos: usize = shape.kv.iter().map(|&(h, d)| h * d * 8).sum();
     let kv = (slots * context * per_pos) as u64;
