@@ -14,6 +14,8 @@ pub mod device;
 pub mod error;
 pub mod fused;
 pub mod graphs;
+#[cfg(test)]
+mod host_cxx;
 pub mod kv;
 pub mod launch;
 pub mod llama;

@@ -63,20 +63,6 @@ int main(int argc, char** argv) {
 }
 "#;
 
-fn compiler() -> Option<String> {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    match Command::new(&cxx).arg("--version").output() {
-        Ok(o) if o.status.success() => Some(cxx),
-        _ => {
-            if std::env::var_os("TF_CUDA_REQUIRE_CXX").is_some() {
-                panic!("TF_CUDA_REQUIRE_CXX is set but no C++ compiler runs");
-            }
-            eprintln!("skipped: no C++ compiler ($CXX or c++)");
-            None
-        }
-    }
-}
-
 /// One case line and its output byte count.
 fn case_line(args: &FillArgs, bytes: u64) -> String {
     match *args {
@@ -157,7 +143,9 @@ fn entry(name: &str, format: WeightFormat, shape: &[u64]) -> TensorEntry {
 
 #[test]
 fn fill_kernels_on_the_host_write_the_reference_bytes() {
-    let Some(cxx) = compiler() else { return };
+    let Some(cxx) = crate::host_cxx::compiler() else {
+        return;
+    };
     let mlx = |bits, group_size, scales| WeightFormat::MlxAffine {
         bits,
         group_size,

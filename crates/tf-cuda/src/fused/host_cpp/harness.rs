@@ -2,7 +2,6 @@
 //! barriers, shuffles, votes), the emulated launch, the case reader, and the program text.
 
 use crate::weights::GpuFormat;
-use std::process::Command;
 
 /// Host stand-ins for the CUDA names the kernels use, and the emulated launch.
 const PRELUDE: &str = r#"
@@ -179,15 +178,6 @@ pub(super) const FORMATS: [GpuFormat; 14] = [
     GpuFormat::Mlx6,
     GpuFormat::Mlx8,
 ];
-
-pub(super) fn compiler() -> Option<String> {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let ok = Command::new(&cxx)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then_some(cxx)
-}
 
 /// The kernel sources for the host: common.cuh (its f16 conversion through the host's),
 /// matmul.cu, fused.cu, quant.cu and moe.cu, then tables of the entries the harness calls.

@@ -156,15 +156,6 @@ fn extract(src: &str, head: &str) -> String {
     panic!("unbalanced braces after `{head}`");
 }
 
-fn compiler() -> Option<String> {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let ok = Command::new(&cxx)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then_some(cxx)
-}
-
 /// One shape's case: constants, a round of rows over `N_SLOTS` slots, the pools before it.
 struct Case {
     heads: usize,
@@ -369,11 +360,7 @@ fn differing(a: &[f32], b: &[f32]) -> usize {
 
 #[test]
 fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
-    let Some(cxx) = compiler() else {
-        if std::env::var_os("TF_CUDA_REQUIRE_CXX").is_some() {
-            panic!("TF_CUDA_REQUIRE_CXX is set but no C++ compiler runs");
-        }
-        eprintln!("skipped: no C++ compiler ($CXX or c++)");
+    let Some(cxx) = crate::host_cxx::compiler() else {
         return;
     };
     let common = include_str!("../../../kernels/common.cuh");
