@@ -155,9 +155,10 @@ pub fn matmul_with(
         .arg(&n_)
         .arg(&rows)
         .arg(&cols);
+    let threads = w.rows() * w.format().matmul_threads_per_row();
     // SAFETY: the kernel's signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements it reads and writes (checked above; the weight was validated at upload).
-    unsafe { b.go(grid(w.rows() * 16, THREADS), "launching matmul") }?;
+    unsafe { b.go(grid(threads, THREADS), "launching matmul") }?;
     Ok(())
 }
 

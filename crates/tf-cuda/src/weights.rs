@@ -136,6 +136,17 @@ impl GpuFormat {
         }
     }
 
+    /// Threads a matmul launch gives each weight row: 4 for the formats of kernels/matmul.cu's
+    /// `tf_mmq` (each thread owns 4 of the row's 16 lanes), 16 for `tf_mmv` (one per lane).
+    pub fn matmul_threads_per_row(self) -> usize {
+        match self {
+            GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 | GpuFormat::Q4K | GpuFormat::Q6K => {
+                16
+            }
+            _ => 4,
+        }
+    }
+
     /// The format's name in kernel names (`q4_1`, `bf16`, ...).
     pub fn kernel_tag(self) -> &'static str {
         match self {
