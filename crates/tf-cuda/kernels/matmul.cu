@@ -152,32 +152,45 @@ __device__ __noinline__ uint4 tf_mmv_edge(const u8* p, const u8* lo, const u8* h
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Loads the 16-byte vectors of one chunk window (vector v at a0 + 16 v, v < nv) that lane
-// `lane` owns (read-only cache path); vectors not wholly inside [lo, hi) byte by byte within it.
-__device__ __forceinline__ void tf_mmv_fetch(uint4* v, const u8* a0, int nv, const u8* lo,
-                                             const u8* hi, int lane) {
+// Loads the 16-byte vectors of one chunk window (vector v at a0 + 16 v, v < nv) that thread
+// `t` of the TPR threads streaming a row owns (read-only cache path); vectors not wholly inside
+// [lo, hi) byte by byte within it.
+template <int VEC, int TPR>
+__device__ __forceinline__ void tf_chunk_fetch(uint4* v, const u8* a0, int nv, const u8* lo,
+                                               const u8* hi, int t) {
 #pragma unroll
-    for (int u = 0; u < MMV_VEC; u++) {
-        const int t = lane + 16 * u;
+    for (int u = 0; u < VEC; u++) {
+        const int i = t + TPR * u;
         v[u] = make_uint4(0u, 0u, 0u, 0u);
-        if (t < nv) {
-            const u8* p = a0 + 16 * t;
+        if (i < nv) {
+            const u8* p = a0 + 16 * i;
             v[u] = p >= lo && p + 16 <= hi ? __ldg((const uint4*)p) : tf_mmv_edge(p, lo, hi);
         }
     }
 }
 
-// The window of chunk c of a row of rb bytes: its first byte aligned down to 16 (a0), the
-// chunk's offset in it (delta) and its 16-byte vectors (nv).
-template <int FMT>
-__device__ __forceinline__ void tf_mmv_window(const u8* row, size_t rb, int c, const u8** a0,
-                                              int* delta, int* nv) {
-    constexpr int UB = tf_unit_bytes(FMT), NU = tf_mmv_units(FMT);
-    const u8* s = row + (size_t)c * NU * UB;
-    const u8* e = s + (size_t)NU * UB < row + rb ? s + (size_t)NU * UB : row + rb;
+// tf_mmv's fetch: 16 lanes a row.
+__device__ __forceinline__ void tf_mmv_fetch(uint4* v, const u8* a0, int nv, const u8* lo,
+                                             const u8* hi, int lane) {
+    tf_chunk_fetch<MMV_VEC, 16>(v, a0, nv, lo, hi, lane);
+}
+
+// The window of chunk c (chunk_bytes each) of a row of rb bytes: its first byte aligned down to
+// 16 (a0), the chunk's offset in it (delta) and its 16-byte vectors (nv).
+__device__ __forceinline__ void tf_chunk_window(const u8* row, size_t rb, size_t chunk_bytes,
+                                                int c, const u8** a0, int* delta, int* nv) {
+    const u8* s = row + (size_t)c * chunk_bytes;
+    const u8* e = s + chunk_bytes < row + rb ? s + chunk_bytes : row + rb;
     *a0 = (const u8*)((size_t)s & ~(size_t)15);
     *delta = (int)(s - *a0);
     *nv = (int)((e - *a0 + 15) >> 4);
+}
+
+// tf_mmv's window: chunks of tf_mmv_units(FMT) units.
+template <int FMT>
+__device__ __forceinline__ void tf_mmv_window(const u8* row, size_t rb, int c, const u8** a0,
+                                              int* delta, int* nv) {
+    tf_chunk_window(row, rb, (size_t)tf_mmv_units(FMT) * tf_unit_bytes(FMT), c, a0, delta, nv);
 }
 
 // One staged chunk of a row into the chains of NT activation rows (xk: row 0's input at the
@@ -270,10 +283,197 @@ __device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __
     }
 }
 
-// The template behind the matmul entries (and the grouped expert matmuls of moe.cu): tf_mmv;
-// tf_matmul stays as the reference it must equal bit for bit (define this to tf_matmul to go
-// back to it).
-#define TF_MATMUL_IMPL tf_mmv
+// ---- four lanes a thread (tf_mmq): the same arithmetic, a quarter of the load instructions ----
+//
+// tf_mmv's time goes to load issue, not to DRAM: every lane loads its x and its code bytes one
+// element at a time (about three loads per weight). tf_mmq gives each thread four of a row's 16
+// lanes, l = 4q .. 4q + 3 (q = threadIdx.x & 3; four threads a row, MMQ_ROWS rows a 128-thread
+// block). A chunk's four elements of those lanes are consecutive, so the thread reads their x as
+// one float4 and their codes in one 32-bit word. acc[r][i] is lane 4q + i's chain, fed in
+// ascending k as in tf_matmul; the fold is the same tree: (l, l + 8) across threads q and q + 2,
+// (l, l + 4) across q and q + 1, then (l, l + 2) and (0, 1) inside thread q = 0 (tf_fold_quad).
+// The four threads of a row stream it as tf_mmv's half-warp does (16-byte loads into shared
+// memory, the next chunk in flight). Formats: Q4_0, Q4_1, Q8_0 and MLX affine (32-element
+// units); launchers give these 4 threads a row (GpuFormat::matmul_threads_per_row).
+
+#define MMQ_VEC 8                      // 16-byte loads per thread per chunk
+#define MMQ_SPAN (4 * 16 * MMQ_VEC)    // bytes a row stages per chunk
+#define MMQ_STRIDE (MMQ_SPAN + 16)     // shared bytes per row (offsets the banks)
+#define MMQ_ROWS 32                    // rows per 128-thread block
+
+// Formats tf_mmq serves (the rest stay on tf_mmv).
+__host__ __device__ constexpr bool tf_mmq_format(int fmt) {
+    return fmt == FMT_Q4_0 || fmt == FMT_Q4_1 || fmt == FMT_Q8_0 || tf_mlx_bits(fmt) > 0;
+}
+
+// Units per chunk: a chunk plus its misalignment (< 16 bytes) fits in MMQ_SPAN.
+__host__ __device__ constexpr int tf_mmq_units(int fmt) {
+    return (MMQ_SPAN - 16) / tf_unit_bytes(fmt);
+}
+
+// 32 bits at any byte address of shared memory: two aligned words, funnel-shifted (the word
+// after p's may lie past the chunk; MMQ_STRIDE leaves room for it).
+__device__ __forceinline__ u32 tf_smem_u32(const u8* p) {
+    const u32* w = (const u32*)((size_t)p & ~(size_t)3);
+    return __funnelshift_r(w[0], w[1], 8 * (int)((size_t)p & 3));
+}
+
+// The four codes of lanes 4q .. 4q + 3 in chunk c of a unit, widened exactly (tf_small_int) and
+// decoded with tf_decode's arithmetic (its PLANT variants included).
+template <int FMT>
+__device__ __forceinline__ void tf_mmq_decode(const u8* p, int c, int q, float* w) {
+    if constexpr (FMT == FMT_Q4_0) {
+        // Byte e of the 16 code bytes holds element e (low nibble) and e + 16 (high).
+        const float d = tf_f16(tf_ld16(p));
+        const u32 v = tf_smem_u32(p + 2 + 4 * q) >> (4 * c);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            w[i] = d * (__int_as_float((int)(0x4b000000u | ((v >> (8 * i)) & 15u))) - 8388616.0f);
+    } else if constexpr (FMT == FMT_Q4_1) {
+        const float d = tf_f16(tf_ld16(p)), m = tf_f16(tf_ld16(p + 2));
+        const u32 v = *(const u32*)(p + 4 + 4 * q) >> (4 * c);
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = fmaf(d, tf_small_int((v >> (8 * i)) & 15u), m);
+    } else if constexpr (FMT == FMT_Q8_0) {
+        const float d = tf_f16(tf_ld16(p));
+        const u32 v = tf_smem_u32(p + 2 + 16 * c + 4 * q);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            w[i] = d * (__int_as_float((int)(0x4b000000u | (((v >> (8 * i)) & 255u) ^ 0x80u))) -
+                        8388736.0f);
+    } else {
+        // MLX: element e at bits [e B, e B + B) of the unit; four consecutive elements span
+        // 4 B <= 32 bits from a byte boundary (plus 4 bits when B is odd).
+        constexpr int B = tf_mlx_bits(FMT);
+        const float s = *(const float*)(p + 4 * B);
+        const float bias = *(const float*)(p + 4 * B + 4);
+        const int bit = (16 * c + 4 * q) * B;
+        const u32 v = tf_smem_u32(p + (bit >> 3)) >> (bit & 7);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            // FMT_PLANT_MLX4 reads the other nibble of each byte.
+            const int sh = FMT == FMT_PLANT_MLX4 ? 4 * (i ^ 1) : i * B;
+            const u32 code = B == 8 ? (v >> sh) & 255u : (v >> sh) & ((1u << B) - 1u);
+            if constexpr (FMT == FMT_PLANT_MLX4_FMA)
+                w[i] = fmaf(s, tf_small_int(code), bias);
+            else
+                w[i] = s * tf_small_int(code) + bias;
+        }
+    }
+}
+
+// One staged chunk (nu units at srow; xk: row 0's x at the chunk's first column) into the chains
+// of NT activation rows: units ascending (descending when rev, the planted control), within a
+// unit its two 16-element chunks in order.
+template <int FMT, int NT>
+__device__ __forceinline__ void tf_mmq_chunk(const u8* srow, const float* __restrict__ xk,
+                                             int cols, int nu, bool rev, int q,
+                                             float (*acc)[4]) {
+    constexpr int UB = tf_unit_bytes(FMT);
+#pragma unroll 2
+    for (int ui = 0; ui < nu; ui++) {
+        const int u = rev ? nu - 1 - ui : ui;
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            float w[4];
+            tf_mmq_decode<FMT>(srow + u * UB, c, q, w);
+#pragma unroll
+            for (int r = 0; r < NT; r++) {
+                const float4 xv =
+                    __ldg((const float4*)(xk + (size_t)r * cols + 32 * u + 16 * c + 4 * q));
+                acc[r][0] = fmaf(xv.x, w[0], acc[r][0]);
+                acc[r][1] = fmaf(xv.y, w[1], acc[r][1]);
+                acc[r][2] = fmaf(xv.z, w[2], acc[r][2]);
+                acc[r][3] = fmaf(xv.w, w[3], acc[r][3]);
+            }
+        }
+    }
+}
+
+// The 16 lanes of a row, four per thread in threads q = 0..3, folded by the fixed tree (valid in
+// q = 0). Every thread of the warp must call it.
+__device__ __forceinline__ float tf_fold_quad(const float* a) {
+    float s[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) s[i] = a[i] + __shfl_down_sync(TF_FULL_MASK, a[i], 2, 4);
+#pragma unroll
+    for (int i = 0; i < 4; i++) s[i] = s[i] + __shfl_down_sync(TF_FULL_MASK, s[i], 1, 4);
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+// PLANT = 1: the planted control of tf_matmul (units in descending order when n > 1).
+template <int FMT, int PLANT>
+__device__ __forceinline__ void tf_mmq(const u8* __restrict__ W, const float* __restrict__ x,
+                                       float* __restrict__ y, int n, int rows, int cols) {
+    __shared__ __align__(16) u8 mmq_smem[MMQ_ROWS * MMQ_STRIDE];
+    constexpr int UB = tf_unit_bytes(FMT), NU = tf_mmq_units(FMT);
+    const int q = threadIdx.x & 3;
+    u8* sb = mmq_smem + (size_t)((threadIdx.x >> 2) & (MMQ_ROWS - 1)) * MMQ_STRIDE;
+    const int j = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 2);
+    const bool active = j < rows;
+    const bool reverse = PLANT == 1 && n > 1;
+    const size_t rb = tf_row_bytes(FMT, cols);
+    const u8* row = W + (size_t)(active ? j : 0) * rb;
+    const u8* lo = W;
+    const u8* hi = W + (size_t)rows * rb;
+    const int units = cols >> 5;
+    const int nchunks = (units + NU - 1) / NU;
+    for (int i0 = 0; i0 < n; i0 += MM_RT) {
+        float acc[MM_RT][4];
+#pragma unroll
+        for (int r = 0; r < MM_RT; r++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[r][i] = 0.0f;
+        const float* xr = x + (size_t)i0 * cols;
+        uint4 v[MMQ_VEC];
+        const u8* a0;
+        int delta, nv;
+        tf_chunk_window(row, rb, (size_t)NU * UB, reverse ? nchunks - 1 : 0, &a0, &delta, &nv);
+        tf_chunk_fetch<MMQ_VEC, 4>(v, a0, nv, lo, hi, q);
+        for (int ci = 0; ci < nchunks; ci++) {
+            const int c = reverse ? nchunks - 1 - ci : ci;
+            const int cdelta = delta;
+            __syncwarp();  // the previous chunk is consumed
+#pragma unroll
+            for (int u = 0; u < MMQ_VEC; u++) ((uint4*)sb)[q + 4 * u] = v[u];
+            __syncwarp();
+            if (ci + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
+                tf_chunk_window(row, rb, (size_t)NU * UB, reverse ? c - 1 : c + 1, &a0, &delta,
+                                &nv);
+                tf_chunk_fetch<MMQ_VEC, 4>(v, a0, nv, lo, hi, q);
+            }
+            const u8* srow = sb + cdelta;
+            const int nu = min(NU, units - c * NU);
+            const float* xk = xr + (size_t)c * NU * 32;
+            if (active) {
+                switch (min(MM_RT, n - i0)) {
+                    case 1: tf_mmq_chunk<FMT, 1>(srow, xk, cols, nu, reverse, q, acc); break;
+                    case 2: tf_mmq_chunk<FMT, 2>(srow, xk, cols, nu, reverse, q, acc); break;
+                    case 3: tf_mmq_chunk<FMT, 3>(srow, xk, cols, nu, reverse, q, acc); break;
+                    default: tf_mmq_chunk<FMT, MM_RT>(srow, xk, cols, nu, reverse, q, acc);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MM_RT; r++) {
+            const float s = tf_fold_quad(acc[r]);
+            if (active && q == 0 && i0 + r < n) y[(size_t)(i0 + r) * rows + j] = s;
+        }
+    }
+}
+
+// The template behind the matmul entries (and the grouped expert matmuls of moe.cu): tf_mmq for
+// its formats, tf_mmv for the rest; tf_matmul stays as the reference both must equal bit for bit.
+template <int FMT, int PLANT>
+__device__ __forceinline__ void tf_matmul_rows(const u8* __restrict__ W,
+                                               const float* __restrict__ x,
+                                               float* __restrict__ y, int n, int rows, int cols) {
+    if constexpr (tf_mmq_format(FMT))
+        tf_mmq<FMT, PLANT>(W, x, y, n, rows, cols);
+    else
+        tf_mmv<FMT, PLANT>(W, x, y, n, rows, cols);
+}
+#define TF_MATMUL_IMPL tf_matmul_rows
 
 #define TF_MATMUL_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \

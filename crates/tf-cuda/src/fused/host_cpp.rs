@@ -29,6 +29,8 @@ struct Case {
     label: String,
     name: String,
     kind: i32,
+    /// Threads the launch gives a weight row (kinds 0 and 1).
+    tpr: usize,
     rows: usize,
     cols: usize,
     n: usize,
@@ -54,7 +56,7 @@ impl Case {
         out.extend_from_slice(self.name.as_bytes());
         for v in [
             self.kind,
-            0,
+            self.tpr as i32,
             self.rows as i32,
             self.cols as i32,
             self.n as i32,
@@ -141,6 +143,7 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
                 label: format!("{f:?} matmul n={n} off={off}"),
                 name: format!("tf_matmul_{}", f.kernel_tag()),
                 kind: 0,
+                tpr: f.matmul_threads_per_row(),
                 rows,
                 cols,
                 n,
@@ -189,6 +192,12 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             label: name.to_string(),
             name: name.to_string(),
             kind: 0,
+            // The reference entries run tf_matmul: 16 threads a row.
+            tpr: if name.starts_with("tf_ref_") {
+                16
+            } else {
+                f.matmul_threads_per_row()
+            },
             rows,
             cols,
             n,
@@ -245,6 +254,7 @@ fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             label: format!("{f:?} {name}"),
             name: name.to_string(),
             kind: 1,
+            tpr: f.matmul_threads_per_row(),
             rows,
             cols,
             n,
@@ -322,6 +332,7 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
                 ),
                 name: format!("tf_mmf_{}_{xf}_{ep}", f.kernel_tag()),
                 kind: 2,
+                tpr: 16,
                 rows,
                 cols,
                 n,

@@ -28,6 +28,11 @@ const PRELUDE: &str = r#"
 using std::fmaf; using std::isnan; using std::min; using std::max;
 using std::tanh;
 struct uint4 { unsigned x, y, z, w; };
+struct float4 { float x, y, z, w; };
+static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, int sh) {
+    const unsigned long long v = ((unsigned long long)hi << 32) | lo;
+    return (unsigned)(v >> (sh & 31));
+}
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 template <class T> static inline T __ldg(const T* p) { return *p; }
 struct D3 { unsigned x, y, z; };
@@ -87,7 +92,7 @@ template <class F> static void tf_launch(D3 grid, unsigned threads, size_t smem,
 "#;
 
 /// Reads cases from argv[1], writes each case's outputs to argv[2]. A case: a kernel name
-/// (u32 length + bytes), then i32 kind, fmt, rows, cols, n, experts, x_stride, byte length,
+/// (u32 length + bytes), then i32 kind, threads per weight row, rows, cols, n, experts, x_stride, byte length,
 /// offset; the weight bytes; x (n * x_stride floats; kind 2: experts + 1 offsets first); for
 /// fused kinds the gain (cols floats), eps and the y it starts from (n * rows floats).
 /// kind 0: plain matmul, 1: grouped expert matmul, 2: fused (name picks the variant).
@@ -118,9 +123,8 @@ int main(int argc, char** argv) {
     if (!fo) return 2;
     while (in.more()) {
         const std::string name = in.s();
-        const int kind = in.i(), fmt = in.i(), rows = in.i(), cols = in.i(), n = in.i();
+        const int kind = in.i(), tpr = in.i(), rows = in.i(), cols = in.i(), n = in.i();
         const int experts = in.i(), xs = in.i(), len = in.i(), off = in.i();
-        (void)fmt;
         // The matrix at `off` bytes into a buffer of garbage (its edges must not be read into
         // any output).
         std::vector<u8> buf(len + off + 64, 0xa5);
@@ -132,7 +136,7 @@ int main(int argc, char** argv) {
         auto x = in.vf((size_t)n * xs);
         const int out_rows = kind == 1 ? n : n;
         std::vector<float> y((size_t)out_rows * rows, 0.0f);
-        const unsigned blocks = (unsigned)((rows * 16 + 127) / 128);
+        const unsigned blocks = (unsigned)((rows * tpr + 127) / 128);
         if (kind == 0) {
             auto it = mm.find(name);
             if (it == mm.end()) return 4;
