@@ -9,6 +9,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
+pub mod candidates;
+pub use candidates::sample_candidates;
+
 /// Sampling settings of one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SamplingParams {
@@ -83,36 +86,60 @@ fn keyed_uniform(seed: u64, position: u64, token: u32) -> f64 {
 
 /// Applies presence, frequency and repetition penalties in place.
 pub fn apply_penalties(logits: &mut [f32], params: &SamplingParams, history: PenaltyHistory) {
-    if params.repetition_penalty != 1.0 {
-        let mut seen: Vec<u32> = history
-            .prompt
-            .iter()
-            .chain(history.generated)
-            .copied()
-            .collect();
-        seen.sort_unstable();
-        seen.dedup();
-        for t in seen {
-            if let Some(l) = logits.get_mut(t as usize) {
-                *l = if *l > 0.0 {
-                    *l / params.repetition_penalty
-                } else {
-                    *l * params.repetition_penalty
-                };
-            }
-        }
+    let touched = penalised_ids(params, history, logits.len());
+    if touched.is_empty() {
+        return;
     }
+    let counts = generated_counts(params, history);
+    for t in touched {
+        let l = &mut logits[t as usize];
+        *l = penalise(*l, params, counts.get(&t).copied());
+    }
+}
+
+/// The tokens whose logits the penalties change, ascending, each below `vocab`: every token of
+/// prompt and reply when the repetition penalty is on, the reply's when presence or frequency
+/// is.
+pub fn penalised_ids(params: &SamplingParams, history: PenaltyHistory, vocab: usize) -> Vec<u32> {
+    let mut ids: Vec<u32> = Vec::new();
+    if params.repetition_penalty != 1.0 {
+        ids.extend(history.prompt.iter().chain(history.generated));
+    } else if params.presence_penalty != 0.0 || params.frequency_penalty != 0.0 {
+        ids.extend(history.generated);
+    }
+    ids.retain(|&t| (t as usize) < vocab);
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Occurrences of each token in the reply, when presence or frequency penalties are on.
+fn generated_counts(params: &SamplingParams, history: PenaltyHistory) -> HashMap<u32, u32> {
+    let mut counts: HashMap<u32, u32> = HashMap::new();
     if params.presence_penalty != 0.0 || params.frequency_penalty != 0.0 {
-        let mut counts: HashMap<u32, u32> = HashMap::new();
         for &t in history.generated {
             *counts.entry(t).or_default() += 1;
         }
-        for (t, c) in counts {
-            if let Some(l) = logits.get_mut(t as usize) {
-                *l -= params.presence_penalty + params.frequency_penalty * c as f32;
-            }
-        }
     }
+    counts
+}
+
+/// The penalised logit of a token of [`penalised_ids`] (so of prompt or reply): the repetition
+/// penalty (divides a positive logit, multiplies the others) when on, then presence + frequency
+/// * count subtracted when the token is in the reply (`count`, from [`generated_counts`]).
+fn penalise(l: f32, params: &SamplingParams, count: Option<u32>) -> f32 {
+    let mut l = l;
+    if params.repetition_penalty != 1.0 {
+        l = if l > 0.0 {
+            l / params.repetition_penalty
+        } else {
+            l * params.repetition_penalty
+        };
+    }
+    if let Some(c) = count {
+        l -= params.presence_penalty + params.frequency_penalty * c as f32;
+    }
+    l
 }
 
 /// Index of the largest value, ties to the lowest index; NaN never wins.
@@ -142,10 +169,16 @@ pub fn sample(
             logprob: log_softmax_at(logits, token as usize, 1.0),
         };
     }
-    let candidates = candidates(logits, params);
+    let candidates = cut(sorted_candidates(logits), params);
+    pick(&candidates, params, position)
+}
+
+/// The Gumbel-max draw over `candidates` (non-empty, as [`cut`] leaves them), with its
+/// log-probability under their softmax.
+fn pick(candidates: &[(u32, f32)], params: &SamplingParams, position: u64) -> Sampled {
     let inv_t = 1.0 / params.temperature as f64;
     let (mut best, mut best_key) = (candidates[0].0, f64::NEG_INFINITY);
-    for &(id, logit) in &candidates {
+    for &(id, logit) in candidates {
         let u = keyed_uniform(params.seed, position, id);
         let key = logit as f64 * inv_t - (-u.ln()).ln();
         if key > best_key || key == best_key && id < best {
@@ -153,15 +186,16 @@ pub fn sample(
             best_key = key;
         }
     }
-    let logprob = log_softmax_of(&candidates, best, inv_t);
+    let logprob = log_softmax_of(candidates, best, inv_t);
     Sampled {
         token: best,
         logprob,
     }
 }
 
-/// Candidates left by top-k, top-p and min-p, sorted by logit (descending) then token id.
-fn candidates(logits: &[f32], params: &SamplingParams) -> Vec<(u32, f32)> {
+/// Every non-NaN logit as (id, logit), sorted by logit (descending, total order) then token id;
+/// `[(0, 0.0)]` when every logit is NaN.
+fn sorted_candidates(logits: &[f32]) -> Vec<(u32, f32)> {
     let mut c: Vec<(u32, f32)> = logits
         .iter()
         .enumerate()
@@ -171,7 +205,13 @@ fn candidates(logits: &[f32], params: &SamplingParams) -> Vec<(u32, f32)> {
     if c.is_empty() {
         return vec![(0, 0.0)];
     }
-    c.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    c.sort_unstable_by(tf_models::candidate_rank);
+    c
+}
+
+/// The candidates top-k, top-p and min-p leave of `c` (non-empty, sorted as
+/// [`sorted_candidates`] leaves them).
+fn cut(mut c: Vec<(u32, f32)>, params: &SamplingParams) -> Vec<(u32, f32)> {
     if params.top_k > 0 {
         c.truncate(params.top_k);
     }

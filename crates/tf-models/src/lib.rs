@@ -16,4 +16,7 @@ pub mod weights;
 pub use error::ModelError;
 pub use llama::rope_scaling;
 pub use load::{load, LoadOptions};
-pub use model::{check_rows, DeviceSlot, DraftHead, Model, ModelInfo, Row, StreamState};
+pub use model::{
+    candidate_rank, check_rows, DeviceSlot, DraftHead, Model, ModelInfo, Row, RowCandidates,
+    StreamState,
+};

@@ -150,6 +150,48 @@ pub struct ModelInfo {
     pub weight_bytes: usize,
 }
 
+/// The most likely tokens of one logits row, as a device selection returns them instead of the
+/// whole row (the sampler decides from them when they determine its draw; see
+/// `tf_engine::sampler::candidates`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowCandidates {
+    /// (token id, logit) of the largest non-NaN logits, descending in f32 total order
+    /// (`total_cmp`, so -0 ranks below +0), ties by the lower id; the logits are the row's own.
+    pub top: Vec<(u32, f32)>,
+    /// Non-NaN logits in the whole row: `top` is the whole row when this is at most `top.len()`.
+    pub non_nan: usize,
+}
+
+impl RowCandidates {
+    /// The candidates of a host row: its `cap` largest non-NaN logits (the reference a device
+    /// selection must equal bit for bit).
+    pub fn of_row(row: &[f32], cap: usize) -> RowCandidates {
+        let mut top: Vec<(u32, f32)> = row
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_nan())
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        let non_nan = top.len();
+        if cap < non_nan {
+            top.select_nth_unstable_by(cap.saturating_sub(1), candidate_rank);
+        }
+        top.truncate(cap);
+        top.sort_unstable_by(candidate_rank);
+        RowCandidates { top, non_nan }
+    }
+
+    /// Whether `top` holds every non-NaN logit of the row.
+    pub fn complete(&self) -> bool {
+        self.non_nan <= self.top.len()
+    }
+}
+
+/// The candidates' order: logit descending in total order, then the lower id first.
+pub fn candidate_rank(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
 /// A model's own draft head (multi-token prediction layers over the model's hidden states):
 /// a draft source for the scheduler. Drafts are verified, so a head changes speed, never tokens.
 pub trait DraftHead {
@@ -195,6 +237,57 @@ pub trait Model: Send {
         states: &mut [&mut StreamState],
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError>;
+
+    /// Most candidates per row [`Model::forward_candidates`] returns; 0 (the default) when the
+    /// model has no candidate selection and the caller must use [`Model::forward`].
+    fn candidate_capacity(&self) -> usize {
+        0
+    }
+
+    /// Runs one round as [`Model::forward`] does, but returns, for each row with `logits ==
+    /// true` (in row order), the row's largest logits ([`RowCandidates`], at most
+    /// [`Model::candidate_capacity`] each) instead of the whole row. The full rows stay with the
+    /// model until its next round: [`Model::candidate_row`] and [`Model::candidate_logits`]
+    /// read them. The default refuses (capacity 0).
+    fn forward_candidates(
+        &mut self,
+        _rows: &[Row],
+        _states: &mut [&mut StreamState],
+        _candidates: &mut Vec<RowCandidates>,
+    ) -> Result<(), ModelError> {
+        Err(ModelError::Backend {
+            backend: self.info().family,
+            message: "this model has no candidate selection (candidate_capacity is 0)".into(),
+        })
+    }
+
+    /// The whole logits row of wanted row `k` of the latest [`Model::forward_candidates`] call.
+    fn candidate_row(&mut self, _k: usize, _out: &mut Vec<f32>) -> Result<(), ModelError> {
+        Err(ModelError::Backend {
+            backend: self.info().family,
+            message: "this model has no candidate selection (candidate_capacity is 0)".into(),
+        })
+    }
+
+    /// The logits of `ids` (each below the vocabulary size) in wanted row `k` of the latest
+    /// [`Model::forward_candidates`] call, in the order of `ids`.
+    fn candidate_logits(
+        &mut self,
+        k: usize,
+        ids: &[u32],
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let mut row = Vec::new();
+        self.candidate_row(k, &mut row)?;
+        out.clear();
+        for &id in ids {
+            out.push(*row.get(id as usize).ok_or(ModelError::TokenOutOfRange {
+                token: id,
+                vocab: row.len(),
+            })?);
+        }
+        Ok(())
+    }
 
     /// A copy of `state` held on the host (what the prompt cache retains). Backends that keep
     /// stream state in device memory download it; the default clones.
