@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// The kernel sources, `(file name, text)`; each is compiled after [`COMMON`].
-pub const SOURCES: [(&str, &str); 9] = [
+pub const SOURCES: [(&str, &str); 10] = [
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("fused.cu", include_str!("../kernels/fused.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
@@ -20,6 +20,7 @@ pub const SOURCES: [(&str, &str); 9] = [
     ("moe.cu", include_str!("../kernels/moe.cu")),
     ("synthetic.cu", include_str!("../kernels/synthetic.cu")),
     ("llama_extra.cu", include_str!("../kernels/llama_extra.cu")),
+    ("select.cu", include_str!("../kernels/select.cu")),
 ];
 
 /// Options every program is compiled with: no contracted multiply-adds (each fma is written out),

@@ -63,6 +63,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::moe::KERNEL_NAMES)
         .chain(crate::synthetic::KERNEL_NAMES)
         .chain(crate::llama::extra::KERNEL_NAMES)
+        .chain(crate::select::KERNEL_NAMES)
         .map(|s| s.to_string())
         .collect();
     for f in FUSED_FORMATS {

@@ -26,6 +26,7 @@ pub mod muse_spark;
 pub mod nemotron_h;
 pub mod ops;
 pub mod quant;
+pub mod select;
 pub mod suite;
 pub mod synthetic;
 pub mod weights;

@@ -1,0 +1,183 @@
+//! The sampler's candidate selection on the GPU (kernels/select.cu): each logits row's
+//! [`SELECT_CAP`] largest non-NaN logits, ordered as the host sampler orders them (f32 total
+//! order descending, ties by the lower token id), as (id, value) pairs whose values are copied
+//! from the row, plus the row's non-NaN count; so the host downloads candidates, not rows.
+//! [`RowCandidates::of_row`] is the host reference the GPU output equals bit for bit, and
+//! `tf_engine::sampler::sample_candidates` turns candidates into the whole-row draw (or says it
+//! cannot). One thread block per row: a row's candidates never depend on the other rows.
+//!
+//! [`gather`] reads single logits (the raw logits of the tokens the penalties touch).
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::ops::{grid, i32_of, need};
+use cudarc::driver::{CudaSlice, LaunchConfig};
+use tf_models::RowCandidates;
+
+/// Kernel entry points defined in kernels/select.cu.
+pub const KERNEL_NAMES: &[&str] = &["tf_select_topc", "tf_select_gather"];
+
+/// Most candidates per row (`TF_SELECT_CAP` in kernels/select.cu).
+pub const SELECT_CAP: usize = 256;
+
+/// Threads per block of the selection (`TF_SELECT_THREADS`).
+const THREADS: u32 = 512;
+
+/// Device buffers for the candidates of up to `rows` rows of `cap` entries each.
+pub struct GpuCandidates {
+    ids: CudaSlice<i32>,
+    vals: CudaSlice<f32>,
+    counts: CudaSlice<i32>,
+    rows: usize,
+    cap: usize,
+}
+
+impl GpuCandidates {
+    /// Buffers for `rows` rows of `cap` (1..=[`SELECT_CAP`]) candidates.
+    pub fn new(gpu: &Gpu, rows: usize, cap: usize) -> Result<GpuCandidates> {
+        if cap == 0 || cap > SELECT_CAP {
+            return Err(CudaError::Param {
+                op: "candidate selection",
+                what: "cap",
+                value: cap as f64,
+                why: "must be 1..=256 (TF_SELECT_CAP)",
+            });
+        }
+        Ok(GpuCandidates {
+            ids: gpu.zeros(rows * cap)?,
+            vals: gpu.zeros(rows * cap)?,
+            counts: gpu.zeros(rows * 2)?,
+            rows,
+            cap,
+        })
+    }
+
+    /// Candidates per row.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Rows the buffers hold.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Downloads the candidates of the first `n` rows of the latest selection.
+    pub fn download(&self, gpu: &Gpu, n: usize) -> Result<Vec<RowCandidates>> {
+        need("candidate download", "the candidate buffers", self.rows, n)?;
+        let ids = gpu.download(&self.ids, n * self.cap)?;
+        let vals = gpu.download(&self.vals, n * self.cap)?;
+        let counts = gpu.download(&self.counts, n * 2)?;
+        let mut out = Vec::with_capacity(n);
+        for r in 0..n {
+            let written = counts[2 * r].clamp(0, self.cap as i32) as usize;
+            let base = r * self.cap;
+            let top = (base..base + written)
+                .map(|i| (ids[i] as u32, vals[i]))
+                .collect();
+            out.push(RowCandidates {
+                top,
+                non_nan: counts[2 * r + 1].max(0) as usize,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Selects the candidates of rows `0..n` of `logits` ([n, vocab]) into `out`.
+pub fn select(
+    gpu: &Gpu,
+    logits: &CudaSlice<f32>,
+    n: usize,
+    vocab: usize,
+    out: &mut GpuCandidates,
+) -> Result<()> {
+    select_with(gpu, logits, n, vocab, false, out)
+}
+
+/// [`select`], or with `plant` its planted control (ties ranked by the higher id), which the
+/// device check must catch.
+pub fn select_with(
+    gpu: &Gpu,
+    logits: &CudaSlice<f32>,
+    n: usize,
+    vocab: usize,
+    plant: bool,
+    out: &mut GpuCandidates,
+) -> Result<()> {
+    const OP: &str = "candidate selection";
+    need(OP, "logits", logits.len(), n * vocab)?;
+    need(OP, "the candidate buffers", out.rows, n)?;
+    let v = i32_of(OP, "vocab", vocab)?;
+    let cap = out.cap as i32;
+    let grid_rows = u32::try_from(n).map_err(|_| CudaError::Param {
+        op: OP,
+        what: "rows",
+        value: n as f64,
+        why: "exceeds u32",
+    })?;
+    if n == 0 {
+        return Ok(());
+    }
+    let plant = i32::from(plant);
+    let cfg = LaunchConfig {
+        grid_dim: (grid_rows, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = gpu.launcher("tf_select_topc")?;
+    b.arg(logits)
+        .arg(&v)
+        .arg(&cap)
+        .arg(&plant)
+        .arg(&mut out.ids)
+        .arg(&mut out.vals)
+        .arg(&mut out.counts);
+    // SAFETY: (f32*, i32, i32, i32, i32*, f32*, i32*); logits hold n * vocab floats, the outputs
+    // n * cap, n * cap and n * 2 (checked above); cap is 1..=TF_SELECT_CAP (GpuCandidates::new).
+    unsafe { b.go(cfg, "launching the candidate selection") }
+}
+
+/// The logits at `(row, id)` of `logits` ([rows, vocab]), in the order given.
+pub fn gather(
+    gpu: &Gpu,
+    logits: &CudaSlice<f32>,
+    vocab: usize,
+    at: &[(usize, u32)],
+) -> Result<Vec<f32>> {
+    const OP: &str = "logit gather";
+    if at.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = logits.len() / vocab.max(1);
+    let mut r = Vec::with_capacity(at.len());
+    let mut ids = Vec::with_capacity(at.len());
+    for &(row, id) in at {
+        if row >= rows || id as usize >= vocab {
+            return Err(CudaError::Shape {
+                op: OP,
+                detail: format!("({row}, {id}) is outside the [{rows}, {vocab}] logits"),
+            });
+        }
+        r.push(i32_of(OP, "row", row)?);
+        ids.push(id as i32);
+    }
+    let v = i32_of(OP, "vocab", vocab)?;
+    let m = i32_of(OP, "count", at.len())?;
+    let (r, ids) = (gpu.upload(&r)?, gpu.upload(&ids)?);
+    let mut out = gpu.zeros::<f32>(at.len())?;
+    let mut b = gpu.launcher("tf_select_gather")?;
+    b.arg(logits)
+        .arg(&v)
+        .arg(&r)
+        .arg(&ids)
+        .arg(&m)
+        .arg(&mut out);
+    // SAFETY: (f32*, i32, i32*, i32*, i32, f32*); every (row, id) was checked to lie inside
+    // logits, and rows, ids and out hold m elements.
+    unsafe { b.go(grid(at.len(), 256), "launching the logit gather") }?;
+    gpu.download(&out, at.len())
+}
+
+#[cfg(test)]
+mod host_cpp;

@@ -1,0 +1,264 @@
+//! kernels/select.cu compiled for the host with a C++ compiler (no GPU) and run under a small
+//! SIMT emulation (one OS thread per CUDA thread, a barrier for `__syncthreads`, atomics for
+//! `atomicAdd`): every row's candidates must equal [`RowCandidates::of_row`] bit for bit — rows
+//! of distinct values, of heavy ties at the cut (the ranked-ties path), of NaN, infinities and
+//! signed zeros, rows with fewer non-NaN logits than the capacity, all NaN — at 512 threads (the
+//! launch's) and at 96 (chunks and strides that do not divide the row); the planted control
+//! (ties by the higher id) must differ. Skipped, with a message, when no C++ compiler runs
+//! (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
+
+use std::io::Write;
+use std::process::Command;
+use tf_kernels::contract::Rng;
+use tf_models::RowCandidates;
+
+/// Host stand-ins for the CUDA names select.cu uses, and the emulated launch.
+const PRELUDE: &str = r#"
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __shared__ static
+#define __launch_bounds__(n)
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+using std::isnan; using std::min;
+struct D3 { unsigned x, y, z; };
+static thread_local D3 threadIdx, blockIdx;
+static D3 blockDim;
+static std::barrier<>* tf_block_bar;
+static inline void __syncthreads() { tf_block_bar->arrive_and_wait(); }
+static inline int __float_as_int(float f) { int b; std::memcpy(&b, &f, 4); return b; }
+static inline u32 atomicAdd(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+template <class F> static void tf_launch(unsigned blocks, unsigned threads, F f) {
+    blockDim = D3{threads, 1, 1};
+    for (unsigned b = 0; b < blocks; b++) {
+        std::barrier<> bar((std::ptrdiff_t)threads);
+        tf_block_bar = &bar;
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < threads; t++)
+            ts.emplace_back([=] { threadIdx = D3{t, 0, 0}; blockIdx = D3{b, 0, 0}; f(); });
+        for (auto& t : ts) t.join();
+    }
+}
+"#;
+
+/// Reads cases from argv[1] (i32 n, vocab, cap, plant, threads, then n * vocab floats), writes
+/// each case's ids (n * cap i32), values (n * cap f32) and counts (n * 2 i32) to argv[2].
+const MAIN: &str = r#"
+int main(int argc, char** argv) {
+    if (argc < 3) return 2;
+    FILE* fi = std::fopen(argv[1], "rb");
+    FILE* fo = std::fopen(argv[2], "wb");
+    if (!fi || !fo) return 2;
+    int h[5];
+    while (std::fread(h, 4, 5, fi) == 5) {
+        const int n = h[0], vocab = h[1], cap = h[2], plant = h[3], threads = h[4];
+        std::vector<float> x((size_t)n * vocab);
+        if (std::fread(x.data(), 4, x.size(), fi) != x.size()) return 3;
+        std::vector<int> ids((size_t)n * cap, 7777), counts((size_t)n * 2, 7777);
+        std::vector<float> vals((size_t)n * cap, 7777.0f);
+        tf_launch(n, threads, [&] {
+            tf_select_topc(x.data(), vocab, cap, plant, ids.data(), vals.data(), counts.data());
+        });
+        std::fwrite(ids.data(), 4, ids.size(), fo);
+        std::fwrite(vals.data(), 4, vals.size(), fo);
+        std::fwrite(counts.data(), 4, counts.size(), fo);
+    }
+    std::fclose(fo);
+    return 0;
+}
+"#;
+
+/// One emulated launch.
+struct Case {
+    label: String,
+    rows: Vec<Vec<f32>>,
+    cap: usize,
+    plant: bool,
+    threads: i32,
+}
+
+/// One row's output as the kernel wrote it: (id, value bits) slots and (written, non-NaN).
+type Out = (Vec<(i32, u32)>, (i32, i32));
+
+/// Compiles select.cu for the host, runs every case, returns each row's output per case.
+fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
+    let dir = std::env::temp_dir().join(format!("tf-select-cpp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = format!(
+        "{PRELUDE}\n{}\n{MAIN}",
+        include_str!("../../kernels/select.cu")
+    );
+    let (cpp, exe) = (dir.join("select.cpp"), dir.join("select"));
+    std::fs::write(&cpp, src).unwrap();
+    let built = Command::new(cxx)
+        .args(["-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&cpp)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (inp, outp) = (dir.join("cases.bin"), dir.join("out.bin"));
+    let mut f = std::fs::File::create(&inp).unwrap();
+    for c in cases {
+        let vocab = c.rows[0].len();
+        for v in [
+            c.rows.len() as i32,
+            vocab as i32,
+            c.cap as i32,
+            i32::from(c.plant),
+            c.threads,
+        ] {
+            f.write_all(&v.to_le_bytes()).unwrap();
+        }
+        for r in &c.rows {
+            assert_eq!(r.len(), vocab);
+            for x in r {
+                f.write_all(&x.to_le_bytes()).unwrap();
+            }
+        }
+    }
+    drop(f);
+    let ran = Command::new(&exe).arg(&inp).arg(&outp).status().unwrap();
+    assert!(ran.success(), "host select exited with {ran}");
+    let all = std::fs::read(&outp).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let word = |i: usize| u32::from_le_bytes(all[4 * i..4 * i + 4].try_into().unwrap());
+    let mut at = 0;
+    cases
+        .iter()
+        .map(|c| {
+            let (n, cap) = (c.rows.len(), c.cap);
+            let (ids, vals, counts) = (at, at + n * cap, at + 2 * n * cap);
+            at += 2 * n * cap + 2 * n;
+            (0..n)
+                .map(|r| {
+                    let slots = (0..cap)
+                        .map(|i| (word(ids + r * cap + i) as i32, word(vals + r * cap + i)))
+                        .collect();
+                    let cnt = (word(counts + 2 * r) as i32, word(counts + 2 * r + 1) as i32);
+                    (slots, cnt)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The output `row` must give: the reference candidates, then id -1 and value 0 slots.
+fn want(row: &[f32], cap: usize) -> Out {
+    let c = RowCandidates::of_row(row, cap);
+    let mut slots: Vec<(i32, u32)> = c
+        .top
+        .iter()
+        .map(|&(i, v)| (i as i32, v.to_bits()))
+        .collect();
+    let written = slots.len() as i32;
+    slots.resize(cap, (-1, 0));
+    (slots, (written, c.non_nan as i32))
+}
+
+/// Rows of one kind.
+fn rows(rng: &mut Rng, kind: usize, n: usize, vocab: usize) -> Vec<Vec<f32>> {
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        -f32::NAN,
+    ];
+    (0..n)
+        .map(|_| {
+            (0..vocab)
+                .map(|_| match kind {
+                    // Distinct values.
+                    0 => rng.normal() * 5.0,
+                    // Three values: every cut falls inside a tie.
+                    1 => rng.below(3) as f32,
+                    // Quarter steps with specials.
+                    2 => {
+                        if rng.below(6) == 0 {
+                            specials[rng.below(specials.len())]
+                        } else {
+                            (rng.normal() * 8.0).round() / 4.0
+                        }
+                    }
+                    // Mostly NaN: fewer non-NaN logits than the capacity.
+                    3 => {
+                        if rng.below(40) == 0 {
+                            (rng.normal() * 4.0).round()
+                        } else {
+                            f32::NAN
+                        }
+                    }
+                    // One value everywhere.
+                    4 => 1.5,
+                    _ => f32::NAN,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_selection_on_the_host_equals_the_reference_candidates() {
+    let Some(cxx) = crate::host_cxx::compiler() else {
+        return;
+    };
+    let mut rng = Rng::new(0x5e1ec7);
+    let mut cases = Vec::new();
+    for (threads, vocab) in [(512, 3001usize), (96, 1000)] {
+        for kind in 0..6 {
+            for cap in [256usize, 7, 1] {
+                cases.push(Case {
+                    label: format!("kind {kind} vocab {vocab} cap {cap} threads {threads}"),
+                    rows: rows(&mut rng, kind, 2, vocab),
+                    cap,
+                    plant: false,
+                    threads,
+                });
+            }
+        }
+    }
+    cases.push(Case {
+        label: "vocab 1".into(),
+        rows: vec![vec![2.0], vec![f32::NAN]],
+        cap: 256,
+        plant: false,
+        threads: 512,
+    });
+    // Planted: ties ranked by the higher id (rows of three values tie everywhere).
+    cases.push(Case {
+        label: "planted ties by the higher id".into(),
+        rows: rows(&mut rng, 1, 2, 1000),
+        cap: 256,
+        plant: true,
+        threads: 96,
+    });
+    let outs = run(&cxx, &cases);
+    for (c, out) in cases.iter().zip(&outs) {
+        let matches = c.rows.iter().zip(out).all(|(r, o)| *o == want(r, c.cap));
+        if c.plant {
+            assert!(!matches, "{}: the planted control was not caught", c.label);
+        } else {
+            for (i, (r, o)) in c.rows.iter().zip(out).enumerate() {
+                assert_eq!(*o, want(r, c.cap), "{} row {i}", c.label);
+            }
+        }
+    }
+}
