@@ -12,6 +12,7 @@ mod moe;
 mod packed;
 mod quant;
 mod rows;
+pub mod select;
 
 use crate::device::Gpu;
 use crate::error::CudaError;
@@ -136,6 +137,7 @@ pub fn run_all(gpu: &Gpu, depth: Depth) -> Result<SuiteResult, CudaError> {
     mamba::run(gpu, depth, &mut out)?;
     moe::run(gpu, depth, &mut out)?;
     llama_extra::run(gpu, depth, &mut out)?;
+    select::run(gpu, depth, &mut out)?;
     Ok(out)
 }
 
