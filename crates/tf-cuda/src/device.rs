@@ -39,7 +39,7 @@ pub const KERNELS: [&str; 22] = [
 ];
 
 /// Planted-control kernels beyond [`KERNELS`].
-pub const PLANTED_KERNELS: [&str; 1] = ["tf_plant_attend_short"];
+pub const PLANTED_KERNELS: [&str; 2] = ["tf_plant_attend_short", "tf_plant_attend_tile_sum"];
 
 /// Format names in the fused matmul kernels' names.
 pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"];

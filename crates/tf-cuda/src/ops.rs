@@ -7,6 +7,13 @@ use crate::kv::GpuKv;
 use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
+mod attention;
+pub(crate) use attention::attend_tiled;
+pub use attention::{
+    attend, attend_launch_smem, attend_smem_bytes, attend_tile, attend_with, AttnShape,
+    ATT_MAX_HEAD_DIM,
+};
+
 /// Threads per block of the row kernels.
 const THREADS: u32 = 128;
 
@@ -141,6 +148,21 @@ pub fn matmul_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
+    let tpr = w.format().matmul_threads_per_row(w.rows());
+    matmul_geometry(gpu, kernel, w, x, n, y, tpr)
+}
+
+/// [`matmul_with`] with `threads_per_row` threads a weight row (16, or 4 for the formats of
+/// `tf_mmq`): the same bits either way; the suite and the benchmark run both.
+pub fn matmul_geometry(
+    gpu: &Gpu,
+    kernel: &'static str,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    threads_per_row: usize,
+) -> Result<()> {
     const OP: &str = "matmul";
     need(OP, "x", x.len(), n * w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
@@ -155,7 +177,15 @@ pub fn matmul_with(
         .arg(&n_)
         .arg(&rows)
         .arg(&cols);
-    let threads = w.rows() * w.format().matmul_threads_per_row();
+    if threads_per_row != 16 && threads_per_row != w.format().matmul_threads_per_row(usize::MAX) {
+        return Err(CudaError::Param {
+            op: OP,
+            what: "threads per row",
+            value: threads_per_row as f64,
+            why: "the format's kernel takes 16, or 4 (tf_mmq formats)",
+        });
+    }
+    let threads = w.rows() * threads_per_row;
     // SAFETY: the kernel's signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements it reads and writes (checked above; the weight was validated at upload).
     unsafe { b.go(grid(threads, THREADS), "launching matmul") }?;
@@ -419,159 +449,5 @@ pub fn kv_append(
     // SAFETY: (f32*, f32*, f32*, f32*, i32*, i32*, i32 x4); slots and positions were checked
     // against the pools by GpuRows::set.
     unsafe { b.go(cfg, "launching kv_append") }?;
-    Ok(())
-}
-
-/// Shapes of an attention call.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttnShape {
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads (divides `heads`).
-    pub kv_heads: usize,
-    /// Elements per head.
-    pub head_dim: usize,
-    /// Score scale (usually `1 / sqrt(head_dim)`).
-    pub scale: f32,
-    /// Sliding window (keys with `pos > q_pos - window`), or `None` for all keys.
-    pub window: Option<usize>,
-}
-
-/// Attention of each row (`q`: `[n, heads * head_dim]`) over its own slot's keys `lo..=pos` in
-/// `layer`; `out` is `[n, heads * head_dim]`.
-#[allow(clippy::too_many_arguments)]
-pub fn attend(
-    gpu: &Gpu,
-    q: &CudaSlice<f32>,
-    kv: &GpuKv,
-    rows: &GpuRows,
-    layer: usize,
-    shape: &AttnShape,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    let q_stride = shape.heads * shape.head_dim;
-    attend_with(gpu, "tf_attend", q, q_stride, kv, rows, layer, shape, out)
-}
-
-/// Shared memory of an attention block: scores for `capacity` keys, the query, and two chunks
-/// of 64 value rows (kernels/attention.cu).
-pub fn attend_smem_bytes(capacity: usize, head_dim: usize) -> usize {
-    (capacity.div_ceil(4) * 4 + head_dim.div_ceil(4) * 4 + 2 * 64 * head_dim) * 4
-}
-
-/// Threads of an attention block (kernels/attention.cu `ATT_THREADS`).
-const ATT_THREADS: u32 = 512;
-
-/// [`attend`] through a named kernel, query row `i` starting at `q[i * q_stride]` (a fused
-/// `[q | k | v]` row has `q_stride = (heads + 2 * kv_heads) * head_dim`).
-#[allow(clippy::too_many_arguments)]
-pub fn attend_with(
-    gpu: &Gpu,
-    kernel: &'static str,
-    q: &CudaSlice<f32>,
-    q_stride: usize,
-    kv: &GpuKv,
-    rows: &GpuRows,
-    layer: usize,
-    shape: &AttnShape,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    const OP: &str = "attention";
-    let n = rows.len();
-    let AttnShape {
-        heads,
-        kv_heads,
-        head_dim,
-        scale,
-        window,
-    } = *shape;
-    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) || kv_heads * head_dim != kv.row_width() {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!(
-                "{heads} heads over {kv_heads} kv heads x {head_dim} against a cache row of {}",
-                kv.row_width()
-            ),
-        });
-    }
-    if layer >= kv.layers() {
-        return Err(CudaError::Param {
-            op: OP,
-            what: "layer",
-            value: layer as f64,
-            why: "beyond the cache's layers",
-        });
-    }
-    if q_stride < heads * head_dim {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!("q_stride {q_stride} < heads x head_dim"),
-        });
-    }
-    need(
-        OP,
-        "q",
-        q.len(),
-        (n - n.min(1)) * q_stride + heads * head_dim,
-    )?;
-    need(OP, "out", out.len(), n * heads * head_dim)?;
-    let smem = attend_smem_bytes(kv.capacity(), head_dim);
-    let limit = gpu.info().smem_per_block;
-    if smem > limit || head_dim > 128 {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!(
-                "capacity {} x head_dim {head_dim} needs {smem} bytes of shared memory (limit {limit}) or head_dim > 128",
-                kv.capacity()
-            ),
-        });
-    }
-    if window == Some(0) {
-        return Err(CudaError::Param {
-            op: OP,
-            what: "window",
-            value: 0.0,
-            why: "must be at least 1",
-        });
-    }
-    if n == 0 || heads == 0 {
-        return Ok(());
-    }
-    let (h_, kvh_, hd_) = (
-        i32_of(OP, "heads", heads)?,
-        kv_heads as i32,
-        i32_of(OP, "head_dim", head_dim)?,
-    );
-    let (nl, l, cap) = (kv.layers() as i32, layer as i32, kv.capacity() as i32);
-    let win = match window {
-        Some(w) => i32::try_from(w).unwrap_or(i32::MAX),
-        None => 0,
-    };
-    let qs_ = i32_of(OP, "q_stride", q_stride)?;
-    let cap4 = i32_of(OP, "scores", kv.capacity().div_ceil(4) * 4)?;
-    let mut b = gpu.launcher(kernel)?;
-    b.arg(q)
-        .arg(&kv.k)
-        .arg(&kv.v)
-        .arg(&rows.slots)
-        .arg(&rows.pos)
-        .arg(out);
-    b.arg(&h_)
-        .arg(&kvh_)
-        .arg(&hd_)
-        .arg(&nl)
-        .arg(&l)
-        .arg(&cap)
-        .arg(&scale)
-        .arg(&win)
-        .arg(&qs_)
-        .arg(&cap4);
-    let cfg = LaunchConfig {
-        grid_dim: (n as u32, heads as u32, 1),
-        block_dim: (ATT_THREADS, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
-    // SAFETY: the kernel's signature matches the arguments pushed above; buffers were checked.
-    unsafe { b.go(cfg, "launching attention") }?;
     Ok(())
 }

@@ -220,7 +220,7 @@ impl GpuLlama {
         };
         // Refuse now (not at the first round) a shape the fused kernels cannot take.
         let limit = gpu.info().smem_per_block;
-        let att = ops::attend_smem_bytes(capacity, hd);
+        let att = ops::attend_launch_smem(capacity, hd, limit);
         if att > limit || hd > 128 {
             return Err(CudaError::Shape { op: "llama", detail: format!("attention over {capacity} positions of head_dim {hd} needs {att} bytes of shared memory per block (limit {limit}, head_dim <= 128)") });
         }

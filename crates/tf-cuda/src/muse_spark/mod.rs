@@ -109,7 +109,7 @@ impl GpuMuseSpark {
         let cfg = &plan.config;
         let hd = cfg.head_dim as usize;
         let limit = gpu.info().smem_per_block;
-        let att = ops::attend_smem_bytes(capacity, hd);
+        let att = ops::attend_launch_smem(capacity, hd, limit);
         if att > limit || hd > 128 {
             return Err(refuse(format!(
                 "attention over {capacity} positions of head_dim {hd} ({att} bytes of shared memory per block, limit {limit}, head_dim <= 128)"

@@ -198,7 +198,7 @@ impl GpuNemotronH {
                 continue;
             };
             let hd = a.head_dim as usize;
-            let att = ops::attend_smem_bytes(capacity, hd);
+            let att = ops::attend_launch_smem(capacity, hd, limit);
             if att > limit || hd > 128 {
                 return Err(CudaError::Shape {
                     op: "nemotron_h",
