@@ -2,7 +2,8 @@
 //! drawn from streams with different cache lengths: short caches (every row in one scores
 //! tile), the same caches with forced small tiles (rows over several tiles), and long contexts
 //! (70,000 keys at head_dim 64, 45,000 at head_dim 128, a 60,000-key window) where the
-//! capacity does not fit shared memory and the launch tiles by itself. Every case must give the
+//! capacity does not fit shared memory and the launch tiles by itself (on the H200: tiles of
+//! 49,600 and 41,344 keys), and the same caches in forced tiles of 8192 / 4096 keys. Every case must give the
 //! CPU kernel's bits; planted controls (a key skipped; tile sums added in another order) must
 //! be caught.
 
@@ -95,11 +96,17 @@ fn long_cases(gpu: &Gpu, out: &mut SuiteResult) -> Result<()> {
         };
         caches.case(gpu, &sh, None, &label, &cfg(0xb1), 12, plants, out)?;
     }
+    // The same rows over many tile boundaries.
+    let sh = shape(9, 3, 64, None);
+    let label = "9q/3kv x 64, caches of 333..70000 keys; scores in forced tiles of 8192 keys";
+    caches.case(gpu, &sh, Some(8192), label, &cfg(0xb1), 12, &[], out)?;
     drop(caches);
     let caches = Caches::fill(gpu, 2, 128, &[45_000, 30_000], 45_000, 0xc0)?;
     let sh = shape(8, 2, 128, None);
     let label = "8q/2kv x 128, caches of 30000..45000 keys";
-    caches.case(gpu, &sh, None, label, &cfg(0xc1), 12, &[], out)
+    caches.case(gpu, &sh, None, label, &cfg(0xc1), 12, &[], out)?;
+    let label = format!("{label}; scores in forced tiles of 4096 keys");
+    caches.case(gpu, &sh, Some(4096), &label, &cfg(0xc1), 12, &[], out)
 }
 
 fn shape(heads: usize, kv_heads: usize, head_dim: usize, window: Option<usize>) -> AttnShape {
