@@ -3,9 +3,9 @@
 //! tile), the same caches with forced small tiles (rows over several tiles), and long contexts
 //! (70,000 keys at head_dim 64, 45,000 at head_dim 128, a 60,000-key window) where the
 //! capacity does not fit shared memory and the launch tiles by itself (on the H200: tiles of
-//! 49,600 and 41,344 keys), and the same caches in forced tiles of 8192 / 4096 keys. Every case must give the
-//! CPU kernel's bits; planted controls (a key skipped; tile sums added in another order) must
-//! be caught.
+//! 49,600 and 41,344 keys), plus the same caches in forced tiles of 8192 / 4096 keys. Every
+//! case must give the CPU kernel's bits; planted controls (a key skipped; tile sums added in
+//! another order) must be caught.
 
 use super::{compare_bits, control, verdict, CaseResult, ControlResult, Depth, ErrSlot};
 use super::{CpuBits, SuiteResult};
