@@ -105,6 +105,11 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
     let mut logits = Vec::new();
     let mut scratch = Vec::new();
     let mut mixed = Vec::new();
+    // A model with a candidate selection hands over each row's largest logits instead of the
+    // row (the planted crosstalk needs whole rows).
+    let use_candidates = model.candidate_capacity() > 0 && !sh.cfg.planted_crosstalk;
+    let mut candidates = Vec::new();
+    let mut whole_row = Vec::new();
     let context = sh.info.context;
     let vocab = sh.info.vocab_size;
     let mut drafter = Drafter::new(model.as_mut());
@@ -148,7 +153,11 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
         let result = {
             let mut states: Vec<&mut StreamState> =
                 running.iter_mut().map(|s| &mut s.state).collect();
-            model.forward(&plan.rows, &mut states, &mut logits)
+            if use_candidates {
+                model.forward_candidates(&plan.rows, &mut states, &mut candidates)
+            } else {
+                model.forward(&plan.rows, &mut states, &mut logits)
+            }
         };
         if let Err(e) = result {
             fail_rows(
@@ -184,22 +193,42 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
             let before = s.generated.len();
             let mut kept: usize = 0;
             for w in 0..span {
-                let Some(own) = logits.get((j + w) * vocab..(j + w + 1) * vocab) else {
-                    break;
-                };
-                let row = if sh.cfg.planted_crosstalk && n > 1 {
-                    let o = (j + w + 1) % n;
-                    let other = &logits[o * vocab..(o + 1) * vocab];
-                    mixed.clear();
-                    mixed.extend(own.iter().zip(other).map(|(a, b)| a + 0.5 * b));
-                    &mixed[..]
-                } else {
-                    own
-                };
+                let k = j + w;
                 let forced = (sh.cfg.planted_unverified_drafts && w == 0)
                     .then(|| draft.first().copied())
                     .flatten();
-                s.take_logits(row, &mut scratch, context, forced);
+                if use_candidates {
+                    let taken = s.take_candidates(
+                        model.as_mut(),
+                        k,
+                        candidates.get(k),
+                        vocab,
+                        &mut whole_row,
+                        &mut scratch,
+                        context,
+                        forced,
+                    );
+                    if let Err(e) = taken {
+                        let msg = format!("reading the logits failed: {e}");
+                        let _ = s.sink.send(StreamEvent::Failed(msg));
+                        s.outcome = Some(Outcome::Failed);
+                        break;
+                    }
+                } else {
+                    let Some(own) = logits.get(k * vocab..(k + 1) * vocab) else {
+                        break;
+                    };
+                    let row = if sh.cfg.planted_crosstalk && n > 1 {
+                        let o = (k + 1) % n;
+                        let other = &logits[o * vocab..(o + 1) * vocab];
+                        mixed.clear();
+                        mixed.extend(own.iter().zip(other).map(|(a, b)| a + 0.5 * b));
+                        &mixed[..]
+                    } else {
+                        own
+                    };
+                    s.take_logits(row, &mut scratch, context, forced);
+                }
                 kept += 1;
                 if s.outcome.is_some() || draft.get(w).is_none_or(|&d| s.pending != Some(d)) {
                     break;

@@ -2,9 +2,9 @@
 
 use super::draft::DraftStats;
 use crate::generate::FinishReason;
-use crate::sampler::{sample, PenaltyHistory, SamplingParams};
+use crate::sampler::{penalised_ids, sample, sample_candidates, PenaltyHistory, SamplingParams};
 use std::time::{Duration, Instant};
-use tf_models::StreamState;
+use tf_models::{Model, ModelError, RowCandidates, StreamState};
 
 /// What one stream should generate.
 #[derive(Debug, Clone)]
@@ -155,7 +155,53 @@ impl Running {
             generated: &self.generated,
         };
         let sampled = sample(scratch, &self.req.params, history, pos as u64).token;
-        let token = forced.unwrap_or(sampled);
+        self.take_token(forced.unwrap_or(sampled), Some(logits), context);
+    }
+
+    /// [`Running::take_logits`] for wanted row `k` of the model's latest
+    /// [`Model::forward_candidates`] round: the token comes from the row's `candidates` (and the
+    /// penalised tokens' logits) when they determine the whole-row draw, which is then the same
+    /// token; otherwise (and for a forced token or a request for logprobs) from the whole row,
+    /// read into `row`. `vocab` is the model's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn take_candidates(
+        &mut self,
+        model: &mut dyn Model,
+        k: usize,
+        candidates: Option<&RowCandidates>,
+        vocab: usize,
+        row: &mut Vec<f32>,
+        scratch: &mut Vec<f32>,
+        context: usize,
+        forced: Option<u32>,
+    ) -> Result<(), ModelError> {
+        if let (Some(c), None, None) = (candidates, forced, self.req.top_logprobs) {
+            let pos = self.req.prompt.len() + self.generated.len();
+            let history = PenaltyHistory {
+                prompt: &self.req.prompt,
+                generated: &self.generated,
+            };
+            let ids = penalised_ids(&self.req.params, history, vocab);
+            let mut raw = Vec::new();
+            if !ids.is_empty() {
+                model.candidate_logits(k, &ids, scratch)?;
+                raw.extend(ids.iter().copied().zip(scratch.iter().copied()));
+            }
+            let drawn = sample_candidates(c, &raw, vocab, &self.req.params, history, pos as u64);
+            if let Some(token) = drawn {
+                self.take_token(token, None, context);
+                return Ok(());
+            }
+        }
+        model.candidate_row(k, row)?;
+        self.take_logits(row, scratch, context, forced);
+        Ok(())
+    }
+
+    /// Sends `token` (with its logprob from `logits` when the request asks and they are given)
+    /// and decides whether the stream goes on.
+    fn take_token(&mut self, token: u32, logits: Option<&[f32]>, context: usize) {
+        let pos = self.req.prompt.len() + self.generated.len();
         if self.first_token_at.is_none() {
             self.first_token_at = Some(Instant::now());
         }
@@ -163,7 +209,11 @@ impl Running {
             self.stop_token = Some(token);
             return self.finish(FinishReason::Stop);
         }
-        let logprob = self.req.top_logprobs.map(|k| logprob_of(logits, token, k));
+        let logprob = self
+            .req
+            .top_logprobs
+            .zip(logits)
+            .map(|(k, l)| logprob_of(l, token, k));
         self.generated.push(token);
         if !self
             .sink
