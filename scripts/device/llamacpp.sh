@@ -70,12 +70,32 @@ info="$out/info.txt"
 note() { echo "$*" | tee -a "$info"; }
 
 # The toolchain.
-if [ "$gpu" = 1 ]; then
-  if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-    export PATH="/usr/local/cuda/bin:$PATH"
+# nvcc: on PATH, else /usr/local/cuda/bin, else a versioned /usr/local/cuda-*/bin (newest),
+# else the pip toolkit's nvidia/cu*/bin. cmake is pointed at the toolkit that nvcc belongs to.
+nvcc_candidates() {
+  local py
+  echo /usr/local/cuda/bin/nvcc
+  printf '%s\n' /usr/local/cuda-*/bin/nvcc | sort -rV
+  if py="$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)"; then
+    printf '%s\n' "$py"/cu*/bin/nvcc
   fi
-  nvcc_path="$(command -v nvcc)" || fail "nvcc is neither on PATH nor in /usr/local/cuda/bin"
-  note "nvcc: $nvcc_path"
+}
+if [ "$gpu" = 1 ]; then
+  if ! command -v nvcc >/dev/null 2>&1; then
+    found="$(nvcc_candidates | while IFS= read -r c; do if [ -x "$c" ]; then echo "$c" && break; fi; done)"
+    if [ -n "$found" ]; then
+      PATH="$(dirname "$found"):$PATH"
+      export PATH
+    else
+      ls -d /usr/local/cuda* 2>&1
+      fail "nvcc is not on PATH, nor in /usr/local/cuda*/bin or the pip toolkit (nvidia/cu*/bin)"
+    fi
+  fi
+  nvcc_path="$(command -v nvcc)"
+  cuda_root="$(dirname "$(dirname "$(readlink -f "$nvcc_path")")")"
+  note "nvcc: $nvcc_path (toolkit root $cuda_root)"
+  cuda_hint=()
+  if [ -f "$cuda_root/include/cuda_runtime.h" ]; then cuda_hint=("-DCUDAToolkit_ROOT=$cuda_root"); fi
   nvcc --version 2>&1 | tee -a "$info" || fail "nvcc --version failed"
   if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$info"
@@ -102,17 +122,18 @@ if [ -f "$src/PEER-COMMIT" ]; then
 fi
 
 # Configure: only what llama-bench needs (no tests, examples, server, app, openssl; this
-# llama.cpp has no curl dependency left, LLAMA_CURL is deprecated).
+# llama.cpp has no curl dependency left, LLAMA_CURL is deprecated), and nothing that downloads
+# at configure time (the device has no network: LLGUIDANCE and CUB_3DOT2 would fetch from git).
 flags=(
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_CCACHE=OFF
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
-  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF -DLLAMA_LLGUIDANCE=OFF
   -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF
 )
 if [ "$gpu" = 1 ]; then
   build="$dir/build-cuda"
   flags+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF
-    "-DCMAKE_CUDA_COMPILER=$nvcc_path")
+    -DGGML_CUDA_CUB_3DOT2=OFF "-DCMAKE_CUDA_COMPILER=$nvcc_path" "${cuda_hint[@]}")
 else
   build="$dir/build-cpu"
   flags+=(-DGGML_CUDA=OFF -DGGML_NATIVE=ON)
@@ -149,6 +170,10 @@ wait "$build_pid"
 rc=$?
 trap - TERM INT HUP
 t2=$SECONDS
+# Files that come back from the device are capped at 16 MiB each: keep the log's last 12 MiB.
+if [ "$(stat -c %s "$log")" -gt $((12 * 1024 * 1024)) ]; then
+  tail -c $((12 * 1024 * 1024)) "$log" >"$log.tail" && mv "$log.tail" "$log"
+fi
 if [ "$rc" = 124 ]; then
   tail -n 5 "$log"
   fail "build not finished after ${budget}s; $build is kept: run the same command again on this warm machine to resume"

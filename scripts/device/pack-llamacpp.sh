@@ -8,12 +8,15 @@
 #               (the `llama-cpp-python==0.3.36` sdist, unpacked; docs/fidelity.md says how)
 #   PACK_VERIFY=1 bash scripts/device/pack-llamacpp.sh OUTDIR
 #       also proves the trimming: unpacks the tarball and builds llama-bench from it on the CPU
-#       here (scripts/device/llamacpp.sh with LLAMACPP_GPU=0; -j2, GGML_NATIVE=ON, ~10 min).
+#       here (scripts/device/llamacpp.sh with LLAMACPP_GPU=0; -j2, GGML_NATIVE=ON; 742 s on the
+#       2-core VM, 2026-11-30).
 #
 # The tarball holds vendor/llama.cpp minus everything a `llama-bench` build does not read:
 # models, docs, tests, examples, media, python, the web UI and server, a stale build/, and every
 # ggml backend except CPU and CUDA. Nothing from it is committed. Then on the device:
-#   bash scripts/device/llamacpp.sh .device-parts/llamacpp/llamacpp-src.tar.xz MODEL.gguf
+#   LLAMACPP_BUILD_ONLY=1 bash scripts/device/llamacpp.sh .device-parts/llamacpp/llamacpp-src.tar.xz
+#   bash scripts/device/llamacpp.sh .device-parts/llamacpp/llamacpp-src.tar.xz /tmp/tfm/model.gguf
+# (carry [".device-parts/llamacpp"]; llamacpp.sh says more).
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -22,7 +25,7 @@ if [ $# -lt 1 ] || [ $# -gt 2 ]; then
 fi
 outdir="$1"
 src="${2:-/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp}"
-src="$(cd "$src" && pwd -P)"
+src="$(cd "$src" 2>/dev/null && pwd -P)" || { echo "FAIL: no folder ${2:-}" >&2; exit 1; }
 for f in CMakeLists.txt tools/llama-bench/llama-bench.cpp ggml/src/ggml-cuda/ggml-cuda.cu; do
   if [ ! -f "$src/$f" ]; then
     echo "FAIL: $src is not a llama.cpp tree (no $f)" >&2
@@ -82,6 +85,7 @@ if [ "${PACK_VERIFY:-0}" = 1 ]; then
   here="$(cd "$(dirname "$0")" && pwd -P)"
   echo "verifying: CPU build of llama-bench from the tarball (LLAMACPP_GPU=0)"
   LLAMACPP_GPU=0 LLAMACPP_BUILD_ONLY=1 LLAMACPP_JOBS="${LLAMACPP_JOBS:-2}" \
+    LLAMACPP_BUILD_DEADLINE="${LLAMACPP_BUILD_DEADLINE:-7200}" \
     LLAMACPP_DIR="${LLAMACPP_DIR:-/tmp/llamacpp-verify}" OUT="${OUT:-/tmp/llamacpp-verify-out}" \
     bash "$here/llamacpp.sh" "$out"
 fi
