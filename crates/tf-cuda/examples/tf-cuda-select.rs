@@ -31,11 +31,12 @@ fn timings(gpu: &Gpu, iters: usize) -> tf_cuda::Result<String> {
     for vocab in VOCABS {
         let dev = gpu.upload(&test_rows(vocab, 9).concat())?;
         let mut cands = GpuCandidates::new(gpu, 64, SELECT_CAP)?;
+        let rows: Vec<usize> = (0..64).collect();
         for n in [1usize, 8, 64] {
             let full = median_us(|| gpu.download(&dev, n * vocab).map(drop), iters)?;
             let sel = median_us(
                 || {
-                    select(gpu, &dev, n, vocab, &mut cands)?;
+                    select(gpu, &dev, &rows[..n], vocab, &mut cands)?;
                     cands.download(gpu, n).map(drop)
                 },
                 iters,

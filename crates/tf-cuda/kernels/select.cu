@@ -1,7 +1,8 @@
 // Candidate selection for the sampler (src/select.rs): for each row of an [n, vocab] f32 logits
 // buffer, the `cap` largest non-NaN logits in f32 total order (Rust's f32::total_cmp, so
 // -0 < +0), ties by the lower token id, as (id, value) pairs, the values copied from the row;
-// and the row's count of non-NaN logits. One block per row: a row's output never depends on n.
+// and the row's count of non-NaN logits. Block b selects row rows[b] (any subset of the rows, in
+// any order) into output slot b; a row's output never depends on the other rows selected.
 //
 // Method: a radix select, 8 bits per pass on the order-preserving u32 key, finds the key K of
 // the cap-th entry and how many entries equal to K are taken (the lowest ids); one pass gathers
@@ -23,18 +24,20 @@ __device__ __forceinline__ u64 tf_select_entry(u32 key, u32 id, int plant) {
     return ((u64)key << 32) | (u64)(plant ? id : ~id);
 }
 
-// logits [n, vocab] (grid n blocks of TF_SELECT_THREADS threads at most); ids and vals
-// [n, cap]; counts [n, 2] = (entries written, non-NaN logits in the row). 1 <= cap <=
-// TF_SELECT_CAP. Slots past the entries written get id -1 and value 0.
+// logits [*, vocab]; rows [m] (row indices into logits; grid m blocks of at most
+// TF_SELECT_THREADS threads); ids and vals [m, cap]; counts [m, 2] = (entries written, non-NaN
+// logits in the row). 1 <= cap <= TF_SELECT_CAP. Slots past the entries written get id -1 and
+// value 0.
 extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
-    tf_select_topc(const float* __restrict__ logits, int vocab, int cap, int plant,
-                   int* __restrict__ ids, float* __restrict__ vals, int* __restrict__ counts) {
+    tf_select_topc(const float* __restrict__ logits, const int* __restrict__ rows, int vocab,
+                   int cap, int plant, int* __restrict__ ids, float* __restrict__ vals,
+                   int* __restrict__ counts) {
     __shared__ u32 hist[256];
     __shared__ u64 sorted[TF_SELECT_CAP];
     __shared__ u32 chunk_eq[TF_SELECT_THREADS];
     __shared__ u32 s_prefix, s_mask, s_need, s_eq, s_nonnan, s_all, s_fill;
     const int t = threadIdx.x, T = blockDim.x;
-    const float* row = logits + (size_t)blockIdx.x * (size_t)vocab;
+    const float* row = logits + (size_t)rows[blockIdx.x] * (size_t)vocab;
     if (t == 0) {
         s_prefix = 0;
         s_mask = 0;

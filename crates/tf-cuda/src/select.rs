@@ -2,9 +2,11 @@
 //! [`SELECT_CAP`] largest non-NaN logits, ordered as the host sampler orders them (f32 total
 //! order descending, ties by the lower token id), as (id, value) pairs whose values are copied
 //! from the row, plus the row's non-NaN count; so the host downloads candidates, not rows.
+//! Any subset of a logits buffer's rows can be selected (the wanted rows of a round).
 //! [`RowCandidates::of_row`] is the host reference the GPU output equals bit for bit, and
 //! `tf_engine::sampler::sample_candidates` turns candidates into the whole-row draw (or says it
-//! cannot). One thread block per row: a row's candidates never depend on the other rows.
+//! cannot). One thread block per selected row: a row's candidates never depend on the other
+//! rows selected.
 //!
 //! [`gather`] reads single logits (the raw logits of the tokens the penalties touch).
 
@@ -25,6 +27,7 @@ const THREADS: u32 = 512;
 
 /// Device buffers for the candidates of up to `rows` rows of `cap` entries each.
 pub struct GpuCandidates {
+    row_ids: CudaSlice<i32>,
     ids: CudaSlice<i32>,
     vals: CudaSlice<f32>,
     counts: CudaSlice<i32>,
@@ -44,6 +47,7 @@ impl GpuCandidates {
             });
         }
         Ok(GpuCandidates {
+            row_ids: gpu.zeros(rows)?,
             ids: gpu.zeros(rows * cap)?,
             vals: gpu.zeros(rows * cap)?,
             counts: gpu.zeros(rows * 2)?,
@@ -62,7 +66,7 @@ impl GpuCandidates {
         self.rows
     }
 
-    /// Downloads the candidates of the first `n` rows of the latest selection.
+    /// Downloads the candidates of the first `n` slots of the latest selection.
     pub fn download(&self, gpu: &Gpu, n: usize) -> Result<Vec<RowCandidates>> {
         need("candidate download", "the candidate buffers", self.rows, n)?;
         let ids = gpu.download(&self.ids, n * self.cap)?;
@@ -84,15 +88,16 @@ impl GpuCandidates {
     }
 }
 
-/// Selects the candidates of rows `0..n` of `logits` ([n, vocab]) into `out`.
+/// Selects the candidates of `rows` (indices of rows of `logits`, [*, vocab]; any subset, in
+/// any order) into `out`, row `rows[b]`'s in slot b.
 pub fn select(
     gpu: &Gpu,
     logits: &CudaSlice<f32>,
-    n: usize,
+    rows: &[usize],
     vocab: usize,
     out: &mut GpuCandidates,
 ) -> Result<()> {
-    select_with(gpu, logits, n, vocab, false, out)
+    select_with(gpu, logits, rows, vocab, false, out)
 }
 
 /// [`select`], or with `plant` its planted control (ties ranked by the higher id), which the
@@ -100,41 +105,49 @@ pub fn select(
 pub fn select_with(
     gpu: &Gpu,
     logits: &CudaSlice<f32>,
-    n: usize,
+    rows: &[usize],
     vocab: usize,
     plant: bool,
     out: &mut GpuCandidates,
 ) -> Result<()> {
     const OP: &str = "candidate selection";
-    need(OP, "logits", logits.len(), n * vocab)?;
-    need(OP, "the candidate buffers", out.rows, n)?;
+    let m = rows.len();
+    need(OP, "the candidate buffers", out.rows, m)?;
     let v = i32_of(OP, "vocab", vocab)?;
-    let cap = out.cap as i32;
-    let grid_rows = u32::try_from(n).map_err(|_| CudaError::Param {
-        op: OP,
-        what: "rows",
-        value: n as f64,
-        why: "exceeds u32",
-    })?;
-    if n == 0 {
+    let have = logits.len() / vocab.max(1);
+    let mut ids = Vec::with_capacity(m);
+    for &r in rows {
+        if r >= have {
+            return Err(CudaError::Shape {
+                op: OP,
+                detail: format!("row {r} of logits holding {have} rows of {vocab}"),
+            });
+        }
+        ids.push(i32_of(OP, "row", r)?);
+    }
+    if m == 0 {
         return Ok(());
     }
+    gpu.write(&ids, &mut out.row_ids)?;
+    let cap = out.cap as i32;
     let plant = i32::from(plant);
     let cfg = LaunchConfig {
-        grid_dim: (grid_rows, 1, 1),
+        grid_dim: (m as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
     let mut b = gpu.launcher("tf_select_topc")?;
     b.arg(logits)
+        .arg(&out.row_ids)
         .arg(&v)
         .arg(&cap)
         .arg(&plant)
         .arg(&mut out.ids)
         .arg(&mut out.vals)
         .arg(&mut out.counts);
-    // SAFETY: (f32*, i32, i32, i32, i32*, f32*, i32*); logits hold n * vocab floats, the outputs
-    // n * cap, n * cap and n * 2 (checked above); cap is 1..=TF_SELECT_CAP (GpuCandidates::new).
+    // SAFETY: (f32*, i32*, i32, i32, i32, i32*, f32*, i32*); every row index is below the rows
+    // logits hold (checked above), the outputs hold out.rows >= m rows of cap, cap and 2, and
+    // cap is 1..=TF_SELECT_CAP (GpuCandidates::new).
     unsafe { b.go(cfg, "launching the candidate selection") }
 }
 
@@ -181,3 +194,26 @@ pub fn gather(
 
 #[cfg(test)]
 mod host_cpp;
+
+#[cfg(test)]
+mod tests {
+    use crate::compile::{compile_to_ptx, nvrtc_present, COMMON};
+    use crate::launch::ptx_param_counts;
+
+    /// select.cu compiles with NVRTC (when libnvrtc loads) and its entries take the arguments
+    /// the launchers push.
+    #[test]
+    fn the_kernels_compile_with_the_launchers_argument_counts() {
+        if !nvrtc_present() {
+            eprintln!("skipped: libnvrtc not found (set LD_LIBRARY_PATH to nvidia/cu13/lib)");
+            return;
+        }
+        let src = format!("{COMMON}\n{}", include_str!("../kernels/select.cu"));
+        let ptx = compile_to_ptx("select.cu", &src, "compute_90").unwrap_or_else(|e| panic!("{e}"));
+        let counts: std::collections::HashMap<String, usize> =
+            ptx_param_counts(&ptx).into_iter().collect();
+        assert_eq!(counts.get("tf_select_topc"), Some(&8));
+        assert_eq!(counts.get("tf_select_gather"), Some(&6));
+        assert_eq!(counts.len(), super::KERNEL_NAMES.len());
+    }
+}

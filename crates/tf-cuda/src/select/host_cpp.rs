@@ -2,8 +2,9 @@
 //! SIMT emulation (one OS thread per CUDA thread, a barrier for `__syncthreads`, atomics for
 //! `atomicAdd`): every row's candidates must equal [`RowCandidates::of_row`] bit for bit — rows
 //! of distinct values, of heavy ties at the cut (the ranked-ties path), of NaN, infinities and
-//! signed zeros, rows with fewer non-NaN logits than the capacity, all NaN — at 512 threads (the
-//! launch's) and at 96 (chunks and strides that do not divide the row); the planted control
+//! signed zeros, rows with fewer non-NaN logits than the capacity, all NaN, a subset of rows out
+//! of order — at 512 threads (the launch's) and at 96 (chunks and strides that do not divide the
+//! row); the planted control
 //! (ties by the higher id) must differ. Skipped, with a message, when no C++ compiler runs
 //! (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
@@ -53,23 +54,26 @@ template <class F> static void tf_launch(unsigned blocks, unsigned threads, F f)
 }
 "#;
 
-/// Reads cases from argv[1] (i32 n, vocab, cap, plant, threads, then n * vocab floats), writes
-/// each case's ids (n * cap i32), values (n * cap f32) and counts (n * 2 i32) to argv[2].
+/// Reads cases from argv[1] (i32 n, vocab, cap, plant, threads, m, then n * vocab floats and m
+/// row indices), writes each case's ids (m * cap i32), values (m * cap f32) and counts (m * 2
+/// i32) to argv[2].
 const MAIN: &str = r#"
 int main(int argc, char** argv) {
     if (argc < 3) return 2;
     FILE* fi = std::fopen(argv[1], "rb");
     FILE* fo = std::fopen(argv[2], "wb");
     if (!fi || !fo) return 2;
-    int h[5];
-    while (std::fread(h, 4, 5, fi) == 5) {
-        const int n = h[0], vocab = h[1], cap = h[2], plant = h[3], threads = h[4];
+    int h[6];
+    while (std::fread(h, 4, 6, fi) == 6) {
+        const int n = h[0], vocab = h[1], cap = h[2], plant = h[3], threads = h[4], m = h[5];
         std::vector<float> x((size_t)n * vocab);
         if (std::fread(x.data(), 4, x.size(), fi) != x.size()) return 3;
-        std::vector<int> ids((size_t)n * cap, 7777), counts((size_t)n * 2, 7777);
-        std::vector<float> vals((size_t)n * cap, 7777.0f);
-        tf_launch(n, threads, [&] {
-            tf_select_topc(x.data(), vocab, cap, plant, ids.data(), vals.data(), counts.data());
+        std::vector<int> rows(m);
+        if (std::fread(rows.data(), 4, m, fi) != (size_t)m) return 3;
+        std::vector<int> ids((size_t)m * cap, 7777), counts((size_t)m * 2, 7777);
+        std::vector<float> vals((size_t)m * cap, 7777.0f);
+        tf_launch(m, threads, [&] {
+            tf_select_topc(x.data(), rows.data(), vocab, cap, plant, ids.data(), vals.data(), counts.data());
         });
         std::fwrite(ids.data(), 4, ids.size(), fo);
         std::fwrite(vals.data(), 4, vals.size(), fo);
@@ -84,6 +88,8 @@ int main(int argc, char** argv) {
 struct Case {
     label: String,
     rows: Vec<Vec<f32>>,
+    /// The rows selected, in output order.
+    pick: Vec<usize>,
     cap: usize,
     plant: bool,
     threads: i32,
@@ -123,6 +129,7 @@ fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
             c.cap as i32,
             i32::from(c.plant),
             c.threads,
+            c.pick.len() as i32,
         ] {
             f.write_all(&v.to_le_bytes()).unwrap();
         }
@@ -131,6 +138,9 @@ fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
             for x in r {
                 f.write_all(&x.to_le_bytes()).unwrap();
             }
+        }
+        for &p in &c.pick {
+            f.write_all(&(p as i32).to_le_bytes()).unwrap();
         }
     }
     drop(f);
@@ -143,7 +153,7 @@ fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
     cases
         .iter()
         .map(|c| {
-            let (n, cap) = (c.rows.len(), c.cap);
+            let (n, cap) = (c.pick.len(), c.cap);
             let (ids, vals, counts) = (at, at + n * cap, at + 2 * n * cap);
             at += 2 * n * cap + 2 * n;
             (0..n)
@@ -228,6 +238,7 @@ fn the_selection_on_the_host_equals_the_reference_candidates() {
                 cases.push(Case {
                     label: format!("kind {kind} vocab {vocab} cap {cap} threads {threads}"),
                     rows: rows(&mut rng, kind, 2, vocab),
+                    pick: vec![0, 1],
                     cap,
                     plant: false,
                     threads,
@@ -238,6 +249,7 @@ fn the_selection_on_the_host_equals_the_reference_candidates() {
     cases.push(Case {
         label: "vocab 1".into(),
         rows: vec![vec![2.0], vec![f32::NAN]],
+        pick: vec![0, 1],
         cap: 256,
         plant: false,
         threads: 512,
@@ -246,18 +258,36 @@ fn the_selection_on_the_host_equals_the_reference_candidates() {
     cases.push(Case {
         label: "planted ties by the higher id".into(),
         rows: rows(&mut rng, 1, 2, 1000),
+        pick: vec![0, 1],
         cap: 256,
         plant: true,
         threads: 96,
     });
+    // A subset of the rows, out of order and repeated (the wanted rows of a round).
+    let mut mixed = rows(&mut rng, 0, 1, 2000);
+    mixed.extend(rows(&mut rng, 2, 1, 2000));
+    mixed.extend(rows(&mut rng, 1, 1, 2000));
+    cases.push(Case {
+        label: "rows 2, 0, 2 of 3".into(),
+        rows: mixed,
+        pick: vec![2, 0, 2],
+        cap: 100,
+        plant: false,
+        threads: 512,
+    });
     let outs = run(&cxx, &cases);
     for (c, out) in cases.iter().zip(&outs) {
-        let matches = c.rows.iter().zip(out).all(|(r, o)| *o == want(r, c.cap));
+        let matches = c
+            .pick
+            .iter()
+            .zip(out)
+            .all(|(&p, o)| *o == want(&c.rows[p], c.cap));
         if c.plant {
             assert!(!matches, "{}: the planted control was not caught", c.label);
         } else {
-            for (i, (r, o)) in c.rows.iter().zip(out).enumerate() {
-                assert_eq!(*o, want(r, c.cap), "{} row {i}", c.label);
+            assert_eq!(out.len(), c.pick.len());
+            for (&p, o) in c.pick.iter().zip(out) {
+                assert_eq!(*o, want(&c.rows[p], c.cap), "{} row {p}", c.label);
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The sampler's candidate selection on the GPU against the host reference
 //! ([`RowCandidates::of_row`]), bit for bit, at real vocabulary sizes (49152, 131072) and 1..=64
-//! rows of the same 64-row buffer (so each row is also checked for row invariance: its
-//! candidates are the same whatever the number of rows selected with it); the logit gather
+//! rows of the same 64-row buffer and a subset of it out of order (so each row is also checked
+//! for row invariance: its candidates are the same whatever rows are selected with it); the logit gather
 //! against the host's values; the planted control (ties ranked by the higher id) must differ.
 //!
 //! Rows mix distinct logits, heavy ties at the cut, NaN / infinities / signed zeros, rows with
@@ -121,7 +121,8 @@ fn case(
     let (mut compared, mut bad, mut calls) = (0, 0, 0);
     let mut first_bad = None;
     for n in row_counts(depth) {
-        select(gpu, dev, n, vocab, &mut cands)?;
+        let rows: Vec<usize> = (0..n).collect();
+        select(gpu, dev, &rows, vocab, &mut cands)?;
         let got = cands.download(gpu, n)?;
         calls += 1;
         let d = differing(&got, &want[..n]);
@@ -131,6 +132,18 @@ fn case(
         bad += d;
         compared += n;
     }
+    // A subset out of order (the wanted rows of a round): every third row, last first.
+    let subset: Vec<usize> = (0..ROWS).rev().step_by(3).collect();
+    select(gpu, dev, &subset, vocab, &mut cands)?;
+    let got = cands.download(gpu, subset.len())?;
+    let picked: Vec<RowCandidates> = subset.iter().map(|&r| want[r].clone()).collect();
+    let d = differing(&got, &picked);
+    if d > 0 && first_bad.is_none() {
+        first_bad = Some(subset.len());
+    }
+    bad += d;
+    compared += subset.len();
+    calls += 1;
     let verdict = match first_bad {
         None => Ok(Report {
             max_abs_err: 0.0,
@@ -144,7 +157,10 @@ fn case(
     };
     Ok(CaseResult {
         op: "select".into(),
-        case: format!("vocab {vocab}, top {SELECT_CAP}, {} row counts", calls),
+        case: format!(
+            "vocab {vocab}, top {SELECT_CAP}, {} calls (1..=64 rows and a subset)",
+            calls
+        ),
         verdict,
         cpu_bits: Some(CpuBits {
             compared: compared * SELECT_CAP,
@@ -195,7 +211,8 @@ fn control(
     want: &[RowCandidates],
 ) -> Result<ControlResult> {
     let mut cands = GpuCandidates::new(gpu, ROWS, SELECT_CAP)?;
-    select_with(gpu, dev, ROWS, vocab, true, &mut cands)?;
+    let rows: Vec<usize> = (0..ROWS).collect();
+    select_with(gpu, dev, &rows, vocab, true, &mut cands)?;
     let d = differing(&cands.download(gpu, ROWS)?, want);
     Ok(ControlResult {
         control: format!("select with ties ranked by the higher id (vocab {vocab}, {ROWS} rows)"),
