@@ -138,6 +138,9 @@ fn shapes(quick: bool) -> Vec<(&'static str, Layout, usize, usize, bool)> {
         ("llama3-8b gate_up", Gguf(GgmlType::Q4_0), 28672, 4096, true),
         ("llama3-8b down", Gguf(GgmlType::Q4_0), 4096, 14336, true),
         ("q4_1 4096x4096", Gguf(GgmlType::Q4_1), 4096, 4096, true),
+        ("bolt mamba in_proj", Mlx(4), 18560, 4096, false),
+        ("bolt 9 experts up", Mlx(4), 9 * 2688, 1024, false),
+        ("bolt shared up", Mlx(4), 5376, 4096, false),
     ];
     if !quick {
         v.extend([
@@ -243,15 +246,36 @@ fn run() -> Res<bool> {
         for _ in 1..copies {
             ws.push(GpuMatrix::upload(&gpu, &packed)?);
         }
-        for n in [1usize, 4, 16] {
+        // Both geometries where the format has tf_mmq (4 threads a row), checked and timed.
+        let tprs: &[usize] = if ws[0].format().matmul_threads_per_row(usize::MAX) == 4 {
+            &[16, 4]
+        } else {
+            &[16]
+        };
+        let kernel = ws[0].format().matmul_kernel();
+        for &tpr in tprs {
+            ops::matmul_geometry(&gpu, kernel, &ws[0], &x, 5, &mut y, tpr)?;
+            let g = gpu.download(&y, 5 * rows)?;
+            let mut c = vec![0f32; 5 * rows];
+            cpu_matmul(&packed, &x_host[..5 * cols], 5, &mut c, &pool)?;
+            let bad = bits_equal(&g, &c);
+            if bad != 0 {
+                println!("CHECK {label} {tpr} threads a row: {bad} outputs differ from the CPU");
+                ok = false;
+            }
+        }
+        for (n, &tpr) in [1usize, 4, 16]
+            .into_iter()
+            .flat_map(|n| tprs.iter().map(move |t| (n, t)))
+        {
             for m in ws.iter().take(3) {
-                ops::matmul(&gpu, m, &x, n, &mut y)?;
+                ops::matmul_geometry(&gpu, kernel, m, &x, n, &mut y, tpr)?;
             }
             let stream = gpu.stream();
             let t0 =
                 stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
             for i in 0..iters {
-                ops::matmul(&gpu, &ws[i % copies], &x, n, &mut y)?;
+                ops::matmul_geometry(&gpu, kernel, &ws[i % copies], &x, n, &mut y, tpr)?;
             }
             let t1 =
                 stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
@@ -259,7 +283,7 @@ fn run() -> Res<bool> {
             let us = t0.elapsed_ms(&t1)? as f64 * 1e3 / iters as f64;
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
             println!(
-                "| {label} | {:?} | {rows} x {cols} | {:.1} | {n} | {us:.1} | {gbs:.0} | {:.0}% |",
+                "| {label} ({tpr} thr/row) | {:?} | {rows} x {cols} | {:.1} | {n} | {us:.1} | {gbs:.0} | {:.0}% |",
                 ws[0].format(),
                 bytes as f64 / 1e6,
                 100.0 * gbs * 1e9 / peak

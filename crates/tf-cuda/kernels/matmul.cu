@@ -225,9 +225,9 @@ __device__ __forceinline__ void tf_mmv_chunk(const u8* srow, const float* __rest
 
 // PLANT = 1: the planted control of tf_matmul (blocks in descending order when n > 1).
 template <int FMT, int PLANT>
-__device__ __forceinline__ void tf_mmv(const u8* __restrict__ W, const float* __restrict__ x,
-                                       float* __restrict__ y, int n, int rows, int cols) {
-    __shared__ __align__(16) u8 mmv_smem[MMV_HALVES * MMV_STRIDE];
+__device__ __forceinline__ void tf_mmv(u8* mmv_smem, const u8* __restrict__ W,
+                                       const float* __restrict__ x, float* __restrict__ y, int n,
+                                       int rows, int cols) {
     constexpr int UE = tf_unit_elems(FMT), NU = tf_mmv_units(FMT);
     const int lane = threadIdx.x & 15;
     u8* sb = mmv_smem + (size_t)((threadIdx.x >> 4) & (MMV_HALVES - 1)) * MMV_STRIDE;
@@ -314,50 +314,88 @@ __host__ __device__ constexpr int tf_mmq_units(int fmt) {
 // 32 bits at any byte address of shared memory: two aligned words, funnel-shifted (the word
 // after p's may lie past the chunk; MMQ_STRIDE leaves room for it).
 __device__ __forceinline__ u32 tf_smem_u32(const u8* p) {
-    const u32* w = (const u32*)((size_t)p & ~(size_t)3);
+    const u32* w = (const u32*)(p - ((size_t)p & 3));
     return __funnelshift_r(w[0], w[1], 8 * (int)((size_t)p & 3));
 }
 
-// The four codes of lanes 4q .. 4q + 3 in chunk c of a unit, widened exactly (tf_small_int) and
+// 2^23 + byte i of v, as an f32 (one byte permute under the exponent byte 0x4b): exact, so
+// subtracting 2^23 (+ an offset) gives the code as tf_decode's conversion does.
+__device__ __forceinline__ float tf_byte_f(u32 v, int i) {
+    return __int_as_float((int)__byte_perm(v, 0x4b000000u, 0x7440 + i));
+}
+
+// The eight weights of lanes 4q .. 4q + 3 in a unit at p: w[4c + i] is element 16c + 4q + i,
 // decoded with tf_decode's arithmetic (its PLANT variants included).
 template <int FMT>
-__device__ __forceinline__ void tf_mmq_decode(const u8* p, int c, int q, float* w) {
+__device__ __forceinline__ void tf_mmq_decode(const u8* p, int q, float* w) {
+    constexpr float M23 = 8388608.0f;  // 2^23
     if constexpr (FMT == FMT_Q4_0) {
         // Byte e of the 16 code bytes holds element e (low nibble) and e + 16 (high).
         const float d = tf_f16(tf_ld16(p));
-        const u32 v = tf_smem_u32(p + 2 + 4 * q) >> (4 * c);
+        const u32 v = tf_smem_u32(p + 2 + 4 * q);
+        const u32 nib[2] = {v & 0x0f0f0f0fu, (v >> 4) & 0x0f0f0f0fu};
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            w[i] = d * (__int_as_float((int)(0x4b000000u | ((v >> (8 * i)) & 15u))) - 8388616.0f);
+        for (int k = 0; k < 8; k++) w[k] = d * (tf_byte_f(nib[k >> 2], k & 3) - (M23 + 8.0f));
     } else if constexpr (FMT == FMT_Q4_1) {
         const float d = tf_f16(tf_ld16(p)), m = tf_f16(tf_ld16(p + 2));
-        const u32 v = *(const u32*)(p + 4 + 4 * q) >> (4 * c);
+        const u32 v = *(const u32*)(p + 4 + 4 * q);
+        const u32 nib[2] = {v & 0x0f0f0f0fu, (v >> 4) & 0x0f0f0f0fu};
 #pragma unroll
-        for (int i = 0; i < 4; i++) w[i] = fmaf(d, tf_small_int((v >> (8 * i)) & 15u), m);
+        for (int k = 0; k < 8; k++) w[k] = fmaf(d, tf_byte_f(nib[k >> 2], k & 3) - M23, m);
     } else if constexpr (FMT == FMT_Q8_0) {
+        // (float)(signed char)c: 2^23 + (c ^ 128) - (2^23 + 128), exact.
         const float d = tf_f16(tf_ld16(p));
-        const u32 v = tf_smem_u32(p + 2 + 16 * c + 4 * q);
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            w[i] = d * (__int_as_float((int)(0x4b000000u | (((v >> (8 * i)) & 255u) ^ 0x80u))) -
-                        8388736.0f);
-    } else {
-        // MLX: element e at bits [e B, e B + B) of the unit; four consecutive elements span
-        // 4 B <= 32 bits from a byte boundary (plus 4 bits when B is odd).
+        for (int c = 0; c < 2; c++) {
+            const u32 v = tf_smem_u32(p + 2 + 16 * c + 4 * q) ^ 0x80808080u;
+#pragma unroll
+            for (int i = 0; i < 4; i++) w[4 * c + i] = d * (tf_byte_f(v, i) - (M23 + 128.0f));
+        }
+    } else if constexpr (tf_mlx_bits(FMT) == 4 || tf_mlx_bits(FMT) == 8) {
+        // MLX 4- and 8-bit: the four codes of a chunk are 16 or 32 aligned bits of the unit.
         constexpr int B = tf_mlx_bits(FMT);
         const float s = *(const float*)(p + 4 * B);
         const float bias = *(const float*)(p + 4 * B + 4);
-        const int bit = (16 * c + 4 * q) * B;
-        const u32 v = tf_smem_u32(p + (bit >> 3)) >> (bit & 7);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            // FMT_PLANT_MLX4 reads the other nibble of each byte.
-            const int sh = FMT == FMT_PLANT_MLX4 ? 4 * (i ^ 1) : i * B;
-            const u32 code = B == 8 ? (v >> sh) & 255u : (v >> sh) & ((1u << B) - 1u);
-            if constexpr (FMT == FMT_PLANT_MLX4_FMA)
-                w[i] = fmaf(s, tf_small_int(code), bias);
-            else
-                w[i] = s * tf_small_int(code) + bias;
+        for (int c = 0; c < 2; c++) {
+            u32 code[4];
+            if constexpr (B == 8) {
+                const u32 v = *(const u32*)(p + 16 * c + 4 * q);
+#pragma unroll
+                for (int i = 0; i < 4; i++) code[i] = v;
+            } else {
+                // Elements 0..3 are nibbles 0..3 of the 16 bits: bytes 0, 1 of lo are
+                // elements 0, 2; of hi, 1, 3 (FMT_PLANT_MLX4 takes each byte's other nibble).
+                const u32 v = tf_ld16(p + 8 * c + 2 * q);
+                const u32 lo = v & 0x0f0fu, hi = (v >> 4) & 0x0f0fu;
+                const bool swap = FMT == FMT_PLANT_MLX4;
+                code[0] = swap ? hi : lo;
+                code[1] = swap ? lo : hi;
+                code[2] = swap ? hi >> 8 : lo >> 8;
+                code[3] = swap ? lo >> 8 : hi >> 8;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float f = tf_byte_f(code[i], B == 8 ? i : 0) - M23;
+                if constexpr (FMT == FMT_PLANT_MLX4_FMA)
+                    w[4 * c + i] = fmaf(s, f, bias);
+                else
+                    w[4 * c + i] = s * f + bias;
+            }
+        }
+    } else {
+        // The other MLX widths: element e at bits [e B, e B + B) of the unit; four consecutive
+        // elements span 4 B <= 24 bits from a byte boundary (plus 4 bits when B is odd).
+        constexpr int B = tf_mlx_bits(FMT);
+        const float s = *(const float*)(p + 4 * B);
+        const float bias = *(const float*)(p + 4 * B + 4);
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int bit = (16 * c + 4 * q) * B;
+            const u32 v = tf_smem_u32(p + (bit >> 3)) >> (bit & 7);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                w[4 * c + i] = s * tf_small_int((v >> (i * B)) & ((1u << B) - 1u)) + bias;
         }
     }
 }
@@ -370,23 +408,22 @@ __device__ __forceinline__ void tf_mmq_chunk(const u8* srow, const float* __rest
                                              int cols, int nu, bool rev, int q,
                                              float (*acc)[4]) {
     constexpr int UB = tf_unit_bytes(FMT);
+    const float* xq = xk + 4 * q;
 #pragma unroll 2
     for (int ui = 0; ui < nu; ui++) {
         const int u = rev ? nu - 1 - ui : ui;
+        float w[8];
+        tf_mmq_decode<FMT>(srow + u * UB, q, w);
 #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            float w[4];
-            tf_mmq_decode<FMT>(srow + u * UB, c, q, w);
+        for (int c = 0; c < 2; c++)
 #pragma unroll
             for (int r = 0; r < NT; r++) {
-                const float4 xv =
-                    __ldg((const float4*)(xk + (size_t)r * cols + 32 * u + 16 * c + 4 * q));
-                acc[r][0] = fmaf(xv.x, w[0], acc[r][0]);
-                acc[r][1] = fmaf(xv.y, w[1], acc[r][1]);
-                acc[r][2] = fmaf(xv.z, w[2], acc[r][2]);
-                acc[r][3] = fmaf(xv.w, w[3], acc[r][3]);
+                const float4 xv = __ldg((const float4*)(xq + r * cols + 32 * u + 16 * c));
+                acc[r][0] = fmaf(xv.x, w[4 * c], acc[r][0]);
+                acc[r][1] = fmaf(xv.y, w[4 * c + 1], acc[r][1]);
+                acc[r][2] = fmaf(xv.z, w[4 * c + 2], acc[r][2]);
+                acc[r][3] = fmaf(xv.w, w[4 * c + 3], acc[r][3]);
             }
-        }
     }
 }
 
@@ -403,9 +440,9 @@ __device__ __forceinline__ float tf_fold_quad(const float* a) {
 
 // PLANT = 1: the planted control of tf_matmul (units in descending order when n > 1).
 template <int FMT, int PLANT>
-__device__ __forceinline__ void tf_mmq(const u8* __restrict__ W, const float* __restrict__ x,
-                                       float* __restrict__ y, int n, int rows, int cols) {
-    __shared__ __align__(16) u8 mmq_smem[MMQ_ROWS * MMQ_STRIDE];
+__device__ __forceinline__ void tf_mmq(u8* mmq_smem, const u8* __restrict__ W,
+                                       const float* __restrict__ x, float* __restrict__ y, int n,
+                                       int rows, int cols) {
     constexpr int UB = tf_unit_bytes(FMT), NU = tf_mmq_units(FMT);
     const int q = threadIdx.x & 3;
     u8* sb = mmq_smem + (size_t)((threadIdx.x >> 2) & (MMQ_ROWS - 1)) * MMQ_STRIDE;
@@ -462,16 +499,25 @@ __device__ __forceinline__ void tf_mmq(const u8* __restrict__ W, const float* __
     }
 }
 
-// The template behind the matmul entries (and the grouped expert matmuls of moe.cu): tf_mmq for
-// its formats, tf_mmv for the rest; tf_matmul stays as the reference both must equal bit for bit.
+// The template behind the matmul entries (and the grouped expert matmuls of moe.cu). The
+// launcher picks the geometry (GpuFormat::matmul_threads_per_row): 16 threads a row run tf_mmv,
+// 4 threads a row (tf_mmq's formats, on matrices with many rows) run tf_mmq; the kernel reads
+// the choice from its grid. Both give tf_matmul's bits, so the choice never changes an output.
 template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_matmul_rows(const u8* __restrict__ W,
                                                const float* __restrict__ x,
                                                float* __restrict__ y, int n, int rows, int cols) {
-    if constexpr (tf_mmq_format(FMT))
-        tf_mmq<FMT, PLANT>(W, x, y, n, rows, cols);
-    else
-        tf_mmv<FMT, PLANT>(W, x, y, n, rows, cols);
+    constexpr int BYTES = tf_mmq_format(FMT) && MMQ_ROWS * MMQ_STRIDE > MMV_HALVES * MMV_STRIDE
+                              ? MMQ_ROWS * MMQ_STRIDE
+                              : MMV_HALVES * MMV_STRIDE;
+    __shared__ __align__(16) u8 smem[BYTES];
+    if constexpr (tf_mmq_format(FMT)) {
+        if ((size_t)gridDim.x * blockDim.x < (size_t)rows * 16) {
+            tf_mmq<FMT, PLANT>(smem, W, x, y, n, rows, cols);
+            return;
+        }
+    }
+    tf_mmv<FMT, PLANT>(smem, W, x, y, n, rows, cols);
 }
 #define TF_MATMUL_IMPL tf_matmul_rows
 

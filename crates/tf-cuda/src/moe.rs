@@ -444,11 +444,9 @@ fn expert_matmul(
         .arg(&n_experts);
     // Block row y takes the y-th expert with rows (kernels/moe.cu): a round has at most
     // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
-    let mut cfg = grid(
-        w.rows() * w.matrix.format().matmul_threads_per_row(),
-        THREADS,
-    );
     let groups = w.n_experts().min(slots).max(1);
+    let tpr = w.matrix.format().matmul_threads_per_row(w.rows() * groups);
+    let mut cfg = grid(w.rows() * tpr, THREADS);
     cfg.grid_dim.1 =
         u32::try_from(groups)
             .ok()

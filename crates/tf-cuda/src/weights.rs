@@ -9,6 +9,9 @@ use std::borrow::Cow;
 use tf_formats::gguf::GgmlType;
 use tf_kernels::matmul::{FloatType, PackedMatrix, WeightData};
 
+/// Weight rows of a matmul launch from which `tf_mmq` (4 threads a row) is used.
+pub const MMQ_MIN_ROWS: usize = 5120;
+
 /// A weight storage format with GPU kernels (the numbering matches `FMT_*` in common.cuh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GpuFormat {
@@ -136,13 +139,17 @@ impl GpuFormat {
         }
     }
 
-    /// Threads a matmul launch gives each weight row: 4 for the formats of kernels/matmul.cu's
-    /// `tf_mmq` (each thread owns 4 of the row's 16 lanes), 16 for `tf_mmv` (one per lane).
-    pub fn matmul_threads_per_row(self) -> usize {
+    /// Threads a matmul launch gives each weight row when it covers `rows` weight rows (all
+    /// expert groups of a grouped launch): 4 (kernels/matmul.cu's `tf_mmq`, each thread owning
+    /// 4 of a row's 16 lanes) for its formats on matrices of at least [`MMQ_MIN_ROWS`] rows,
+    /// else 16 (`tf_mmv`, one lane a thread: more threads where rows are few). Both give the
+    /// same bits; the kernel reads the choice from its grid.
+    pub fn matmul_threads_per_row(self, rows: usize) -> usize {
         match self {
             GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 | GpuFormat::Q4K | GpuFormat::Q6K => {
                 16
             }
+            _ if rows < MMQ_MIN_ROWS => 16,
             _ => 4,
         }
     }

@@ -137,13 +137,22 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     for (i, f) in FORMATS.iter().copied().enumerate() {
         let (rows, cols) = (11, cols_of(f));
         let (w, bytes) = weights(f, rows, cols, rng);
-        for (n, off) in [(1usize, 0usize), (7, 2 + 4 * (i % 3))] {
+        // Both geometries where the format has tf_mmq (4 threads a row) beside tf_mmv (16).
+        let tprs = if f.matmul_threads_per_row(usize::MAX) == 4 {
+            vec![16, 4]
+        } else {
+            vec![16]
+        };
+        for (n, off, tpr) in [(1usize, 0usize), (7, 2 + 4 * (i % 3))]
+            .into_iter()
+            .flat_map(|(n, off)| tprs.iter().map(move |&t| (n, off, t)))
+        {
             let x = rng.vec_uniform(n * cols, -1.0, 1.0);
             cases.push(Case {
-                label: format!("{f:?} matmul n={n} off={off}"),
+                label: format!("{f:?} matmul n={n} off={off} tpr={tpr}"),
                 name: format!("tf_matmul_{}", f.kernel_tag()),
                 kind: 0,
-                tpr: f.matmul_threads_per_row(),
+                tpr,
                 rows,
                 cols,
                 n,
@@ -196,7 +205,7 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             tpr: if name.starts_with("tf_ref_") {
                 16
             } else {
-                f.matmul_threads_per_row()
+                f.matmul_threads_per_row(usize::MAX)
             },
             rows,
             cols,
@@ -254,7 +263,7 @@ fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             label: format!("{f:?} {name}"),
             name: name.to_string(),
             kind: 1,
-            tpr: f.matmul_threads_per_row(),
+            tpr: f.matmul_threads_per_row(usize::MAX),
             rows,
             cols,
             n,

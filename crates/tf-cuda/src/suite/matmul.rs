@@ -23,6 +23,8 @@ struct MatmulRig<'g> {
     w: GpuMatrix,
     x: RefCell<CudaSlice<f32>>,
     y: RefCell<CudaSlice<f32>>,
+    /// Threads a weight row (16: tf_mmv; 4: tf_mmq).
+    tpr: usize,
 }
 
 impl MatmulRig<'_> {
@@ -32,7 +34,7 @@ impl MatmulRig<'_> {
             let mut x = self.x.borrow_mut();
             let mut y = self.y.borrow_mut();
             self.gpu.write(&flat, &mut x)?;
-            ops::matmul_with(self.gpu, kernel, &self.w, &x, rows.len(), &mut y)?;
+            ops::matmul_geometry(self.gpu, kernel, &self.w, &x, rows.len(), &mut y, self.tpr)?;
             out.copy_from_slice(&self.gpu.download(&y, out.len())?);
             Ok(())
         })();
@@ -67,7 +69,19 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
     let pool = Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mut cases: Vec<_> = CASES.to_vec();
     cases.push((GpuFormat::F32, 37, 577, "37x577 (odd width)", false));
-    for (i, &(format, rows, cols, label, heavy)) in cases.iter().enumerate() {
+    // Each case on both geometries its format has (tf_mmv; tf_mmq where the format has it).
+    let runs: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &c)| {
+            let mmq = c.0.matmul_threads_per_row(usize::MAX) == 4;
+            [(i, c, 16usize), (i, c, 4)]
+                .into_iter()
+                .filter(move |r| r.2 == 16 || mmq)
+        })
+        .collect();
+    for &(i, (format, rows, cols, label, heavy), tpr) in &runs {
+        let label = &format!("{label}, {tpr} threads a row");
         let mut rng = Rng::new(0x6a7 + i as u64);
         let hw = HostWeights::random(format, rows, cols, &mut rng);
         let wf: Vec<f64> = (0..rows).flat_map(|j| hw.row_f64(j)).collect();
@@ -77,6 +91,7 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
             w: GpuMatrix::upload(gpu, &hw.packed())?,
             x: RefCell::new(gpu.zeros(MAX_ROWS * cols)?),
             y: RefCell::new(gpu.zeros(MAX_ROWS * rows)?),
+            tpr,
         };
         // |x| <= 1: the fmaf chains of k/16 terms plus the fold (4) and the weight's own rounding.
         let k = cols as f64;

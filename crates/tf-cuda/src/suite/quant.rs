@@ -39,6 +39,14 @@ pub(super) enum Weights {
 }
 
 impl Weights {
+    /// The device format of these weights.
+    fn gpu_format(self) -> GpuFormat {
+        match self {
+            Weights::Blocks(f) => f,
+            Weights::Mlx(bits, ..) => GpuFormat::mlx(bits).unwrap_or(GpuFormat::F32),
+        }
+    }
+
     /// Random host weights of this kind.
     pub(super) fn draw(self, rows: usize, cols: usize, rng: &mut Rng) -> HostWeights {
         match self {
@@ -188,39 +196,57 @@ pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
     ];
     for (i, &(w, rows, cols, label, heavy, plants)) in cases.iter().enumerate() {
         let d = if heavy { Depth::Quick } else { depth };
-        matmul_case(gpu, &pool, d, w, rows, cols, label, plants, out, i as u64)?;
+        // Both geometries where the format has tf_mmq (4 threads a row) beside tf_mmv (16).
+        for tpr in [16, 4] {
+            let c = GeometryCase {
+                weights: w,
+                rows,
+                cols,
+                label,
+                plants,
+                tpr,
+            };
+            if tpr == 16 || w.gpu_format().matmul_threads_per_row(usize::MAX) == 4 {
+                matmul_case(gpu, &pool, d, &c, out, i as u64)?;
+            }
+        }
     }
-    let big_q6k = Blocks(GpuFormat::Q6K);
-    matmul_case(
-        gpu,
-        &pool,
-        Depth::Quick,
-        big_q6k,
-        8192,
-        768,
-        "output head 8192x768",
-        &[],
-        out,
-        99,
-    )?;
+    let big_q6k = GeometryCase {
+        weights: Blocks(GpuFormat::Q6K),
+        rows: 8192,
+        cols: 768,
+        label: "output head 8192x768",
+        plants: &[],
+        tpr: 16,
+    };
+    matmul_case(gpu, &pool, Depth::Quick, &big_q6k, out, 99)?;
     embeddings(gpu, depth, out)?;
     fused::run(gpu, &pool, depth, out)
 }
 
+/// A matmul case: weights, shape, label, planted controls and the launch geometry.
+struct GeometryCase<'a> {
+    weights: Weights,
+    rows: usize,
+    cols: usize,
+    label: &'a str,
+    plants: &'a [Plant],
+    /// Threads a weight row: 16 (tf_mmv) or 4 (tf_mmq).
+    tpr: usize,
+}
+
 /// One matmul case: the contract, GPU vs CPU bits on 40 rows, and its planted controls.
-#[allow(clippy::too_many_arguments)]
 fn matmul_case(
     gpu: &Gpu,
     pool: &Pool,
     depth: Depth,
-    weights: Weights,
-    rows: usize,
-    cols: usize,
-    label: &str,
-    plants: &[Plant],
+    case: &GeometryCase,
     out: &mut SuiteResult,
     seed: u64,
 ) -> Result<()> {
+    let (weights, rows, cols, plants, tpr) =
+        (case.weights, case.rows, case.cols, case.plants, case.tpr);
+    let label = &format!("{}, {tpr} threads a row", case.label);
     let mut rng = Rng::new(0x9a1 + seed);
     let hw = weights.draw(rows, cols, &mut rng);
     let wf: Vec<f64> = (0..rows).flat_map(|j| hw.row_f64(j)).collect();
@@ -237,7 +263,7 @@ fn matmul_case(
             let (x, y) = &mut *b;
             let flat: Vec<f32> = xs.iter().flatten().copied().collect();
             gpu.write(&flat, x)?;
-            ops::matmul_with(gpu, kernel, m, x, xs.len(), y)?;
+            ops::matmul_geometry(gpu, kernel, m, x, xs.len(), y, tpr)?;
             o.copy_from_slice(&gpu.download(y, o.len())?);
             Ok(())
         })();

@@ -29,6 +29,12 @@ using std::fmaf; using std::isnan; using std::min; using std::max;
 using std::tanh;
 struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7))) & 255u) << (8 * n);
+    return r;
+}
 static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, int sh) {
     const unsigned long long v = ((unsigned long long)hi << 32) | lo;
     return (unsigned)(v >> (sh & 31));
@@ -37,7 +43,7 @@ static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
 template <class T> static inline T __ldg(const T* p) { return *p; }
 struct D3 { unsigned x, y, z; };
 static thread_local D3 threadIdx, blockIdx;
-static D3 blockDim;
+static D3 blockDim, gridDim;
 static std::barrier<>* tf_block_bar;
 static std::vector<std::unique_ptr<std::barrier<>>> tf_warp_bars;
 static float tf_shfl[64][32];
@@ -74,6 +80,7 @@ static inline float tf_host_f16(unsigned short h) {
 }
 template <class F> static void tf_launch(D3 grid, unsigned threads, size_t smem, F f) {
     blockDim = D3{threads, 1, 1};
+    gridDim = grid;
     std::vector<unsigned char> dyn(smem + 16);
     tf_dyn_smem = dyn.data() + (16 - ((uintptr_t)dyn.data() & 15)) % 16;
     for (unsigned by = 0; by < grid.y; by++)
