@@ -353,9 +353,13 @@ __device__ __forceinline__ void tf_mmq_decode(const u8* p, int q, float* w) {
         }
     } else if constexpr (tf_mlx_bits(FMT) == 4 || tf_mlx_bits(FMT) == 8) {
         // MLX 4- and 8-bit: the four codes of a chunk are 16 or 32 aligned bits of the unit.
+        // s * q rounds once: fmaf(s, 2^23 + q, -(s * 2^23)) is the exact s * q rounded once
+        // (s * 2^23 is exact below |s| = 2^100; larger or non-finite scales take s * q).
         constexpr int B = tf_mlx_bits(FMT);
         const float s = *(const float*)(p + 4 * B);
         const float bias = *(const float*)(p + 4 * B + 4);
+        const bool fast = fabsf(s) < 0x1p100f;
+        const float ns = -(s * M23);
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             u32 code[4];
@@ -376,11 +380,11 @@ __device__ __forceinline__ void tf_mmq_decode(const u8* p, int q, float* w) {
             }
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const float f = tf_byte_f(code[i], B == 8 ? i : 0) - M23;
+                const float f = tf_byte_f(code[i], B == 8 ? i : 0);
                 if constexpr (FMT == FMT_PLANT_MLX4_FMA)
-                    w[4 * c + i] = fmaf(s, f, bias);
+                    w[4 * c + i] = fmaf(s, f - M23, bias);
                 else
-                    w[4 * c + i] = s * f + bias;
+                    w[4 * c + i] = (fast ? fmaf(s, f, ns) : s * (f - M23)) + bias;
             }
         }
     } else {

@@ -224,6 +224,49 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             must_match,
         });
     }
+    // MLX 4/8-bit scales at the edges of tf_mmq's one-rounding s * q (fmaf(s, 2^23 + q,
+    // -s 2^23)): huge (the s * q path), subnormal, and ordinary, on both geometries.
+    for (bits, tpr) in [(4u8, 4usize), (4, 16), (8, 4)] {
+        let (rows, cols, n) = (9, 1024, 3);
+        let mut w = HostWeights::random_mlx(bits, 64, FloatType::F32, rows, cols, rng);
+        if let Some(p) = w.mlx.as_mut() {
+            for (g, s) in p.scales.chunks_exact_mut(4).enumerate() {
+                let v = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                let v = match g % 4 {
+                    0 => v * 2f32.powi(112),
+                    1 => v * 2f32.powi(-132),
+                    _ => v,
+                };
+                s.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        let bytes = device_bytes(&w.packed())
+            .expect("device bytes")
+            .into_owned();
+        let x = rng.vec_uniform(n * cols, -1.0, 1.0);
+        let name = format!("tf_matmul_mlx{bits}");
+        cases.push(Case {
+            label: format!("{name} huge and subnormal scales, tpr={tpr}"),
+            name,
+            kind: 0,
+            tpr,
+            rows,
+            cols,
+            n,
+            experts: 0,
+            x_stride: cols,
+            bytes,
+            off: 0,
+            offsets: vec![],
+            want: cpu(&w, &x, n, pool),
+            x,
+            gain: vec![],
+            eps: 0.0,
+            y0: vec![],
+            smem: 0,
+            must_match: true,
+        });
+    }
     cases
 }
 
