@@ -12,13 +12,18 @@ use crate::error::{CudaError, Result};
 use crate::llama::{GpuLlama, GpuRow};
 use crate::muse_spark::GpuMuseSpark;
 use crate::nemotron_h::GpuNemotronH;
+use cudarc::driver::CudaSlice;
 use std::sync::{Arc, Mutex};
 use tf_families::nemotron_h::NemotronBlock;
 use tf_families::ModelPlan;
 use tf_formats::checkpoint::Checkpoint;
 use tf_formats::WeightFormat;
 use tf_kernels::ops::{KvCache, LayerKv, MambaState};
-use tf_models::{check_rows, DeviceSlot, Model, ModelError, ModelInfo, Row, StreamState};
+use tf_models::{
+    check_rows, DeviceSlot, Model, ModelError, ModelInfo, Row, RowCandidates, StreamState,
+};
+
+mod candidates;
 
 /// Rounds of at most this many rows replay a captured CUDA graph (decode rounds); larger
 /// rounds (prefill chunks) launch eagerly. Graphed == eager bit for bit (docs/receipts/cuda.md).
@@ -86,10 +91,19 @@ pub trait SlotForward {
     fn forward(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()>;
     /// One round through a captured CUDA graph.
     fn forward_graphed(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()>;
+    /// The device logits of the latest round (`[rows of the round, vocab]`, every row, whether
+    /// it wanted logits or not), when the model exposes them: the candidate selection reads
+    /// them in place. None (the default): the backend offers no candidate selection.
+    fn logits_device(&self) -> Option<&CudaSlice<f32>> {
+        None
+    }
 }
 
+// `slot_forward!(Type, mamba, logits)`: `mamba` forwards the Mamba state calls, `logits` the
+// device logits (`Type::logits_device(&self) -> &CudaSlice<f32>`, which turns the candidate
+// selection on).
 macro_rules! slot_forward {
-    ($t:ty $(, $mamba:tt)?) => {
+    ($t:ty $(, $extra:tt)*) => {
         impl SlotForward for $t {
             fn gpu(&self) -> &Gpu {
                 <$t>::gpu(self)
@@ -109,13 +123,18 @@ macro_rules! slot_forward {
             fn read_kv(&self, slot: usize, layer: usize, len: usize) -> Result<(Vec<f32>, Vec<f32>)> {
                 <$t>::read_kv(self, slot, layer, len)
             }
-            $(slot_forward!(@$mamba $t);)?
+            $(slot_forward!(@$extra $t);)*
             fn forward(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
                 <$t>::forward(self, rows, logits)
             }
             fn forward_graphed(&mut self, rows: &[GpuRow], logits: &mut Vec<f32>) -> Result<()> {
                 <$t>::forward_graphed(self, rows, logits)
             }
+        }
+    };
+    (@logits $t:ty) => {
+        fn logits_device(&self) -> Option<&CudaSlice<f32>> {
+            Some(<$t>::logits_device(self))
         }
     };
     (@mamba $t:ty) => {
@@ -250,6 +269,8 @@ pub fn load(
         shape,
         rows: Vec::new(),
         part: Vec::new(),
+        kept: candidates::Kept::Nothing,
+        cands: None,
     }))
 }
 
@@ -268,6 +289,10 @@ struct CudaModel {
     shape: HostShape,
     rows: Vec<GpuRow>,
     part: Vec<f32>,
+    /// Where the latest candidate round's whole rows are.
+    kept: candidates::Kept,
+    /// Candidate buffers (allocated on the first candidate round).
+    cands: Option<crate::select::GpuCandidates>,
 }
 
 // SAFETY: the model is used by one thread at a time (the engine moves it into its scheduler
@@ -342,20 +367,12 @@ impl CudaModel {
     }
 }
 
-impl Model for CudaModel {
-    fn info(&self) -> &ModelInfo {
-        &self.info
-    }
-
-    fn new_state(&self) -> StreamState {
-        StreamState::new(self.empty_kv(), Vec::new())
-    }
-
-    fn forward(
+impl CudaModel {
+    /// Checks a round's rows, makes their streams resident and fills `self.rows`.
+    fn prepare(
         &mut self,
         rows: &[Row],
         states: &mut [&mut StreamState],
-        logits: &mut Vec<f32>,
     ) -> std::result::Result<(), ModelError> {
         check_rows(rows, states, self.info.vocab_size, self.info.context)?;
         self.model.gpu().bind_to_thread().map_err(backend)?;
@@ -372,6 +389,26 @@ impl Model for CudaModel {
             token: r.token,
             logits: r.logits,
         }));
+        Ok(())
+    }
+}
+
+impl Model for CudaModel {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn new_state(&self) -> StreamState {
+        StreamState::new(self.empty_kv(), Vec::new())
+    }
+
+    fn forward(
+        &mut self,
+        rows: &[Row],
+        states: &mut [&mut StreamState],
+        logits: &mut Vec<f32>,
+    ) -> std::result::Result<(), ModelError> {
+        self.prepare(rows, states)?;
         logits.clear();
         let rows_taken = std::mem::take(&mut self.rows);
         let mut result = Ok(());
@@ -393,6 +430,36 @@ impl Model for CudaModel {
             states[r.stream].len = r.pos + 1;
         }
         Ok(())
+    }
+
+    fn candidate_capacity(&self) -> usize {
+        self.selection_capacity()
+    }
+
+    fn forward_candidates(
+        &mut self,
+        rows: &[Row],
+        states: &mut [&mut StreamState],
+        candidates: &mut Vec<RowCandidates>,
+    ) -> std::result::Result<(), ModelError> {
+        self.select_round(rows, states, candidates)
+    }
+
+    fn candidate_row(
+        &mut self,
+        k: usize,
+        out: &mut Vec<f32>,
+    ) -> std::result::Result<(), ModelError> {
+        self.kept_row(k, out)
+    }
+
+    fn candidate_logits(
+        &mut self,
+        k: usize,
+        ids: &[u32],
+        out: &mut Vec<f32>,
+    ) -> std::result::Result<(), ModelError> {
+        self.kept_logits(k, ids, out)
     }
 
     fn host_copy(&mut self, state: &StreamState) -> std::result::Result<StreamState, ModelError> {
