@@ -82,6 +82,7 @@ impl GpuCandidates {
             out.push(RowCandidates {
                 top,
                 non_nan: counts[2 * r + 1].max(0) as usize,
+                extra: Vec::new(),
             });
         }
         Ok(out)

@@ -37,8 +37,10 @@ struct Stats {
     rows: AtomicUsize,
     /// Whole rows read back.
     whole: AtomicUsize,
-    /// Penalised-logit reads.
+    /// Penalised-logit reads after the round (the round's `extra` carries them all).
     gathers: AtomicUsize,
+    /// Logits carried as `extra`.
+    extra: AtomicUsize,
 }
 
 /// A host model with a candidate selection: its rows' `cap` largest logits, the whole rows kept
@@ -92,16 +94,20 @@ impl Model for Selecting {
         &mut self,
         rows: &[Row],
         states: &mut [&mut StreamState],
+        extra: &[Vec<u32>],
         candidates: &mut Vec<RowCandidates>,
     ) -> Result<(), ModelError> {
         self.inner.forward(rows, states, &mut self.last)?;
         let v = self.inner.info().vocab_size;
         candidates.clear();
-        for r in self.last.chunks(v) {
+        for (k, r) in self.last.chunks(v).enumerate() {
             let mut c = RowCandidates::of_row(r, self.cap);
             if self.plant_complete {
                 c.non_nan = c.top.len();
             }
+            let ids = extra.get(k).map_or(&[][..], |e| &e[..]);
+            c.extra = ids.iter().map(|&i| (i, r[i as usize])).collect();
+            self.stats.extra.fetch_add(ids.len(), Relaxed);
             candidates.push(c);
         }
         self.stats.rows.fetch_add(candidates.len(), Relaxed);
@@ -239,8 +245,13 @@ fn candidates_give_the_whole_row_tokens_and_logprobs() {
             "cap {cap}: {whole} of {rows} rows read whole"
         );
         assert!(
-            stats.gathers.load(Relaxed) > 0,
-            "no penalised logits were read"
+            stats.extra.load(Relaxed) > 0,
+            "no penalised logits were carried"
+        );
+        assert_eq!(
+            stats.gathers.load(Relaxed),
+            0,
+            "penalised logits read after the round"
         );
     }
     // Planted control: candidates that claim to be the whole row change some stream.

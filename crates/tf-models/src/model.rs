@@ -160,6 +160,9 @@ pub struct RowCandidates {
     pub top: Vec<(u32, f32)>,
     /// Non-NaN logits in the whole row: `top` is the whole row when this is at most `top.len()`.
     pub non_nan: usize,
+    /// (token id, logit) of the ids the caller asked for with the round (the tokens its
+    /// penalties touch), in the order asked.
+    pub extra: Vec<(u32, f32)>,
 }
 
 impl RowCandidates {
@@ -178,7 +181,11 @@ impl RowCandidates {
         }
         top.truncate(cap);
         top.sort_unstable_by(candidate_rank);
-        RowCandidates { top, non_nan }
+        RowCandidates {
+            top,
+            non_nan,
+            extra: Vec::new(),
+        }
     }
 
     /// Whether `top` holds every non-NaN logit of the row.
@@ -245,14 +252,17 @@ pub trait Model: Send {
     }
 
     /// Runs one round as [`Model::forward`] does, but returns, for each row with `logits ==
-    /// true` (in row order), the row's largest logits ([`RowCandidates`], at most
-    /// [`Model::candidate_capacity`] each) instead of the whole row. The full rows stay with the
-    /// model until its next round: [`Model::candidate_row`] and [`Model::candidate_logits`]
-    /// read them. The default refuses (capacity 0).
+    /// true` (wanted row k, in row order), the row's largest logits ([`RowCandidates`], at most
+    /// [`Model::candidate_capacity`] each) instead of the whole row, with the logits of the ids
+    /// `extra[k]` (each below the vocabulary size; a missing entry asks for none) in its
+    /// `extra`. The whole rows stay with the model until its next round (draft-head calls
+    /// included): [`Model::candidate_row`] and [`Model::candidate_logits`] read them. The
+    /// default refuses (capacity 0).
     fn forward_candidates(
         &mut self,
         _rows: &[Row],
         _states: &mut [&mut StreamState],
+        _extra: &[Vec<u32>],
         _candidates: &mut Vec<RowCandidates>,
     ) -> Result<(), ModelError> {
         Err(ModelError::Backend {

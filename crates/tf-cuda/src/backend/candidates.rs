@@ -2,7 +2,8 @@
 //! usual but its logits stay on the device; the selection kernel (crate::select) picks each
 //! wanted row's largest logits there and only those come down. The whole rows stay in the
 //! model's logits buffer until its next round, for [`Model::candidate_row`] (a draw the
-//! candidates do not decide) and [`Model::candidate_logits`] (the penalised tokens' logits).
+//! candidates do not decide) and [`Model::candidate_logits`]. The logits of the tokens each
+//! row's penalties touch (`extra`) are gathered for all rows at once, in the same round.
 //!
 //! A round of more rows than one launch sequence takes overwrites the device buffer chunk by
 //! chunk; such a round (a long prefill) keeps its wanted rows on the host instead and selects
@@ -38,11 +39,13 @@ impl CudaModel {
         }
     }
 
-    /// One round whose wanted rows come back as candidates.
+    /// One round whose wanted rows come back as candidates, wanted row k's carrying the logits
+    /// of `extra[k]`.
     pub(super) fn select_round(
         &mut self,
         rows: &[Row],
         states: &mut [&mut StreamState],
+        extra: &[Vec<u32>],
         out: &mut Vec<RowCandidates>,
     ) -> ModelResult<()> {
         use tf_models::Model;
@@ -54,13 +57,18 @@ impl CudaModel {
             ));
         }
         let vocab = self.info.vocab_size;
+        if let Some(&id) = extra.iter().flatten().find(|&&i| i as usize >= vocab) {
+            return Err(ModelError::TokenOutOfRange { token: id, vocab });
+        }
         if rows.len() > self.model.max_rows() {
             let mut host = Vec::new();
             self.forward(rows, states, &mut host)?;
-            out.extend(
-                host.chunks(vocab)
-                    .map(|r| RowCandidates::of_row(r, SELECT_CAP)),
-            );
+            for (k, r) in host.chunks(vocab).enumerate() {
+                let mut c = RowCandidates::of_row(r, SELECT_CAP);
+                let ids = extra.get(k).map_or(&[][..], |e| &e[..]);
+                c.extra = ids.iter().map(|&i| (i, r[i as usize])).collect();
+                out.push(c);
+            }
             self.kept = Kept::Host(host);
             return Ok(());
         }
@@ -99,6 +107,20 @@ impl CudaModel {
             .and_then(|()| cands.download(gpu, wanted.len()));
         self.cands = Some(cands);
         out.extend(selected.map_err(backend)?);
+        // Every row's extra logits in one gather.
+        let at: Vec<(usize, u32)> = wanted
+            .iter()
+            .enumerate()
+            .flat_map(|(k, &r)| extra.get(k).into_iter().flatten().map(move |&i| (r, i)))
+            .collect();
+        let mut vals = gather(gpu, dev, vocab, &at).map_err(backend)?.into_iter();
+        for (k, c) in out.iter_mut().enumerate() {
+            let ids = extra.get(k).map_or(&[][..], |e| &e[..]);
+            c.extra = ids
+                .iter()
+                .map(|&i| (i, vals.next().unwrap_or(f32::NAN)))
+                .collect();
+        }
         self.kept = Kept::Device(wanted);
         Ok(())
     }

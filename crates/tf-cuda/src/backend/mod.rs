@@ -440,9 +440,10 @@ impl Model for CudaModel {
         &mut self,
         rows: &[Row],
         states: &mut [&mut StreamState],
+        extra: &[Vec<u32>],
         candidates: &mut Vec<RowCandidates>,
     ) -> std::result::Result<(), ModelError> {
-        self.select_round(rows, states, candidates)
+        self.select_round(rows, states, extra, candidates)
     }
 
     fn candidate_row(

@@ -5,7 +5,8 @@
 //!
 //! Inputs: the row's candidates ([`RowCandidates`]: its `C` largest non-NaN raw logits in
 //! `total_cmp` order, ties by the lower id, and the row's count of non-NaN logits), and the raw
-//! logits of the tokens the penalties touch ([`penalised_ids`](super::penalised_ids)).
+//! logits of the tokens the penalties touch ([`penalised_ids`](super::penalised_ids); more are
+//! fine).
 //!
 //! Penalties move a token either way (a repetition penalty below 1 or a negative presence or
 //! frequency penalty raises it), so they are applied to the touched tokens' raw logits and
@@ -30,16 +31,16 @@
 //!   (a sum the candidates do not hold), and a plain tempered draw is a Gumbel-max over every
 //!   token, where one token's noise is unbounded (a uniform that rounds to 1 gives +inf).
 //!
-//! Malformed candidates (unsorted, NaN, an id out of range, duplicate or missing penalised
-//! logits) are refused too.
+//! Malformed candidates (unsorted, NaN, an id out of range, missing or self-contradicting
+//! penalised logits) are refused too.
 
 use super::{cut, generated_counts, penalise, penalised_ids, pick, PenaltyHistory, SamplingParams};
 use std::cmp::Ordering;
 use tf_models::{candidate_rank, RowCandidates};
 
 /// The token [`sample`](super::sample) draws from the whole row at `position`, from the row's
-/// `candidates` and the raw logits `penalised` of every token [`penalised_ids`] names for
-/// (`params`, `history`, `vocab`) (any order); None when they do not determine it.
+/// `candidates` and the raw logits `penalised` of (at least) every token [`penalised_ids`]
+/// names for (`params`, `history`, `vocab`), in any order; None when they do not determine it.
 pub fn sample_candidates(
     candidates: &RowCandidates,
     penalised: &[(u32, f32)],
@@ -114,10 +115,21 @@ fn certified_prefix(
     if touched.is_empty() {
         return Some((top.clone(), complete));
     }
-    // The raw logits of exactly the touched tokens.
-    let mut raw: Vec<(u32, f32)> = penalised.to_vec();
+    // The raw logits of the touched tokens (an entry twice must agree with itself).
+    let mut raw: Vec<(u32, f32)> = penalised
+        .iter()
+        .filter(|c| touched.binary_search(&c.0).is_ok())
+        .copied()
+        .collect();
     raw.sort_unstable_by_key(|c| c.0);
-    if raw.len() != touched.len() || raw.iter().zip(&touched).any(|(r, &t)| r.0 != t) {
+    if raw
+        .windows(2)
+        .any(|w| w[0].0 == w[1].0 && w[0].1.to_bits() != w[1].1.to_bits())
+    {
+        return None;
+    }
+    raw.dedup_by_key(|c| c.0);
+    if raw.len() != touched.len() {
         return None;
     }
     let counts = generated_counts(params, history);

@@ -149,12 +149,23 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
             .iter()
             .map(|s| (!s.draft.is_empty() && s.state.is_recurrent()).then(|| s.state.mamba.clone()))
             .collect();
+        // With candidates, each wanted row also carries the logits its penalties may touch.
+        let mut extra: Vec<Vec<u32>> = Vec::new();
+        if use_candidates {
+            for (k, &i) in plan.owners.iter().enumerate() {
+                let ids = match k.checked_sub(1) {
+                    Some(p) if plan.owners[p] == i => extra[p].clone(),
+                    _ => running[i].penalty_ids(vocab),
+                };
+                extra.push(ids);
+            }
+        }
         let start = Instant::now();
         let result = {
             let mut states: Vec<&mut StreamState> =
                 running.iter_mut().map(|s| &mut s.state).collect();
             if use_candidates {
-                model.forward_candidates(&plan.rows, &mut states, &mut candidates)
+                model.forward_candidates(&plan.rows, &mut states, &extra, &mut candidates)
             } else {
                 model.forward(&plan.rows, &mut states, &mut logits)
             }

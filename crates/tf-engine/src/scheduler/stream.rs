@@ -136,6 +136,18 @@ pub(crate) enum Outcome {
 }
 
 impl Running {
+    /// The ids whose raw logits this stream's rows of a round should carry: every token its
+    /// penalties can touch in the round (its reply so far and the drafted tokens counted).
+    pub fn penalty_ids(&self, vocab: usize) -> Vec<u32> {
+        let mut generated = self.generated.clone();
+        generated.extend_from_slice(&self.draft);
+        let history = PenaltyHistory {
+            prompt: &self.req.prompt,
+            generated: &generated,
+        };
+        penalised_ids(&self.req.params, history, vocab)
+    }
+
     /// Samples the stream's next token from `logits` (its own row, `vocab` long; `scratch` is
     /// reused), sends it, and decides whether the stream goes on (`outcome` stays None and
     /// `pending` holds the token to feed). `context` bounds the stream. `forced` replaces the
@@ -160,9 +172,10 @@ impl Running {
 
     /// [`Running::take_logits`] for wanted row `k` of the model's latest
     /// [`Model::forward_candidates`] round: the token comes from the row's `candidates` (and the
-    /// penalised tokens' logits) when they determine the whole-row draw, which is then the same
-    /// token; otherwise (and for a forced token or a request for logprobs) from the whole row,
-    /// read into `row`. `vocab` is the model's.
+    /// penalised tokens' logits, from the candidates' `extra` or else read from the model) when
+    /// they determine the whole-row draw, which is then the same token; otherwise (and for a
+    /// forced token or a request for logprobs) from the whole row, read into `row`. `vocab` is
+    /// the model's.
     #[allow(clippy::too_many_arguments)]
     pub fn take_candidates(
         &mut self,
@@ -182,12 +195,17 @@ impl Running {
                 generated: &self.generated,
             };
             let ids = penalised_ids(&self.req.params, history, vocab);
+            let mut have: Vec<u32> = c.extra.iter().map(|e| e.0).collect();
+            have.sort_unstable();
             let mut raw = Vec::new();
-            if !ids.is_empty() {
+            if ids.iter().any(|t| have.binary_search(t).is_err()) {
+                // The round did not carry them all: read them from the kept row.
                 model.candidate_logits(k, &ids, scratch)?;
                 raw.extend(ids.iter().copied().zip(scratch.iter().copied()));
             }
-            let drawn = sample_candidates(c, &raw, vocab, &self.req.params, history, pos as u64);
+            let penalised = if raw.is_empty() { &c.extra } else { &raw };
+            let params = &self.req.params;
+            let drawn = sample_candidates(c, penalised, vocab, params, history, pos as u64);
             if let Some(token) = drawn {
                 self.take_token(token, None, context);
                 return Ok(());

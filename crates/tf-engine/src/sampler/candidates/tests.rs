@@ -291,6 +291,19 @@ fn a_penalty_can_raise_a_token_past_the_candidates() {
     assert_eq!(sample_candidates(&c, &[], 5, &p, h, 0), None);
     // A wrong id in its place is refused too.
     assert_eq!(sample_candidates(&c, &[(3, 1.0)], 5, &p, h, 0), None);
+    // More logits than the touched ones are fine; an id twice must agree with itself.
+    assert_eq!(
+        sample_candidates(&c, &[(3, 2.0), (4, 1.0)], 5, &p, h, 0),
+        Some(4)
+    );
+    assert_eq!(
+        sample_candidates(&c, &[(4, 1.0), (4, 1.0)], 5, &p, h, 0),
+        Some(4)
+    );
+    assert_eq!(
+        sample_candidates(&c, &[(4, 1.0), (4, 2.0)], 5, &p, h, 0),
+        None
+    );
 }
 
 #[test]
