@@ -1,9 +1,13 @@
-//! `tf-cuda-select [--quick] [--iters N]`: the sampler's candidate selection on GPU 0. Checks
-//! the GPU candidates against the host selection bit for bit (vocabularies 49152 and 131072,
-//! 1..=64 rows, the logit gather, the planted ties-by-higher-id control caught), then times, per
-//! vocabulary and row count, downloading whole logits rows against selecting and downloading
-//! candidates (median wall time of N rounds, each ending in a synchronizing download). Prints
-//! PASS/FAIL last. Exit status: 0 pass, 1 fail, 2 no usable GPU.
+//! `tf-cuda-select [--quick] [--iters N] [--model PATH]`: the sampler's candidate selection on
+//! GPU 0. Checks the GPU candidates against the host selection bit for bit (vocabularies 49152
+//! and 131072, 1..=64 rows, the logit gather, the planted ties-by-higher-id control caught),
+//! then times, per vocabulary and row count, downloading whole logits rows against selecting
+//! and downloading candidates (median wall time of N rounds, each ending in a synchronizing
+//! download). With `--model`, the CUDA backend's `forward_candidates` on that checkpoint against
+//! its `forward` on the same rows (prefill rounds of one and of several launch chunks, decode
+//! rounds): candidates == the host selection of the whole rows, `candidate_row` == the whole
+//! row, the carried logits == the row's, bit for bit (reported as off when the GPU model does
+//! not expose its logits). Prints PASS/FAIL last. Exit status: 0 pass, 1 fail, 2 no usable GPU.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -11,6 +15,118 @@ use tf_cuda::select::{select, GpuCandidates, SELECT_CAP};
 use tf_cuda::suite::select::{test_rows, VOCABS};
 use tf_cuda::suite::{Depth, SuiteResult};
 use tf_cuda::Gpu;
+use tf_models::{Row, RowCandidates};
+
+/// The model check's verdict: Ok(None) when the selection is off, Ok(Some(report)) when every
+/// comparison held, Err(what differed or failed).
+fn model_check(path: &str) -> Result<Option<String>, String> {
+    let ck = tf_formats::checkpoint::Checkpoint::open(std::path::Path::new(path))
+        .map_err(|e| format!("{path}: {e}"))?;
+    let plan = tf_families::plan(ck.config(), ck.entries()).map_err(|r| format!("{r:?}"))?;
+    let opts = tf_cuda::backend::CudaOptions {
+        slots: 8,
+        context: Some(512),
+        ..Default::default()
+    };
+    let mut m = tf_cuda::backend::load(&ck, &plan, &opts).map_err(|e| e.to_string())?;
+    if m.candidate_capacity() == 0 {
+        return Ok(None);
+    }
+    let vocab = m.info().vocab_size;
+    let streams = 4;
+    let (mut a, mut b): (Vec<_>, Vec<_>) =
+        (0..streams).map(|_| (m.new_state(), m.new_state())).unzip();
+    let tok = |s: usize, p: usize| ((p * 131 + s * 977 + 11) % vocab) as u32;
+    // Rounds: a 3-token prefill each (one chunk), then 80 tokens each (320 rows: several
+    // chunks), then decode rows (graphed) and a mixed 70-row round (eager).
+    let mut plans: Vec<Vec<(usize, usize, bool)>> = vec![
+        (0..streams)
+            .flat_map(|s| (0..3).map(move |p| (s, p, p == 2)))
+            .collect(),
+        (0..streams)
+            .flat_map(|s| (3..83).map(move |p| (s, p, p == 82)))
+            .collect(),
+    ];
+    for d in 0..4 {
+        plans.push((0..streams).map(|s| (s, 83 + d, true)).collect());
+    }
+    plans.push(
+        (0..streams)
+            .flat_map(|s| (87..87 + 17 + s).map(move |p| (s, p, true)))
+            .collect(),
+    );
+    let (mut whole, mut cands, mut row) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut rows_checked, mut rounds) = (0, 0);
+    let (mut t_whole, mut t_cand) = (0f64, 0f64);
+    for plan in &plans {
+        let rows: Vec<Row> = plan
+            .iter()
+            .map(|&(s, p, l)| Row {
+                stream: s,
+                pos: p,
+                token: tok(s, p),
+                logits: l,
+            })
+            .collect();
+        let wanted = rows.iter().filter(|r| r.logits).count();
+        let extra: Vec<Vec<u32>> = (0..wanted)
+            .map(|k| {
+                (0..8)
+                    .map(|i| ((k * 7919 + i * 104_729) % vocab) as u32)
+                    .collect()
+            })
+            .collect();
+        let t0 = Instant::now();
+        let mut sa: Vec<&mut _> = a.iter_mut().collect();
+        m.forward(&rows, &mut sa, &mut whole)
+            .map_err(|e| e.to_string())?;
+        t_whole += t0.elapsed().as_secs_f64();
+        let t0 = Instant::now();
+        let mut sb: Vec<&mut _> = b.iter_mut().collect();
+        m.forward_candidates(&rows, &mut sb, &extra, &mut cands)
+            .map_err(|e| e.to_string())?;
+        t_cand += t0.elapsed().as_secs_f64();
+        if cands.len() != wanted || whole.len() != wanted * vocab {
+            return Err(format!(
+                "{} candidate rows, {} whole floats for {wanted} rows",
+                cands.len(),
+                whole.len()
+            ));
+        }
+        for k in 0..wanted {
+            let w = &whole[k * vocab..(k + 1) * vocab];
+            let mut want = RowCandidates::of_row(w, tf_cuda::select::SELECT_CAP);
+            want.extra = extra[k].iter().map(|&i| (i, w[i as usize])).collect();
+            let bits = |c: &RowCandidates| {
+                let f =
+                    |v: &[(u32, f32)]| v.iter().map(|&(i, x)| (i, x.to_bits())).collect::<Vec<_>>();
+                (c.non_nan, f(&c.top), f(&c.extra))
+            };
+            if bits(&cands[k]) != bits(&want) {
+                return Err(format!(
+                    "round {rounds} wanted row {k}: candidates differ from the whole row's"
+                ));
+            }
+            m.candidate_row(k, &mut row).map_err(|e| e.to_string())?;
+            if row
+                .iter()
+                .map(|x| x.to_bits())
+                .ne(w.iter().map(|x| x.to_bits()))
+            {
+                return Err(format!(
+                    "round {rounds} wanted row {k}: candidate_row differs from forward's row"
+                ));
+            }
+            rows_checked += 1;
+        }
+        rounds += 1;
+    }
+    Ok(Some(format!(
+        "model check: {rows_checked} wanted rows over {rounds} rounds: candidates, candidate_row and carried logits == forward's rows bit for bit; forward {:.1} ms, forward_candidates {:.1} ms in all",
+        t_whole * 1e3,
+        t_cand * 1e3
+    )))
+}
 
 fn median_us(mut f: impl FnMut() -> tf_cuda::Result<()>, iters: usize) -> tf_cuda::Result<f64> {
     f()?; // warm-up
@@ -83,7 +199,24 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    if result.passed() {
+    let mut model_ok = true;
+    if let Some(path) = args
+        .iter()
+        .position(|a| a == "--model")
+        .and_then(|i| args.get(i + 1))
+    {
+        match model_check(path) {
+            Ok(Some(report)) => println!("{report}"),
+            Ok(None) => println!(
+                "model check: candidate selection off (the GPU model does not expose its logits)"
+            ),
+            Err(e) => {
+                println!("model check FAILED: {e}");
+                model_ok = false;
+            }
+        }
+    }
+    if result.passed() && model_ok {
         println!(
             "PASS: GPU candidates == host selection bit for bit; the planted control was caught"
         );
