@@ -72,6 +72,37 @@ __device__ __forceinline__ float tf_fold16_sum(float v) {
     return v;
 }
 
+// Elements a block stages per step of tf_block_sumsq16 (a multiple of 16).
+#define TF_SQ_CHUNK 2048
+
+// sum over k < width of v(k)^2 in the 16-lane order (lane l: fmaf(v, v, acc) for k = l mod 16
+// ascending, then tf_fold16_sum), returned to every thread of the block. The whole block reads
+// the row (v(k): element k, any expression) into shared memory TF_SQ_CHUNK elements at a time,
+// so its loads are in flight together; the 16 chains then read shared memory. Every thread of
+// the block must call it.
+template <class V>
+__device__ __forceinline__ float tf_block_sumsq16(V v, int width) {
+    __shared__ float sq_chunk[TF_SQ_CHUNK];
+    __shared__ float sq_sum;
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < width; c0 += TF_SQ_CHUNK) {
+        const int len = min(TF_SQ_CHUNK, width - c0);
+        for (int k = threadIdx.x; k < len; k += blockDim.x) sq_chunk[k] = v(c0 + k);
+        __syncthreads();
+        if (threadIdx.x < 16) {
+#pragma unroll 8
+            for (int k = threadIdx.x; k < len; k += 16) acc = fmaf(sq_chunk[k], sq_chunk[k], acc);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x < 32) {
+        const float ss = tf_fold16_sum(acc);
+        if (threadIdx.x == 0) sq_sum = ss;
+    }
+    __syncthreads();
+    return sq_sum;
+}
+
 // The same tree with max_op(acc[l], acc[l + w]).
 __device__ __forceinline__ float tf_fold16_max(float v) {
     v = tf_max_op(v, __shfl_down_sync(TF_FULL_MASK, v, 8, 16));

@@ -202,23 +202,19 @@ TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2)
 extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, int z_stride,
                                                const float* gain, float eps, int width, int groups,
                                                float* out) {
-    __shared__ float r_shared;
     const int i = blockIdx.x, grp = blockIdx.y;
     const int gs = width / groups;
     const size_t base = (size_t)i * width + (size_t)grp * gs;
     const float* zr = z + (size_t)i * z_stride + (size_t)grp * gs;
-    for (int k = threadIdx.x; k < gs; k += blockDim.x) out[base + k] = tf_silu(zr[k]) * y[base + k];
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        float acc = 0.0f;
-        if (lane < 16)
-            for (int k = lane; k < gs; k += 16) acc = fmaf(out[base + k], out[base + k], acc);
-        const float ss = tf_fold16_sum(acc);
-        if (lane == 0) r_shared = 1.0f / sqrtf(ss / (float)gs + eps);
-    }
-    __syncthreads();
-    const float r = r_shared;
+    // h is written to out, then read back (by the threads that wrote it) for the sum of squares.
+    const float ss = tf_block_sumsq16(
+        [&](int k) {
+            const float h = tf_silu(zr[k]) * y[base + k];
+            out[base + k] = h;
+            return h;
+        },
+        gs);
+    const float r = 1.0f / sqrtf(ss / (float)gs + eps);
     for (int k = threadIdx.x; k < gs; k += blockDim.x)
         out[base + k] = gain[(size_t)grp * gs + k] * (out[base + k] * r);
 }

@@ -52,8 +52,7 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
         scores[e] = p + corr[e];
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    if (n_group > 1) {
+    if (n_group > 1 && threadIdx.x == 0) {
         const int per = n_experts / n_group;
         for (int g = 0; g < n_group; g++) {
             const float* s = scores + g * per;
@@ -80,26 +79,22 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
                 for (int t = g * per; t < (g + 1) * per; t++) scores[t] = fill;
         }
     }
+    __syncthreads();  // the group masking is done
+    // The CPU's insertion top-k keeps the k experts that rank first, in rank order, and
+    // ranks_before is a strict total order (ties by id, NaN last), so each expert's place is
+    // the number of experts ranking before it: computed by every thread for its experts.
     int* pk = experts + (size_t)i * top_k;
     float* pw = weights + (size_t)i * top_k;
     const int k = top_k;
-    int len = 0;
-    for (int e = 0; e < n_experts; e++) {
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
         const float s = scores[e];
-        if (len == k && !tf_moe_ranks_before<PLANT>(s, e, scores[pk[k - 1]], pk[k - 1])) continue;
-        int at = len < k - 1 ? len : k - 1;
-        if (len < k) len++;
-        while (at > 0) {
-            const int prev = pk[at - 1];
-            if (tf_moe_ranks_before<PLANT>(s, e, scores[prev], prev)) {
-                pk[at] = pk[at - 1];
-                at--;
-            } else {
-                break;
-            }
-        }
-        pk[at] = e;
+        int rank = 0;
+        for (int t = 0; t < n_experts && rank < k; t++)
+            rank += tf_moe_ranks_before<PLANT>(scores[t], t, s, e) ? 1 : 0;
+        if (rank < k) pk[rank] = e;
     }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
     for (int j = 0; j < k; j++) pw[j] = probs[pk[j]];
     if (norm_topk && k > 1) {
         float sum = 0.0f;
@@ -295,43 +290,48 @@ extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {
 // position p = where_[i * top_k + j] >= 0: out[i] = out[i] + w_j * f(yg[p]), with f the identity
 // (norm = 0) or Muse Spark's post-expert norm (norm = 1): v = yg[p] * gain, f = v * inv_rms(v)
 // (the RMSNorm of ops.cu with a unit gain). PLANT = 1 adds the picks in reverse order.
+#define MOE_PICK_BATCH 32  // picks whose positions, weights and norms a block holds at once
+
 template <int PLANT>
 __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
                                                const int* __restrict__ where_,
                                                const float* __restrict__ weights,
                                                const float* __restrict__ gain, float* out,
                                                int top_k, int width, int norm, float eps) {
-    __shared__ float r_shared;
+    __shared__ int pos[MOE_PICK_BATCH];
+    __shared__ float wt[MOE_PICK_BATCH], rn[MOE_PICK_BATCH];
     const int i = blockIdx.x;
     float* orow = out + (size_t)i * width;
-    for (int c = threadIdx.x; c < width; c += blockDim.x) orow[c] = 0.0f;
-    for (int jj = 0; jj < top_k; jj++) {
-        const int j = PLANT == 1 ? top_k - 1 - jj : jj;
-        const int p = where_[(size_t)i * top_k + j];
-        if (p < 0) continue;
-        const float w = weights[(size_t)i * top_k + j];
-        const float* d = yg + (size_t)p * width;
-        if (norm) {
-            if (threadIdx.x < 32) {
-                const int lane = threadIdx.x;
-                float acc = 0.0f;
-                if (lane < 16)
-                    for (int c = lane; c < width; c += 16) {
-                        const float v = d[c] * gain[c];
-                        acc = fmaf(v, v, acc);
-                    }
-                const float ss = tf_fold16_sum(acc);
-                if (lane == 0) r_shared = 1.0f / sqrtf(ss / (float)width + eps);
+    // Picks in batches (in pick order, reversed for the plant); within a batch each column
+    // adds its terms in a register, the batch's first term to 0 (or to the previous batch's
+    // sum read back): the same additions in the same order.
+    for (int j0 = 0; j0 < top_k; j0 += MOE_PICK_BATCH) {
+        const int nb = min(MOE_PICK_BATCH, top_k - j0);
+        __syncthreads();  // the previous batch is consumed
+        for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+            const int jj = j0 + b;
+            const int j = PLANT == 1 ? top_k - 1 - jj : jj;
+            pos[b] = where_[(size_t)i * top_k + j];
+            wt[b] = weights[(size_t)i * top_k + j];
+        }
+        __syncthreads();
+        if (norm)
+            for (int b = 0; b < nb; b++) {
+                if (pos[b] < 0) continue;
+                const float* d = yg + (size_t)pos[b] * width;
+                const float ss = tf_block_sumsq16([&](int c) { return d[c] * gain[c]; }, width);
+                if (threadIdx.x == 0) rn[b] = 1.0f / sqrtf(ss / (float)width + eps);
             }
-            __syncthreads();
-            const float r = r_shared;
-            for (int c = threadIdx.x; c < width; c += blockDim.x) {
-                const float v = d[c] * gain[c];
-                orow[c] = orow[c] + (v * r) * w;
+        __syncthreads();
+        for (int c = threadIdx.x; c < width; c += blockDim.x) {
+            float acc = j0 == 0 ? 0.0f : orow[c];
+            for (int b = 0; b < nb; b++) {
+                const int p = pos[b];
+                if (p < 0) continue;
+                const float v = yg[(size_t)p * width + c];
+                acc = norm ? acc + ((v * gain[c]) * rn[b]) * wt[b] : acc + wt[b] * v;
             }
-            __syncthreads();
-        } else {
-            for (int c = threadIdx.x; c < width; c += blockDim.x) orow[c] = orow[c] + w * d[c];
+            orow[c] = acc;
         }
     }
 }

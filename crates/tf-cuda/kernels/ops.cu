@@ -1,26 +1,17 @@
 // Row operators: RMSNorm, RoPE, SwiGLU, residual add, the KV append, and a probe of exp.
 // Each row is computed by its own block (or element-wise), with the CPU contract's arithmetic.
 
-// RMSNorm, one block per row (blockDim a multiple of 32): the first half-warp forms
-// ss = dot(x, x) in the 16-lane order, r = 1 / sqrt(ss / n + eps), then y = g * (x * r).
+// RMSNorm, one block per row (blockDim a multiple of 32): ss = dot(x, x) in the 16-lane order
+// (tf_block_sumsq16), r = 1 / sqrt(ss / n + eps), then y = g * (x * r).
 // PLANT = 1 is a planted control: the sum of squares skips the last element of the row.
 template <int PLANT>
 __device__ __forceinline__ void tf_rms_norm(const float* __restrict__ x, const float* __restrict__ g,
                                             float* __restrict__ y, int width, float eps) {
-    __shared__ float r_shared;
     const float* xr = x + (size_t)blockIdx.x * width;
     float* yr = y + (size_t)blockIdx.x * width;
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        const int end = PLANT == 1 ? width - 1 : width;
-        float acc = 0.0f;
-        if (lane < 16)
-            for (int k = lane; k < end; k += 16) acc = fmaf(xr[k], xr[k], acc);
-        const float ss = tf_fold16_sum(acc);
-        if (lane == 0) r_shared = 1.0f / sqrtf(ss / (float)width + eps);
-    }
-    __syncthreads();
-    const float r = r_shared;
+    const int end = PLANT == 1 ? width - 1 : width;
+    const float ss = tf_block_sumsq16([&](int k) { return xr[k]; }, end);
+    const float r = 1.0f / sqrtf(ss / (float)width + eps);
     for (int k = threadIdx.x; k < width; k += blockDim.x) yr[k] = g[k] * (xr[k] * r);
 }
 

@@ -24,7 +24,8 @@ const PRELUDE: &str = r#"
 #define __host__
 #define __forceinline__ inline
 #define __restrict__ __restrict
-using std::isnan;
+#define __shared__ static
+using std::isnan; using std::min;
 struct D3 { unsigned x, y, z; };
 static thread_local D3 threadIdx, blockIdx;
 static D3 blockDim;
@@ -40,6 +41,8 @@ static inline float tf_host_f16(unsigned short h) {
     return (float)(s ? -v : v);
 }
 static inline void __syncwarp(unsigned = 0xffffffffu) { tf_warp_bar->arrive_and_wait(); }
+// common.cuh's block helpers are compiled but not called by these kernels.
+static inline void __syncthreads() {}
 static inline float tf_from_lane(float v, int src) {
     tf_lanes[threadIdx.x & 31] = v;
     tf_warp_bar->arrive_and_wait();

@@ -370,8 +370,18 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         "__device__ __forceinline__ float tf_exp(",
         "__device__ __forceinline__ float tf_silu(",
         "__device__ __forceinline__ float tf_fold16_sum(",
+        "#define TF_SQ_CHUNK",
+        "template <class V>\n__device__ __forceinline__ float tf_block_sumsq16(",
     ] {
-        source.push_str(&extract(common, head));
+        if head.starts_with("#define") {
+            let line = common[common.find(head).expect("TF_SQ_CHUNK")..]
+                .lines()
+                .next()
+                .unwrap_or_default();
+            source.push_str(line);
+        } else {
+            source.push_str(&extract(common, head));
+        }
         source.push('\n');
     }
     source.push_str(include_str!("../../../kernels/mamba.cu"));
