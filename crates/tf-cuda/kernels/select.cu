@@ -25,13 +25,12 @@ __device__ __forceinline__ u64 tf_select_entry(u32 key, u32 id, int plant) {
 }
 
 // logits [*, vocab]; rows [m] (row indices into logits; grid m blocks of at most
-// TF_SELECT_THREADS threads); ids and vals [m, cap]; counts [m, 2] = (entries written, non-NaN
-// logits in the row). 1 <= cap <= TF_SELECT_CAP. Slots past the entries written get id -1 and
-// value 0.
+// TF_SELECT_THREADS threads); out [m, 2 + 2 * cap] (one download): per slot the entries
+// written, the row's non-NaN logits, cap ids, then cap value bits. 1 <= cap <= TF_SELECT_CAP.
+// Slots past the entries written get id -1 and value bits 0.
 extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
     tf_select_topc(const float* __restrict__ logits, const int* __restrict__ rows, int vocab,
-                   int cap, int plant, int* __restrict__ ids, float* __restrict__ vals,
-                   int* __restrict__ counts) {
+                   int cap, int plant, int* __restrict__ out) {
     __shared__ u32 hist[256];
     __shared__ u64 sorted[TF_SELECT_CAP];
     __shared__ u32 chunk_eq[TF_SELECT_THREADS];
@@ -143,22 +142,23 @@ extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
         }
     }
     const int written = (int)min(s_fill, (u32)cap);
-    int* out_ids = ids + (size_t)blockIdx.x * (size_t)cap;
-    float* out_vals = vals + (size_t)blockIdx.x * (size_t)cap;
+    int* slot = out + (size_t)blockIdx.x * (size_t)(2 + 2 * cap);
+    int* out_ids = slot + 2;
+    int* out_vals = slot + 2 + cap;
     for (int i = t; i < cap; i += T) {
         if (i < written) {
             const u32 low = (u32)sorted[i];
             const u32 id = plant ? low : ~low;
             out_ids[i] = (int)id;
-            out_vals[i] = row[id];
+            out_vals[i] = __float_as_int(row[id]);
         } else {
             out_ids[i] = -1;
-            out_vals[i] = 0.0f;
+            out_vals[i] = 0;
         }
     }
     if (t == 0) {
-        counts[2 * blockIdx.x] = written;
-        counts[2 * blockIdx.x + 1] = (int)s_nonnan;
+        slot[0] = written;
+        slot[1] = (int)s_nonnan;
     }
 }
 

@@ -28,9 +28,8 @@ const THREADS: u32 = 512;
 /// Device buffers for the candidates of up to `rows` rows of `cap` entries each.
 pub struct GpuCandidates {
     row_ids: CudaSlice<i32>,
-    ids: CudaSlice<i32>,
-    vals: CudaSlice<f32>,
-    counts: CudaSlice<i32>,
+    /// Per row: entries written, non-NaN count, `cap` ids, `cap` value bits.
+    out: CudaSlice<i32>,
     rows: usize,
     cap: usize,
 }
@@ -48,9 +47,7 @@ impl GpuCandidates {
         }
         Ok(GpuCandidates {
             row_ids: gpu.zeros(rows)?,
-            ids: gpu.zeros(rows * cap)?,
-            vals: gpu.zeros(rows * cap)?,
-            counts: gpu.zeros(rows * 2)?,
+            out: gpu.zeros(rows * (2 + 2 * cap))?,
             rows,
             cap,
         })
@@ -66,22 +63,24 @@ impl GpuCandidates {
         self.rows
     }
 
-    /// Downloads the candidates of the first `n` slots of the latest selection.
+    /// Downloads the candidates of the first `n` slots of the latest selection (one copy).
     pub fn download(&self, gpu: &Gpu, n: usize) -> Result<Vec<RowCandidates>> {
         need("candidate download", "the candidate buffers", self.rows, n)?;
-        let ids = gpu.download(&self.ids, n * self.cap)?;
-        let vals = gpu.download(&self.vals, n * self.cap)?;
-        let counts = gpu.download(&self.counts, n * 2)?;
+        let stride = 2 + 2 * self.cap;
+        let all = gpu.download(&self.out, n * stride)?;
         let mut out = Vec::with_capacity(n);
-        for r in 0..n {
-            let written = counts[2 * r].clamp(0, self.cap as i32) as usize;
-            let base = r * self.cap;
-            let top = (base..base + written)
-                .map(|i| (ids[i] as u32, vals[i]))
+        for slot in all.chunks_exact(stride) {
+            let written = slot[0].clamp(0, self.cap as i32) as usize;
+            let (ids, vals) = slot[2..].split_at(self.cap);
+            let top = ids
+                .iter()
+                .zip(vals)
+                .take(written)
+                .map(|(&i, &v)| (i as u32, f32::from_bits(v as u32)))
                 .collect();
             out.push(RowCandidates {
                 top,
-                non_nan: counts[2 * r + 1].max(0) as usize,
+                non_nan: slot[1].max(0) as usize,
                 extra: Vec::new(),
             });
         }
@@ -143,12 +142,10 @@ pub fn select_with(
         .arg(&v)
         .arg(&cap)
         .arg(&plant)
-        .arg(&mut out.ids)
-        .arg(&mut out.vals)
-        .arg(&mut out.counts);
-    // SAFETY: (f32*, i32*, i32, i32, i32, i32*, f32*, i32*); every row index is below the rows
-    // logits hold (checked above), the outputs hold out.rows >= m rows of cap, cap and 2, and
-    // cap is 1..=TF_SELECT_CAP (GpuCandidates::new).
+        .arg(&mut out.out);
+    // SAFETY: (f32*, i32*, i32, i32, i32, i32*); every row index is below the rows logits hold
+    // (checked above), the output holds out.rows >= m rows of 2 + 2 * cap, and cap is
+    // 1..=TF_SELECT_CAP (GpuCandidates::new).
     unsafe { b.go(cfg, "launching the candidate selection") }
 }
 
@@ -213,7 +210,7 @@ mod tests {
         let ptx = compile_to_ptx("select.cu", &src, "compute_90").unwrap_or_else(|e| panic!("{e}"));
         let counts: std::collections::HashMap<String, usize> =
             ptx_param_counts(&ptx).into_iter().collect();
-        assert_eq!(counts.get("tf_select_topc"), Some(&8));
+        assert_eq!(counts.get("tf_select_topc"), Some(&6));
         assert_eq!(counts.get("tf_select_gather"), Some(&6));
         assert_eq!(counts.len(), super::KERNEL_NAMES.len());
     }

@@ -55,8 +55,7 @@ template <class F> static void tf_launch(unsigned blocks, unsigned threads, F f)
 "#;
 
 /// Reads cases from argv[1] (i32 n, vocab, cap, plant, threads, m, then n * vocab floats and m
-/// row indices), writes each case's ids (m * cap i32), values (m * cap f32) and counts (m * 2
-/// i32) to argv[2].
+/// row indices), writes each case's output (m * (2 + 2 * cap) i32) to argv[2].
 const MAIN: &str = r#"
 int main(int argc, char** argv) {
     if (argc < 3) return 2;
@@ -70,14 +69,11 @@ int main(int argc, char** argv) {
         if (std::fread(x.data(), 4, x.size(), fi) != x.size()) return 3;
         std::vector<int> rows(m);
         if (std::fread(rows.data(), 4, m, fi) != (size_t)m) return 3;
-        std::vector<int> ids((size_t)m * cap, 7777), counts((size_t)m * 2, 7777);
-        std::vector<float> vals((size_t)m * cap, 7777.0f);
+        std::vector<int> o((size_t)m * (2 + 2 * cap), 7777);
         tf_launch(m, threads, [&] {
-            tf_select_topc(x.data(), rows.data(), vocab, cap, plant, ids.data(), vals.data(), counts.data());
+            tf_select_topc(x.data(), rows.data(), vocab, cap, plant, o.data());
         });
-        std::fwrite(ids.data(), 4, ids.size(), fo);
-        std::fwrite(vals.data(), 4, vals.size(), fo);
-        std::fwrite(counts.data(), 4, counts.size(), fo);
+        std::fwrite(o.data(), 4, o.size(), fo);
     }
     std::fclose(fo);
     return 0;
@@ -154,15 +150,15 @@ fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
         .iter()
         .map(|c| {
             let (n, cap) = (c.pick.len(), c.cap);
-            let (ids, vals, counts) = (at, at + n * cap, at + 2 * n * cap);
-            at += 2 * n * cap + 2 * n;
+            let base = at;
+            at += n * (2 + 2 * cap);
             (0..n)
                 .map(|r| {
+                    let slot = base + r * (2 + 2 * cap);
                     let slots = (0..cap)
-                        .map(|i| (word(ids + r * cap + i) as i32, word(vals + r * cap + i)))
+                        .map(|i| (word(slot + 2 + i) as i32, word(slot + 2 + cap + i)))
                         .collect();
-                    let cnt = (word(counts + 2 * r) as i32, word(counts + 2 * r + 1) as i32);
-                    (slots, cnt)
+                    (slots, (word(slot) as i32, word(slot + 1) as i32))
                 })
                 .collect()
         })
