@@ -4,10 +4,11 @@
 // and the row's count of non-NaN logits. Block b selects row rows[b] (any subset of the rows, in
 // any order) into output slot b; a row's output never depends on the other rows selected.
 //
-// Method: a radix select, 8 bits per pass on the order-preserving u32 key, finds the key K of
-// the cap-th entry and how many entries equal to K are taken (the lowest ids); one pass gathers
-// the entries above K (and those equal to K), and a bitonic sort of (key, ~id) orders them. Only
-// integer counts and comparisons: the result is the same whatever order the threads run in.
+// Method: a radix select, 8 bits per pass on the order-preserving u32 key (counted per warp,
+// then summed), finds the key K of the cap-th entry and how many entries equal to K are taken
+// (the lowest ids); one pass gathers the entries above K (and those equal to K), and a bitonic
+// sort of (key, ~id) orders them. Only integer counts and comparisons: the result is the same
+// whatever order the threads run in.
 
 #define TF_SELECT_THREADS 512
 #define TF_SELECT_CAP 256
@@ -32,10 +33,12 @@ extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
     tf_select_topc(const float* __restrict__ logits, const int* __restrict__ rows, int vocab,
                    int cap, int plant, int* __restrict__ out) {
     __shared__ u32 hist[256];
+    __shared__ u32 whist[TF_SELECT_THREADS / 32][256];  // per-warp counts (less contention)
     __shared__ u64 sorted[TF_SELECT_CAP];
     __shared__ u32 chunk_eq[TF_SELECT_THREADS];
     __shared__ u32 s_prefix, s_mask, s_need, s_eq, s_nonnan, s_all, s_fill;
-    const int t = threadIdx.x, T = blockDim.x;
+    const int t = threadIdx.x, T = blockDim.x, warps = (T + 31) / 32;
+    u32* mine = whist[t >> 5];
     const float* row = logits + (size_t)rows[blockIdx.x] * (size_t)vocab;
     if (t == 0) {
         s_prefix = 0;
@@ -48,14 +51,20 @@ extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
     }
     for (int i = t; i < TF_SELECT_CAP; i += T) sorted[i] = 0ull;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = t; i < 256; i += T) hist[i] = 0u;
+        for (int i = t; i < warps * 256; i += T) whist[i >> 8][i & 255] = 0u;
         __syncthreads();
         const u32 prefix = s_prefix, mask = s_mask;
         for (int i = t; i < vocab; i += T) {
             const float v = row[i];
             if (isnan(v)) continue;
             const u32 k = tf_select_key(v);
-            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+            if ((k & mask) == prefix) atomicAdd(&mine[(k >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        for (int b = t; b < 256; b += T) {
+            u32 c = 0;
+            for (int w = 0; w < warps; w++) c += whist[w][b];
+            hist[b] = c;
         }
         __syncthreads();
         if (t == 0) {
