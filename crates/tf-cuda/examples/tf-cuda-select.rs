@@ -5,8 +5,8 @@
 //! and downloading candidates (median wall time of N rounds, each ending in a synchronizing
 //! download). With `--model`, the CUDA backend's `forward_candidates` on that checkpoint against
 //! its `forward` on the same rows (prefill rounds of one and of several launch chunks, decode
-//! rounds): candidates == the host selection of the whole rows, `candidate_row` == the whole
-//! row, the carried logits == the row's, bit for bit (reported as off when the GPU model does
+//! rounds): candidates == the host selection of the whole rows, `candidate_row` and the rows
+//! carried whole == the whole row, the carried logits == the row's, bit for bit (reported as off when the GPU model does
 //! not expose its logits). Prints PASS/FAIL last. Exit status: 0 pass, 1 fail, 2 no usable GPU.
 
 use std::process::ExitCode;
@@ -15,7 +15,7 @@ use tf_cuda::select::{select, GpuCandidates, SELECT_CAP};
 use tf_cuda::suite::select::{test_rows, VOCABS};
 use tf_cuda::suite::{Depth, SuiteResult};
 use tf_cuda::Gpu;
-use tf_models::{Row, RowCandidates};
+use tf_models::{Row, RowCandidates, RowWant};
 
 /// The model check's verdict: Ok(None) when the selection is off, Ok(Some(report)) when every
 /// comparison held, Err(what differed or failed).
@@ -69,11 +69,13 @@ fn model_check(path: &str) -> Result<Option<String>, String> {
             })
             .collect();
         let wanted = rows.iter().filter(|r| r.logits).count();
-        let extra: Vec<Vec<u32>> = (0..wanted)
-            .map(|k| {
-                (0..8)
+        // Every row carries 8 logits; every third row comes whole.
+        let wants: Vec<RowWant> = (0..wanted)
+            .map(|k| RowWant {
+                extra: (0..8)
                     .map(|i| ((k * 7919 + i * 104_729) % vocab) as u32)
-                    .collect()
+                    .collect(),
+                whole: k % 3 == 2,
             })
             .collect();
         let t0 = Instant::now();
@@ -83,7 +85,7 @@ fn model_check(path: &str) -> Result<Option<String>, String> {
         t_whole += t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
         let mut sb: Vec<&mut _> = b.iter_mut().collect();
-        m.forward_candidates(&rows, &mut sb, &extra, &mut cands)
+        m.forward_candidates(&rows, &mut sb, &wants, &mut cands)
             .map_err(|e| e.to_string())?;
         t_cand += t0.elapsed().as_secs_f64();
         if cands.len() != wanted || whole.len() != wanted * vocab {
@@ -95,12 +97,21 @@ fn model_check(path: &str) -> Result<Option<String>, String> {
         }
         for k in 0..wanted {
             let w = &whole[k * vocab..(k + 1) * vocab];
-            let mut want = RowCandidates::of_row(w, tf_cuda::select::SELECT_CAP);
-            want.extra = extra[k].iter().map(|&i| (i, w[i as usize])).collect();
+            let mut want = if wants[k].whole {
+                RowCandidates {
+                    non_nan: w.iter().filter(|x| !x.is_nan()).count(),
+                    whole: w.to_vec(),
+                    ..Default::default()
+                }
+            } else {
+                RowCandidates::of_row(w, tf_cuda::select::SELECT_CAP)
+            };
+            want.extra = wants[k].extra.iter().map(|&i| (i, w[i as usize])).collect();
             let bits = |c: &RowCandidates| {
                 let f =
                     |v: &[(u32, f32)]| v.iter().map(|&(i, x)| (i, x.to_bits())).collect::<Vec<_>>();
-                (c.non_nan, f(&c.top), f(&c.extra))
+                let whole: Vec<u32> = c.whole.iter().map(|x| x.to_bits()).collect();
+                (c.non_nan, f(&c.top), f(&c.extra), whole)
             };
             if bits(&cands[k]) != bits(&want) {
                 return Err(format!(

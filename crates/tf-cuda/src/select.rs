@@ -82,6 +82,7 @@ impl GpuCandidates {
                 top,
                 non_nan: slot[1].max(0) as usize,
                 extra: Vec::new(),
+                whole: Vec::new(),
             });
         }
         Ok(out)

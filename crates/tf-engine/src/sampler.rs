@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 pub mod candidates;
-pub use candidates::sample_candidates;
+pub use candidates::{candidates_may_decide, sample_candidates};
 
 /// Sampling settings of one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

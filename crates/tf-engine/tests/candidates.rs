@@ -2,15 +2,17 @@
 //! provides it) gives the same tokens and logprobs as sampling whole rows: greedy, top-k,
 //! min-p, penalties that lower and raise logits, top-p and plain temperature (refused by the
 //! candidates, so read from the whole row), logprob requests, concurrent streams and verified
-//! drafts, on the default model; with a capacity of 256 and of 4 (more whole-row reads). A
-//! planted control (candidates that claim to be the whole row) must change some stream.
+//! drafts, on the default model; with a capacity of 256 and of 1 (more whole-row reads). A
+//! planted control (each row handed the next row's candidates) must change some stream.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::{Scheduler, SchedulerConfig, StreamEvent, StreamRequest, TokenEvent};
-use tf_models::{DraftHead, Model, ModelError, ModelInfo, Row, RowCandidates, StreamState};
+use tf_models::{
+    DraftHead, Model, ModelError, ModelInfo, Row, RowCandidates, RowWant, StreamState,
+};
 
 fn default_model() -> Option<PathBuf> {
     let path = std::env::var_os("TENSORFOLD_TEST_MODEL")
@@ -41,6 +43,8 @@ struct Stats {
     gathers: AtomicUsize,
     /// Logits carried as `extra`.
     extra: AtomicUsize,
+    /// Whole rows carried with the round.
+    carried_whole: AtomicUsize,
 }
 
 /// A host model with a candidate selection: its rows' `cap` largest logits, the whole rows kept
@@ -48,8 +52,9 @@ struct Stats {
 struct Selecting {
     inner: Box<dyn Model>,
     cap: usize,
-    /// Planted control: the candidates claim to be the whole row.
-    plant_complete: bool,
+    /// Planted control: wanted row k gets the candidates of wanted row k + 1 (a row-indexing
+    /// slip), when the round has several.
+    plant_other_row: bool,
     last: Vec<f32>,
     stats: Arc<Stats>,
 }
@@ -94,20 +99,26 @@ impl Model for Selecting {
         &mut self,
         rows: &[Row],
         states: &mut [&mut StreamState],
-        extra: &[Vec<u32>],
+        wants: &[RowWant],
         candidates: &mut Vec<RowCandidates>,
     ) -> Result<(), ModelError> {
         self.inner.forward(rows, states, &mut self.last)?;
         let v = self.inner.info().vocab_size;
         candidates.clear();
+        let n = self.last.len() / v.max(1);
         for (k, r) in self.last.chunks(v).enumerate() {
             let mut c = RowCandidates::of_row(r, self.cap);
-            if self.plant_complete {
-                c.non_nan = c.top.len();
+            if self.plant_other_row {
+                let o = (k + 1) % n;
+                c.top = RowCandidates::of_row(&self.last[o * v..(o + 1) * v], self.cap).top;
             }
-            let ids = extra.get(k).map_or(&[][..], |e| &e[..]);
-            c.extra = ids.iter().map(|&i| (i, r[i as usize])).collect();
-            self.stats.extra.fetch_add(ids.len(), Relaxed);
+            let want = wants.get(k).cloned().unwrap_or_default();
+            c.extra = want.extra.iter().map(|&i| (i, r[i as usize])).collect();
+            self.stats.extra.fetch_add(want.extra.len(), Relaxed);
+            if want.whole {
+                c.whole = r.to_vec();
+                self.stats.carried_whole.fetch_add(1, Relaxed);
+            }
             candidates.push(c);
         }
         self.stats.rows.fetch_add(candidates.len(), Relaxed);
@@ -221,7 +232,7 @@ fn selecting(path: &std::path::Path, cap: usize, plant: bool) -> (Box<dyn Model>
     let m = Selecting {
         inner: load(path),
         cap,
-        plant_complete: plant,
+        plant_other_row: plant,
         last: Vec::new(),
         stats: stats.clone(),
     };
@@ -233,17 +244,22 @@ fn candidates_give_the_whole_row_tokens_and_logprobs() {
     let Some(path) = default_model() else { return };
     let reference = run(load(&path), false);
     assert!(reference.iter().all(|e| e.len() == MAX_TOKENS));
-    for (cap, draft) in [(256, true), (4, false)] {
+    for (cap, draft) in [(256, true), (1, false)] {
         let (model, stats) = selecting(&path, cap, false);
         let got = run(model, draft);
         assert_eq!(got, reference, "cap {cap}, drafts {draft}");
         let (rows, whole) = (stats.rows.load(Relaxed), stats.whole.load(Relaxed));
-        // Both paths ran: rows decided by their candidates, and whole rows read back (top-p,
-        // plain temperature, logprobs, or a capacity too small to decide).
+        let carried = stats.carried_whole.load(Relaxed);
+        // Every path ran: rows decided by their candidates, whole rows carried with the round
+        // (top-p, plain temperature, logprobs, a top-k past the capacity) and whole rows read
+        // back after it (undecided: one candidate never decides a greedy draw).
         assert!(
-            whole > 0 && whole < rows,
-            "cap {cap}: {whole} of {rows} rows read whole"
+            carried > 0 && carried + whole < rows,
+            "cap {cap}: {carried} carried and {whole} read whole of {rows} rows"
         );
+        if cap == 1 {
+            assert!(whole > 0, "cap 1: no row was read back whole");
+        }
         assert!(
             stats.extra.load(Relaxed) > 0,
             "no penalised logits were carried"
@@ -254,11 +270,11 @@ fn candidates_give_the_whole_row_tokens_and_logprobs() {
             "penalised logits read after the round"
         );
     }
-    // Planted control: candidates that claim to be the whole row change some stream.
-    let (model, _) = selecting(&path, 4, true);
+    // Planted control: another row's candidates change some stream.
+    let (model, _) = selecting(&path, 256, true);
     assert_ne!(
         run(model, false),
         reference,
-        "the planted complete claim went unnoticed"
+        "the planted row slip went unnoticed"
     );
 }

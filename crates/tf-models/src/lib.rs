@@ -18,5 +18,5 @@ pub use llama::rope_scaling;
 pub use load::{load, LoadOptions};
 pub use model::{
     candidate_rank, check_rows, DeviceSlot, DraftHead, Model, ModelInfo, Row, RowCandidates,
-    StreamState,
+    RowWant, StreamState,
 };

@@ -155,14 +155,31 @@ pub struct ModelInfo {
 /// `tf_engine::sampler::candidates`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowCandidates {
-    /// (token id, logit) of the largest non-NaN logits, descending in f32 total order
-    /// (`total_cmp`, so -0 ranks below +0), ties by the lower id; the logits are the row's own.
+    /// (token id, logit) of the row's largest non-NaN logits: the leading entries of the row
+    /// sorted by logit descending in f32 total order (`total_cmp`, so -0 ranks below +0), ties
+    /// by the lower id; at most the model's capacity, none for a row carried whole. The logits
+    /// are the row's own.
     pub top: Vec<(u32, f32)>,
     /// Non-NaN logits in the whole row: `top` is the whole row when this is at most `top.len()`.
     pub non_nan: usize,
     /// (token id, logit) of the ids the caller asked for with the round (the tokens its
     /// penalties touch), in the order asked.
     pub extra: Vec<(u32, f32)>,
+    /// The whole row, when the caller asked for it with the round ([`RowWant::whole`]); else
+    /// empty.
+    pub whole: Vec<f32>,
+}
+
+/// What the caller of [`Model::forward_candidates`] needs of one wanted row besides its
+/// candidates.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowWant {
+    /// Ids (each below the vocabulary size) whose logits the row's candidates carry
+    /// ([`RowCandidates::extra`]).
+    pub extra: Vec<u32>,
+    /// Whether the whole row comes too ([`RowCandidates::whole`]): the caller knows its
+    /// candidates cannot decide its draw.
+    pub whole: bool,
 }
 
 impl RowCandidates {
@@ -185,6 +202,7 @@ impl RowCandidates {
             top,
             non_nan,
             extra: Vec::new(),
+            whole: Vec::new(),
         }
     }
 
@@ -253,16 +271,16 @@ pub trait Model: Send {
 
     /// Runs one round as [`Model::forward`] does, but returns, for each row with `logits ==
     /// true` (wanted row k, in row order), the row's largest logits ([`RowCandidates`], at most
-    /// [`Model::candidate_capacity`] each) instead of the whole row, with the logits of the ids
-    /// `extra[k]` (each below the vocabulary size; a missing entry asks for none) in its
-    /// `extra`. The whole rows stay with the model until its next round (draft-head calls
-    /// included): [`Model::candidate_row`] and [`Model::candidate_logits`] read them. The
-    /// default refuses (capacity 0).
+    /// [`Model::candidate_capacity`] each) instead of the whole row, with what `wants[k]` asks
+    /// for besides (a missing entry asks for nothing): the logits of some ids, or the whole row.
+    /// The whole rows stay with the model until its next round (draft-head calls included):
+    /// [`Model::candidate_row`] and [`Model::candidate_logits`] read them. The default refuses
+    /// (capacity 0).
     fn forward_candidates(
         &mut self,
         _rows: &[Row],
         _states: &mut [&mut StreamState],
-        _extra: &[Vec<u32>],
+        _wants: &[RowWant],
         _candidates: &mut Vec<RowCandidates>,
     ) -> Result<(), ModelError> {
         Err(ModelError::Backend {

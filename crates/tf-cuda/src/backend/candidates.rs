@@ -15,7 +15,7 @@
 
 use super::{backend, host_err, CudaModel, GRAPH_ROWS};
 use crate::select::{gather, select, GpuCandidates, SELECT_CAP};
-use tf_models::{ModelError, Row, RowCandidates, StreamState};
+use tf_models::{ModelError, Row, RowCandidates, RowWant, StreamState};
 
 type ModelResult<T> = std::result::Result<T, ModelError>;
 
@@ -39,13 +39,13 @@ impl CudaModel {
         }
     }
 
-    /// One round whose wanted rows come back as candidates, wanted row k's carrying the logits
-    /// of `extra[k]`.
+    /// One round whose wanted rows come back as candidates, with what `wants[k]` asks of
+    /// wanted row k besides: the logits of some ids, or the whole row (then not selected).
     pub(super) fn select_round(
         &mut self,
         rows: &[Row],
         states: &mut [&mut StreamState],
-        extra: &[Vec<u32>],
+        wants: &[RowWant],
         out: &mut Vec<RowCandidates>,
     ) -> ModelResult<()> {
         use tf_models::Model;
@@ -57,16 +57,25 @@ impl CudaModel {
             ));
         }
         let vocab = self.info.vocab_size;
-        if let Some(&id) = extra.iter().flatten().find(|&&i| i as usize >= vocab) {
+        let none = RowWant::default();
+        let want = |k: usize| wants.get(k).unwrap_or(&none);
+        if let Some(&id) = wants
+            .iter()
+            .flat_map(|w| &w.extra)
+            .find(|&&i| i as usize >= vocab)
+        {
             return Err(ModelError::TokenOutOfRange { token: id, vocab });
         }
         if rows.len() > self.model.max_rows() {
             let mut host = Vec::new();
             self.forward(rows, states, &mut host)?;
             for (k, r) in host.chunks(vocab).enumerate() {
-                let mut c = RowCandidates::of_row(r, SELECT_CAP);
-                let ids = extra.get(k).map_or(&[][..], |e| &e[..]);
-                c.extra = ids.iter().map(|&i| (i, r[i as usize])).collect();
+                let mut c = if want(k).whole {
+                    whole_row(r)
+                } else {
+                    RowCandidates::of_row(r, SELECT_CAP)
+                };
+                c.extra = want(k).extra.iter().map(|&i| (i, r[i as usize])).collect();
                 out.push(c);
             }
             self.kept = Kept::Host(host);
@@ -76,7 +85,7 @@ impl CudaModel {
         let wanted: Vec<usize> = (0..self.rows.len())
             .filter(|&i| self.rows[i].logits)
             .collect();
-        // No row asks the model for logits: the selection reads them on the device.
+        // No row asks the model for logits: they are read on the device.
         self.rows.iter_mut().for_each(|r| r.logits = false);
         let rows_taken = std::mem::take(&mut self.rows);
         let ran = if rows_taken.len() <= GRAPH_ROWS {
@@ -89,37 +98,56 @@ impl CudaModel {
         for r in rows {
             states[r.stream].len = r.pos + 1;
         }
-        if wanted.is_empty() {
-            self.kept = Kept::Device(wanted);
-            return Ok(());
-        }
         let gpu = self.model.gpu();
-        let cands = match self.cands.take() {
-            Some(c) if c.rows() >= wanted.len() => c,
-            _ => GpuCandidates::new(gpu, self.model.max_rows(), SELECT_CAP).map_err(backend)?,
-        };
         let dev = self
             .model
             .logits_device()
             .ok_or_else(|| host_err("the device logits went away".into()))?;
-        let mut cands = cands;
-        let selected = select(gpu, dev, &wanted, vocab, &mut cands)
-            .and_then(|()| cands.download(gpu, wanted.len()));
-        self.cands = Some(cands);
-        out.extend(selected.map_err(backend)?);
+        // Rows carried whole: one copy per run of consecutive buffer rows.
+        let whole: Vec<usize> = (0..wanted.len()).filter(|&k| want(k).whole).collect();
+        let mut whole_rows = download_rows(
+            gpu,
+            dev,
+            &whole.iter().map(|&k| wanted[k]).collect::<Vec<_>>(),
+            vocab,
+        )
+        .map_err(backend)?
+        .into_iter();
+        // The other rows are selected on the device.
+        let picked: Vec<usize> = (0..wanted.len()).filter(|&k| !want(k).whole).collect();
+        let mut selected = Vec::new().into_iter();
+        if !picked.is_empty() {
+            let mut cands = match self.cands.take() {
+                Some(c) if c.rows() >= picked.len() => c,
+                _ => GpuCandidates::new(gpu, self.model.max_rows(), SELECT_CAP).map_err(backend)?,
+            };
+            let at: Vec<usize> = picked.iter().map(|&k| wanted[k]).collect();
+            let got = select(gpu, dev, &at, vocab, &mut cands)
+                .and_then(|()| cands.download(gpu, at.len()));
+            self.cands = Some(cands);
+            selected = got.map_err(backend)?.into_iter();
+        }
         // Every row's extra logits in one gather.
-        let at: Vec<(usize, u32)> = wanted
-            .iter()
-            .enumerate()
-            .flat_map(|(k, &r)| extra.get(k).into_iter().flatten().map(move |&i| (r, i)))
+        let at: Vec<(usize, u32)> = (0..wanted.len())
+            .flat_map(|k| {
+                let r = wanted[k];
+                want(k).extra.iter().map(move |&i| (r, i))
+            })
             .collect();
         let mut vals = gather(gpu, dev, vocab, &at).map_err(backend)?.into_iter();
-        for (k, c) in out.iter_mut().enumerate() {
-            let ids = extra.get(k).map_or(&[][..], |e| &e[..]);
-            c.extra = ids
+        for k in 0..wanted.len() {
+            let next = if want(k).whole {
+                whole_rows.next().map(whole_row_owned)
+            } else {
+                selected.next()
+            };
+            let mut c = next.ok_or_else(|| no_row(k))?;
+            c.extra = want(k)
+                .extra
                 .iter()
                 .map(|&i| (i, vals.next().unwrap_or(f32::NAN)))
                 .collect();
+            out.push(c);
         }
         self.kept = Kept::Device(wanted);
         Ok(())
@@ -143,7 +171,10 @@ impl CudaModel {
                     .model
                     .logits_device()
                     .ok_or_else(|| host_err("the device logits went away".into()))?;
-                *out = download_row(self.model.gpu(), dev, r, vocab).map_err(backend)?;
+                *out = download_rows(self.model.gpu(), dev, &[r], vocab)
+                    .map_err(backend)?
+                    .pop()
+                    .ok_or_else(|| no_row(k))?;
                 Ok(())
             }
             Kept::Nothing => Err(no_row(k)),
@@ -185,28 +216,61 @@ impl CudaModel {
     }
 }
 
-fn no_row(k: usize) -> ModelError {
-    host_err(format!("no wanted row {k} in the latest candidate round"))
+/// A row carried whole: no candidates selected (an empty leading run, which decides nothing
+/// unless every logit is NaN), its non-NaN count, the row itself.
+fn whole_row(r: &[f32]) -> RowCandidates {
+    whole_row_owned(r.to_vec())
 }
 
-/// Row `r` of the device logits (`vocab` floats), copied down.
-fn download_row(
+fn whole_row_owned(r: Vec<f32>) -> RowCandidates {
+    RowCandidates {
+        top: Vec::new(),
+        non_nan: r.iter().filter(|x| !x.is_nan()).count(),
+        extra: Vec::new(),
+        whole: r,
+    }
+}
+
+/// Rows `rows` (ascending) of the device logits, copied down with one copy per run of
+/// consecutive rows and one synchronization.
+fn download_rows(
     gpu: &crate::device::Gpu,
     dev: &cudarc::driver::CudaSlice<f32>,
-    r: usize,
+    rows: &[usize],
     vocab: usize,
-) -> crate::error::Result<Vec<f32>> {
-    let (a, b) = (r * vocab, (r + 1) * vocab);
-    if b > dev.len() {
-        return Err(crate::error::CudaError::Shape {
-            op: "logits row download",
-            detail: format!("row {r} of {vocab} past a buffer of {}", dev.len()),
-        });
+) -> crate::error::Result<Vec<Vec<f32>>> {
+    let mut out = Vec::with_capacity(rows.len());
+    let mut i = 0;
+    while i < rows.len() {
+        let mut j = i + 1;
+        while j < rows.len() && rows[j] == rows[j - 1] + 1 {
+            j += 1;
+        }
+        let (a, b) = (rows[i] * vocab, (rows[j - 1] + 1) * vocab);
+        if b > dev.len() {
+            return Err(crate::error::CudaError::Shape {
+                op: "logits rows download",
+                detail: format!(
+                    "rows {}..={} of {vocab} past a buffer of {}",
+                    rows[i],
+                    rows[j - 1],
+                    dev.len()
+                ),
+            });
+        }
+        let mut run = vec![0f32; b - a];
+        gpu.stream()
+            .memcpy_dtoh(&dev.slice(a..b), &mut run)
+            .map_err(crate::error::drv("copying logits rows from the device"))?;
+        out.extend(run.chunks(vocab).map(<[f32]>::to_vec));
+        i = j;
     }
-    let mut out = vec![0f32; vocab];
-    gpu.stream()
-        .memcpy_dtoh(&dev.slice(a..b), &mut out)
-        .map_err(crate::error::drv("copying a logits row from the device"))?;
-    gpu.synchronize()?;
+    if !rows.is_empty() {
+        gpu.synchronize()?;
+    }
     Ok(out)
+}
+
+fn no_row(k: usize) -> ModelError {
+    host_err(format!("no wanted row {k} in the latest candidate round"))
 }

@@ -20,7 +20,7 @@ use tf_formats::checkpoint::Checkpoint;
 use tf_formats::WeightFormat;
 use tf_kernels::ops::{KvCache, LayerKv, MambaState};
 use tf_models::{
-    check_rows, DeviceSlot, Model, ModelError, ModelInfo, Row, RowCandidates, StreamState,
+    check_rows, DeviceSlot, Model, ModelError, ModelInfo, Row, RowCandidates, RowWant, StreamState,
 };
 
 mod candidates;
@@ -440,10 +440,10 @@ impl Model for CudaModel {
         &mut self,
         rows: &[Row],
         states: &mut [&mut StreamState],
-        extra: &[Vec<u32>],
+        wants: &[RowWant],
         candidates: &mut Vec<RowCandidates>,
     ) -> std::result::Result<(), ModelError> {
-        self.select_round(rows, states, extra, candidates)
+        self.select_round(rows, states, wants, candidates)
     }
 
     fn candidate_row(

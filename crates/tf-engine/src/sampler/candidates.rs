@@ -73,6 +73,16 @@ pub fn sample_candidates(
     Some(pick(&kept, params, position).token)
 }
 
+/// Whether `cap` candidates per row can decide a draw with `params` (for some rows): greedy,
+/// a top-k within `cap`, or min-p without top-p. When false, [`sample_candidates`] decides a
+/// row only if it holds at most `cap` non-NaN logits or penalised tokens extend the prefix past
+/// `cap`; a caller fetches such rows whole instead (the draw is exact either way).
+pub fn candidates_may_decide(params: &SamplingParams, cap: usize) -> bool {
+    params.temperature <= 0.0
+        || (1..=cap).contains(&params.top_k)
+        || (top_p_off(params) && params.min_p > 0.0)
+}
+
 /// Whether top-p is off (as `cut` tests it: a NaN top_p is off too).
 fn top_p_off(params: &SamplingParams) -> bool {
     let on = params.top_p < 1.0;

@@ -6,7 +6,7 @@ use super::Shared;
 use crate::prompt_cache::{ChunkPlan, PromptCache};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
-use tf_models::{Model, Row, StreamState};
+use tf_models::{Model, Row, RowWant, StreamState};
 
 /// A copy of a stream's recurrent state.
 type Mamba = Vec<tf_kernels::ops::MambaState>;
@@ -149,15 +149,17 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
             .iter()
             .map(|s| (!s.draft.is_empty() && s.state.is_recurrent()).then(|| s.state.mamba.clone()))
             .collect();
-        // With candidates, each wanted row also carries the logits its penalties may touch.
-        let mut extra: Vec<Vec<u32>> = Vec::new();
+        // With candidates, each wanted row also carries the logits its penalties may touch, or
+        // the whole row when its stream's draws need it.
+        let mut wants: Vec<RowWant> = Vec::new();
         if use_candidates {
+            let cap = model.candidate_capacity();
             for (k, &i) in plan.owners.iter().enumerate() {
-                let ids = match k.checked_sub(1) {
-                    Some(p) if plan.owners[p] == i => extra[p].clone(),
-                    _ => running[i].penalty_ids(vocab),
+                let want = match k.checked_sub(1) {
+                    Some(p) if plan.owners[p] == i => wants[p].clone(),
+                    _ => running[i].row_want(vocab, cap),
                 };
-                extra.push(ids);
+                wants.push(want);
             }
         }
         let start = Instant::now();
@@ -165,7 +167,7 @@ pub(super) fn run(mut model: Box<dyn Model>, sh: &Shared) {
             let mut states: Vec<&mut StreamState> =
                 running.iter_mut().map(|s| &mut s.state).collect();
             if use_candidates {
-                model.forward_candidates(&plan.rows, &mut states, &extra, &mut candidates)
+                model.forward_candidates(&plan.rows, &mut states, &wants, &mut candidates)
             } else {
                 model.forward(&plan.rows, &mut states, &mut logits)
             }

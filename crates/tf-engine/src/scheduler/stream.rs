@@ -2,9 +2,11 @@
 
 use super::draft::DraftStats;
 use crate::generate::FinishReason;
-use crate::sampler::{penalised_ids, sample, sample_candidates, PenaltyHistory, SamplingParams};
+use crate::sampler::{
+    candidates_may_decide, penalised_ids, sample, sample_candidates, PenaltyHistory, SamplingParams,
+};
 use std::time::{Duration, Instant};
-use tf_models::{Model, ModelError, RowCandidates, StreamState};
+use tf_models::{Model, ModelError, RowCandidates, RowWant, StreamState};
 
 /// What one stream should generate.
 #[derive(Debug, Clone)]
@@ -136,16 +138,28 @@ pub(crate) enum Outcome {
 }
 
 impl Running {
-    /// The ids whose raw logits this stream's rows of a round should carry: every token its
-    /// penalties can touch in the round (its reply so far and the drafted tokens counted).
-    pub fn penalty_ids(&self, vocab: usize) -> Vec<u32> {
+    /// What this stream's rows of a candidate round need besides their candidates (`cap` per
+    /// row): the logits of every token its penalties can touch in the round (its reply so far
+    /// and the drafted tokens counted), or the whole row when the candidates cannot decide its
+    /// draws or the request wants logprobs.
+    pub fn row_want(&self, vocab: usize, cap: usize) -> RowWant {
+        let params = &self.req.params;
+        if self.req.top_logprobs.is_some() || !candidates_may_decide(params, cap) {
+            return RowWant {
+                extra: Vec::new(),
+                whole: true,
+            };
+        }
         let mut generated = self.generated.clone();
         generated.extend_from_slice(&self.draft);
         let history = PenaltyHistory {
             prompt: &self.req.prompt,
             generated: &generated,
         };
-        penalised_ids(&self.req.params, history, vocab)
+        RowWant {
+            extra: penalised_ids(params, history, vocab),
+            whole: false,
+        }
     }
 
     /// Samples the stream's next token from `logits` (its own row, `vocab` long; `scratch` is
@@ -174,8 +188,8 @@ impl Running {
     /// [`Model::forward_candidates`] round: the token comes from the row's `candidates` (and the
     /// penalised tokens' logits, from the candidates' `extra` or else read from the model) when
     /// they determine the whole-row draw, which is then the same token; otherwise (and for a
-    /// forced token or a request for logprobs) from the whole row, read into `row`. `vocab` is
-    /// the model's.
+    /// forced token or a request for logprobs) from the whole row: the candidates' `whole` when
+    /// the round carried it, else read into `row`. `vocab` is the model's.
     #[allow(clippy::too_many_arguments)]
     pub fn take_candidates(
         &mut self,
@@ -188,6 +202,10 @@ impl Running {
         context: usize,
         forced: Option<u32>,
     ) -> Result<(), ModelError> {
+        if let Some(c) = candidates.filter(|c| !c.whole.is_empty()) {
+            self.take_logits(&c.whole, scratch, context, forced);
+            return Ok(());
+        }
         if let (Some(c), None, None) = (candidates, forced, self.req.top_logprobs) {
             let pos = self.req.prompt.len() + self.generated.len();
             let history = PenaltyHistory {

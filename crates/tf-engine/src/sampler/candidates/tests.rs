@@ -3,7 +3,7 @@
 //! candidates must give a different token somewhere.
 
 use super::super::{apply_penalties, penalised_ids, sample, PenaltyHistory, SamplingParams};
-use super::sample_candidates;
+use super::{candidates_may_decide, sample_candidates};
 use std::collections::HashMap;
 use tf_kernels::contract::Rng;
 use tf_models::{candidate_rank, RowCandidates};
@@ -171,7 +171,20 @@ fn candidates_give_the_whole_row_draw_or_none() {
     let trials = 20_000;
     for _ in 0..trials {
         let t = Trial::random(&mut rng);
-        let got = t.from(&RowCandidates::of_row(&t.row, t.cap));
+        let candidates = RowCandidates::of_row(&t.row, t.cap);
+        let got = t.from(&candidates);
+        // The parameter-level predicate rules out only rows the candidates alone cannot
+        // decide (penalised tokens can extend the prefix past them).
+        let touched = penalised_ids(&t.params, t.history(), t.row.len());
+        assert!(
+            got.is_none()
+                || candidates.complete()
+                || !touched.is_empty()
+                || candidates_may_decide(&t.params, t.cap),
+            "{:?} cap {}",
+            t.params,
+            t.cap
+        );
         if let Some(token) = got {
             assert_eq!(
                 token,
