@@ -66,6 +66,10 @@ impl CudaModel {
         {
             return Err(ModelError::TokenOutOfRange { token: id, vocab });
         }
+        if rows.is_empty() {
+            self.kept = Kept::Device(Vec::new());
+            return Ok(());
+        }
         if rows.len() > self.model.max_rows() {
             let mut host = Vec::new();
             self.forward(rows, states, &mut host)?;
