@@ -82,6 +82,44 @@ impl Case {
         }
     }
 
+    /// A plain matmul launch of `name` (kind 0) on `w` (its device `bytes` placed `off` bytes
+    /// into the buffer) with `tpr` threads a row, wanting the CPU's bits (or, planted, not).
+    #[allow(clippy::too_many_arguments)]
+    fn plain(
+        label: String,
+        name: String,
+        tpr: usize,
+        w: &HostWeights,
+        bytes: Vec<u8>,
+        off: usize,
+        x: Vec<f32>,
+        n: usize,
+        must_match: bool,
+        pool: &Pool,
+    ) -> Case {
+        Case {
+            label,
+            name,
+            kind: 0,
+            tpr,
+            rows: w.rows,
+            cols: w.cols,
+            n,
+            experts: 0,
+            x_stride: w.cols,
+            bytes,
+            off,
+            offsets: vec![],
+            want: cpu(w, &x, n, pool),
+            x,
+            gain: vec![],
+            eps: 0.0,
+            y0: vec![],
+            smem: 0,
+            must_match,
+        }
+    }
+
     /// Output floats the harness writes.
     fn out_len(&self) -> usize {
         self.n * self.rows
@@ -148,27 +186,18 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             .flat_map(|(n, off)| tprs.iter().map(move |&t| (n, off, t)))
         {
             let x = rng.vec_uniform(n * cols, -1.0, 1.0);
-            cases.push(Case {
-                label: format!("{f:?} matmul n={n} off={off} tpr={tpr}"),
-                name: format!("tf_matmul_{}", f.kernel_tag()),
-                kind: 0,
+            cases.push(Case::plain(
+                format!("{f:?} matmul n={n} off={off} tpr={tpr}"),
+                format!("tf_matmul_{}", f.kernel_tag()),
                 tpr,
-                rows,
-                cols,
-                n,
-                experts: 0,
-                x_stride: cols,
-                bytes: bytes.clone(),
+                &w,
+                bytes.clone(),
                 off,
-                offsets: vec![],
-                want: cpu(&w, &x, n, pool),
                 x,
-                gain: vec![],
-                eps: 0.0,
-                y0: vec![],
-                smem: 0,
-                must_match: true,
-            });
+                n,
+                true,
+                pool,
+            ));
         }
     }
     // The old template through reference entries (the host build adds them) and the planted
@@ -197,32 +226,16 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             None => weights(f, rows, cols, rng),
         };
         let x = rng.vec_uniform(n * cols, -1.0, 1.0);
-        cases.push(Case {
-            label: name.to_string(),
-            name: name.to_string(),
-            kind: 0,
-            // The reference entries run tf_matmul: 16 threads a row.
-            tpr: if name.starts_with("tf_ref_") {
-                16
-            } else {
-                f.matmul_threads_per_row(usize::MAX)
-            },
-            rows,
-            cols,
-            n,
-            experts: 0,
-            x_stride: cols,
-            bytes,
-            off: 0,
-            offsets: vec![],
-            want: cpu(&w, &x, n, pool),
-            x,
-            gain: vec![],
-            eps: 0.0,
-            y0: vec![],
-            smem: 0,
-            must_match,
-        });
+        // The reference entries run tf_matmul: 16 threads a row.
+        let tpr = if name.starts_with("tf_ref_") {
+            16
+        } else {
+            f.matmul_threads_per_row(usize::MAX)
+        };
+        let (label, name) = (name.to_string(), name.to_string());
+        cases.push(Case::plain(
+            label, name, tpr, &w, bytes, 0, x, n, must_match, pool,
+        ));
     }
     // MLX 4/8-bit scales at the edges of tf_mmq's one-rounding s * q (fmaf(s, 2^23 + q,
     // -s 2^23)): huge (the s * q path), subnormal, and ordinary, on both geometries.
@@ -245,27 +258,10 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             .into_owned();
         let x = rng.vec_uniform(n * cols, -1.0, 1.0);
         let name = format!("tf_matmul_mlx{bits}");
-        cases.push(Case {
-            label: format!("{name} huge and subnormal scales, tpr={tpr}"),
-            name,
-            kind: 0,
-            tpr,
-            rows,
-            cols,
-            n,
-            experts: 0,
-            x_stride: cols,
-            bytes,
-            off: 0,
-            offsets: vec![],
-            want: cpu(&w, &x, n, pool),
-            x,
-            gain: vec![],
-            eps: 0.0,
-            y0: vec![],
-            smem: 0,
-            must_match: true,
-        });
+        let label = format!("{name} huge and subnormal scales, tpr={tpr}");
+        cases.push(Case::plain(
+            label, name, tpr, &w, bytes, 0, x, n, true, pool,
+        ));
     }
     cases
 }
