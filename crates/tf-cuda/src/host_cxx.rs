@@ -21,3 +21,124 @@ pub(crate) fn compiler() -> Option<String> {
     eprintln!("skipped: no C++ compiler ($CXX or c++)");
     None
 }
+
+/// Host stand-ins for the CUDA names the kernels use and the emulated launch, shared by the
+/// kernel emulation tests: one OS thread per CUDA thread of a block, kept for the whole grid
+/// (the blocks run one after another, a barrier between them; shared memory is reused),
+/// barriers for `__syncthreads`, `__syncwarp` and the warp shuffles and votes.
+/// `tf_launch(D3 grid, threads, dynamic shared bytes, body)`; `tf_dyn_smem` is the dynamic
+/// shared memory. Integer types and `TF_FULL_MASK` as common.cuh has them.
+pub(crate) const SIMT_PRELUDE: &str = r#"
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+#define __device__
+#define __global__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __restrict__ __restrict
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+#define TF_FULL_MASK 0xffffffffu
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+using std::fmaf; using std::fminf; using std::fmaxf; using std::isnan; using std::exp;
+using std::log1p; using std::fabs; using std::fmax; using std::min; using std::max;
+using std::tanh;
+struct uint4 { unsigned x, y, z, w; };
+struct float4 { float x, y, z, w; };
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+template <class T> static inline T __ldg(const T* p) { return *p; }
+struct D3 { unsigned x, y, z; };
+static thread_local D3 threadIdx, blockIdx;
+static D3 blockDim, gridDim;
+static std::barrier<>* tf_block_bar;
+static std::vector<std::unique_ptr<std::barrier<>>> tf_warp_bars;
+static float tf_shfl[64][32];
+static unsigned tf_vote[64][32];
+static unsigned char* tf_dyn_smem;
+static inline float __int_as_float(int b) { float f; std::memcpy(&f, &b, 4); return f; }
+static inline int __float_as_int(float f) { int b; std::memcpy(&b, &f, 4); return b; }
+static inline void __syncthreads() { tf_block_bar->arrive_and_wait(); }
+static inline void __syncwarp(unsigned = 0xffffffffu) { tf_warp_bars[threadIdx.x >> 5]->arrive_and_wait(); }
+static inline unsigned __ballot_sync(unsigned, bool p) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    tf_vote[w][lane] = p ? 1u : 0u;
+    tf_warp_bars[w]->arrive_and_wait();
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++) m |= tf_vote[w][l] << l;
+    tf_warp_bars[w]->arrive_and_wait();
+    return m;
+}
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
+// The value lane `src` of this thread's warp holds.
+static inline float tf_from_lane(float v, int src) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    tf_shfl[w][lane] = v;
+    tf_warp_bars[w]->arrive_and_wait();
+    const float r = tf_shfl[w][src];
+    tf_warp_bars[w]->arrive_and_wait();
+    return r;
+}
+static inline float __shfl_down_sync(unsigned, float v, int delta, int width = 32) {
+    const int lane = threadIdx.x & 31;
+    return tf_from_lane(v, (lane % width) + delta < width ? lane + delta : lane);
+}
+static inline float __shfl_sync(unsigned, float v, int src, int width = 32) {
+    const int lane = threadIdx.x & 31;
+    return tf_from_lane(v, (lane / width) * width + src % width);
+}
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7))) & 255u) << (8 * n);
+    return r;
+}
+static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, int sh) {
+    const unsigned long long v = ((unsigned long long)hi << 32) | lo;
+    return (unsigned)(v >> (sh & 31));
+}
+static inline u32 atomicAdd(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline float tf_host_f16(unsigned short h) {
+    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? std::ldexp((double)m, -24)
+             : e == 31 ? (m ? NAN : INFINITY)
+             : std::ldexp((double)(m | 1024), e - 25);
+    return (float)(s ? -v : v);
+}
+template <class F> static void tf_launch(D3 grid, unsigned threads, size_t smem, F f) {
+    blockDim = D3{threads, 1, 1};
+    gridDim = grid;
+    std::vector<unsigned char> dyn(smem + 16);
+    tf_dyn_smem = dyn.data() + (16 - ((uintptr_t)dyn.data() & 15)) % 16;
+    std::barrier<> bar((std::ptrdiff_t)threads);
+    tf_block_bar = &bar;
+    tf_warp_bars.clear();
+    for (unsigned w = 0; w < (threads + 31) / 32; w++)
+        tf_warp_bars.emplace_back(new std::barrier<>((std::ptrdiff_t)std::min(32u, threads - 32 * w)));
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < threads; t++)
+        ts.emplace_back([=, &bar] {
+            threadIdx = D3{t, 0, 0};
+            for (unsigned by = 0; by < grid.y; by++)
+                for (unsigned bx = 0; bx < grid.x; bx++) {
+                    blockIdx = D3{bx, by, 0};
+                    f();
+                    bar.arrive_and_wait();
+                }
+        });
+    for (auto& t : ts) t.join();
+}
+"#;

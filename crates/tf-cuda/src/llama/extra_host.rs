@@ -10,72 +10,9 @@ use std::process::Command;
 use tf_kernels::contract::Rng;
 use tf_kernels::ops::{add_inplace, rms_norm_inplace};
 
-/// Host stand-ins for the CUDA names the kernels use, and the emulated launch.
-const PRELUDE: &str = r#"
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <thread>
-#include <vector>
-#define __device__
-#define __global__
-#define __host__
-#define __forceinline__ inline
-#define __restrict__ __restrict
-#define __shared__ static
-using std::isnan; using std::min;
-struct D3 { unsigned x, y, z; };
-static thread_local D3 threadIdx, blockIdx;
-static D3 blockDim;
-static std::barrier<>* tf_warp_bar;
-static float tf_lanes[32];
-static inline float __int_as_float(int b) { float f; std::memcpy(&f, &b, 4); return f; }
-static inline int __float_as_int(float f) { int b; std::memcpy(&b, &f, 4); return b; }
-static inline float tf_host_f16(unsigned short h) {
-    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? std::ldexp((double)m, -24)
-             : e == 31 ? (m ? NAN : INFINITY)
-             : std::ldexp((double)(m | 1024), e - 25);
-    return (float)(s ? -v : v);
-}
-static inline void __syncwarp(unsigned = 0xffffffffu) { tf_warp_bar->arrive_and_wait(); }
-// common.cuh's block helpers are compiled but not called by these kernels.
-static inline void __syncthreads() {}
-static inline float tf_from_lane(float v, int src) {
-    tf_lanes[threadIdx.x & 31] = v;
-    tf_warp_bar->arrive_and_wait();
-    const float r = tf_lanes[src];
-    tf_warp_bar->arrive_and_wait();
-    return r;
-}
-static inline float __shfl_down_sync(unsigned, float v, int delta, int width = 32) {
-    const int lane = threadIdx.x & 31;
-    return tf_from_lane(v, (lane % width) + delta < width ? lane + delta : lane);
-}
-static inline float __shfl_sync(unsigned, float v, int src, int width = 32) {
-    const int lane = threadIdx.x & 31;
-    return tf_from_lane(v, (lane / width) * width + src % width);
-}
-// simt: one thread per CUDA thread (one warp a block); else the block's threads run in turn
-// (kernels without warp operations).
-template <class F> static void tf_launch(unsigned grid, unsigned threads, bool simt, F f) {
-    blockDim = D3{threads, 1, 1};
-    for (unsigned b = 0; b < grid; b++) {
-        if (!simt) {
-            for (unsigned t = 0; t < threads; t++) { threadIdx = D3{t, 0, 0}; blockIdx = D3{b, 0, 0}; f(); }
-            continue;
-        }
-        std::barrier<> bar((std::ptrdiff_t)threads);
-        tf_warp_bar = &bar;
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < threads; t++)
-            ts.emplace_back([=] { threadIdx = D3{t, 0, 0}; blockIdx = D3{b, 0, 0}; f(); });
-        for (auto& t : ts) t.join();
-    }
-}
-"#;
+/// The launch these kernels' harness uses (`simt` was a mode where a block's threads ran in
+/// turn; every launch now runs one OS thread per CUDA thread).
+const LAUNCH: &str = "template <class F> static void tf_launch(unsigned grid, unsigned threads, bool, F f) { tf_launch(D3{grid, 1, 1}, threads, 0, f); }\n";
 
 /// Reads cases from argv[1] and writes each case's output buffer to argv[2]. A case: i32 kind,
 /// i32 plant, then kind 0 (bias rows): n, width, y, b; kind 1 (bias + residual): n, width, x,
@@ -152,7 +89,8 @@ fn host_source() -> String {
         "f = tf_host_f16(h);",
     );
     format!(
-        "{PRELUDE}\n{common}\n{}\n{MAIN}",
+        "{}{LAUNCH}\n{common}\n{}\n{MAIN}",
+        crate::host_cxx::SIMT_PRELUDE,
         include_str!("../../kernels/llama_extra.cu")
     )
 }

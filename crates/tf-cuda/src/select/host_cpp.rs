@@ -13,46 +13,8 @@ use std::process::Command;
 use tf_kernels::contract::Rng;
 use tf_models::RowCandidates;
 
-/// Host stand-ins for the CUDA names select.cu uses, and the emulated launch.
-const PRELUDE: &str = r#"
-#include <algorithm>
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <thread>
-#include <vector>
-#define __device__
-#define __global__
-#define __forceinline__ inline
-#define __restrict__ __restrict
-#define __shared__ static
-#define __launch_bounds__(n)
-typedef unsigned char u8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-using std::isnan; using std::min;
-struct D3 { unsigned x, y, z; };
-static thread_local D3 threadIdx, blockIdx;
-static D3 blockDim;
-static std::barrier<>* tf_block_bar;
-static inline void __syncthreads() { tf_block_bar->arrive_and_wait(); }
-static inline int __float_as_int(float f) { int b; std::memcpy(&b, &f, 4); return b; }
-static inline u32 atomicAdd(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-template <class F> static void tf_launch(unsigned blocks, unsigned threads, F f) {
-    blockDim = D3{threads, 1, 1};
-    for (unsigned b = 0; b < blocks; b++) {
-        std::barrier<> bar((std::ptrdiff_t)threads);
-        tf_block_bar = &bar;
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < threads; t++)
-            ts.emplace_back([=] { threadIdx = D3{t, 0, 0}; blockIdx = D3{b, 0, 0}; f(); });
-        for (auto& t : ts) t.join();
-    }
-}
-"#;
+/// The launch select.cu's harness uses: `blocks` blocks in a row, no dynamic shared memory.
+const LAUNCH: &str = "template <class F> static void tf_launch(unsigned blocks, unsigned threads, F f) { tf_launch(D3{blocks, 1, 1}, threads, 0, f); }\n";
 
 /// Reads cases from argv[1] (i32 n, vocab, cap, plant, threads, m, then n * vocab floats and m
 /// row indices), writes each case's output (m * (2 + 2 * cap) i32) to argv[2].
@@ -99,7 +61,8 @@ fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
     let dir = std::env::temp_dir().join(format!("tf-select-cpp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = format!(
-        "{PRELUDE}\n{}\n{MAIN}",
+        "{}{LAUNCH}\n{}\n{MAIN}",
+        crate::host_cxx::SIMT_PRELUDE,
         include_str!("../../kernels/select.cu")
     );
     let (cpp, exe) = (dir.join("select.cpp"), dir.join("select"));

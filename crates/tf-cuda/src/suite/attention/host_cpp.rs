@@ -12,70 +12,7 @@ use tf_kernels::contract::Rng;
 use tf_kernels::ops::{attend as cpu_attend, AttnParams, AttnScratch, LayerKv};
 
 /// Host stand-ins for the CUDA names the kernel uses, and the emulated launch.
-const PRELUDE: &str = r#"
-#include <algorithm>
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <memory>
-#include <string>
-#include <thread>
-#include <vector>
-#define __device__
-#define __global__
-#define __forceinline__ inline
-#define __restrict__ __restrict
-#define __shared__ static
-#define __align__(n) __attribute__((aligned(n)))
-#define __launch_bounds__(n)
-#define TF_FULL_MASK 0xffffffffu
-typedef unsigned int u32;
-using std::fmaf; using std::isnan; using std::min; using std::max;
-struct float4 { float x, y, z, w; };
-struct D3 { unsigned x, y, z; };
-static thread_local D3 threadIdx, blockIdx;
-static D3 blockDim;
-static std::barrier<>* tf_block_bar;
-static std::vector<std::unique_ptr<std::barrier<>>> tf_warp_bars;
-static float tf_shfl[64][32];
-static unsigned char* tf_dyn_smem;
-static inline float __int_as_float(int b) { float f; std::memcpy(&f, &b, 4); return f; }
-static inline void __syncthreads() { tf_block_bar->arrive_and_wait(); }
-static inline float __shfl_down_sync(unsigned, float v, int delta, int width) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    tf_shfl[w][lane] = v;
-    tf_warp_bars[w]->arrive_and_wait();
-    const float r = (lane % width) + delta < width ? tf_shfl[w][lane + delta] : v;
-    tf_warp_bars[w]->arrive_and_wait();
-    return r;
-}
-template <class F> static void tf_launch(D3 grid, unsigned threads, size_t smem, F f) {
-    // One OS thread per CUDA thread for the whole grid: the blocks run one after another, a
-    // barrier between them (shared memory is reused).
-    blockDim = D3{threads, 1, 1};
-    std::vector<unsigned char> dyn(smem + 16);
-    tf_dyn_smem = dyn.data() + (16 - ((uintptr_t)dyn.data() & 15)) % 16;
-    std::barrier<> bar((std::ptrdiff_t)threads);
-    tf_block_bar = &bar;
-    tf_warp_bars.clear();
-    for (unsigned w = 0; w < (threads + 31) / 32; w++)
-        tf_warp_bars.emplace_back(new std::barrier<>((std::ptrdiff_t)std::min(32u, threads - 32 * w)));
-    std::vector<std::thread> ts;
-    for (unsigned t = 0; t < threads; t++)
-        ts.emplace_back([=, &bar] {
-            threadIdx = D3{t, 0, 0};
-            for (unsigned by = 0; by < grid.y; by++)
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    blockIdx = D3{bx, by, 0};
-                    f();
-                    bar.arrive_and_wait();
-                }
-        });
-    for (auto& t : ts) t.join();
-}
-"#;
+const PRELUDE: &str = crate::host_cxx::SIMT_PRELUDE;
 
 /// Reads a case (layout in [`Case::input`]), runs each (kernel, tile) launch, writes the outputs.
 const MAIN: &str = r#"

@@ -12,60 +12,9 @@ use std::process::Command;
 use tf_kernels::contract::Rng;
 use tf_kernels::ops::{exp, mamba_step, relu2, rms_norm_gated, MambaParams, MambaState};
 
-/// Host stand-ins for the CUDA names the kernels use, and the emulated launch.
-const PRELUDE: &str = r#"
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <memory>
-#include <thread>
-#include <vector>
-#define __device__
-#define __global__
-#define __forceinline__ inline
-#define __restrict__ __restrict
-#define __shared__ static
-#define TF_FULL_MASK 0xffffffffu
-typedef unsigned char u8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-using std::fmaf; using std::fminf; using std::fmaxf; using std::isnan;
-using std::exp; using std::log1p; using std::fabs; using std::fmax; using std::min;
-struct D3 { unsigned x, y, z; };
-static thread_local D3 threadIdx, blockIdx;
-static D3 blockDim;
-static std::barrier<>* tf_block_bar;
-static std::vector<std::unique_ptr<std::barrier<>>> tf_warp_bars;
-static float tf_shfl[64][32];
-static inline float __int_as_float(int b) { float f; std::memcpy(&f, &b, 4); return f; }
-static inline void __syncthreads() { tf_block_bar->arrive_and_wait(); }
-static inline float __shfl_down_sync(unsigned, float v, int delta, int width) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    tf_shfl[w][lane] = v;
-    tf_warp_bars[w]->arrive_and_wait();
-    const float r = (lane % width) + delta < width ? tf_shfl[w][lane + delta] : v;
-    tf_warp_bars[w]->arrive_and_wait();
-    return r;
-}
-template <class F> static void tf_launch(D3 grid, unsigned threads, F f) {
-    blockDim = D3{threads, 1, 1};
-    for (unsigned by = 0; by < grid.y; by++)
-        for (unsigned bx = 0; bx < grid.x; bx++) {
-            std::barrier<> bar((std::ptrdiff_t)threads);
-            tf_block_bar = &bar;
-            tf_warp_bars.clear();
-            for (unsigned w = 0; w < (threads + 31) / 32; w++)
-                tf_warp_bars.emplace_back(new std::barrier<>((std::ptrdiff_t)std::min(32u, threads - 32 * w)));
-            std::vector<std::thread> ts;
-            for (unsigned t = 0; t < threads; t++)
-                ts.emplace_back([=] { threadIdx = D3{t, 0, 0}; blockIdx = D3{bx, by, 0}; f(); });
-            for (auto& t : ts) t.join();
-        }
-}
-"#;
+/// The launch these kernels' harness uses: no dynamic shared memory.
+const LAUNCH: &str =
+    "template <class F> static void tf_launch(D3 g, unsigned t, F f) { tf_launch(g, t, 0, f); }\n";
 
 /// Reads the case, runs every kernel, writes the outputs (layout in [`run_case`]).
 const MAIN: &str = r#"
@@ -364,7 +313,7 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         return;
     };
     let common = include_str!("../../../kernels/common.cuh");
-    let mut source = String::from(PRELUDE);
+    let mut source = format!("{}{LAUNCH}", crate::host_cxx::SIMT_PRELUDE);
     for head in [
         "__device__ __forceinline__ float tf_bits(",
         "__device__ __forceinline__ float tf_exp(",
