@@ -1,6 +1,7 @@
 //! Test support: the host C++ compiler that the kernel emulation tests build the CUDA sources
 //! with (`$CXX`, else `c++`).
 
+use std::path::PathBuf;
 use std::process::Command;
 
 /// The compiler, or None (the caller skips, and this says so) — unless `TF_CUDA_REQUIRE_CXX`
@@ -142,3 +143,54 @@ template <class F> static void tf_launch(D3 grid, unsigned threads, size_t smem,
     for (auto& t : ts) t.join();
 }
 "#;
+
+/// Writes `source` as `NAME.cpp` into a fresh temporary folder and compiles it with `cxx`
+/// (C++20, `-O1`, no contraction of `a * b + c`, threads); returns the folder and the
+/// executable. Panics with the compiler's message if it fails.
+pub(crate) fn build(cxx: &str, name: &str, source: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tf-cuda-{name}-host-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (src, exe) = (dir.join(format!("{name}.cpp")), dir.join(name));
+    std::fs::write(&src, source).expect("write source");
+    let built = Command::new(cxx)
+        .args([
+            "-std=c++20",
+            "-O1",
+            "-ffp-contract=off",
+            "-pthread",
+            "-w",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run the compiler");
+    assert!(
+        built.status.success(),
+        "host compile of {name} failed:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    (dir, exe)
+}
+
+/// The text of the function in `src` whose definition starts with `head`, to its closing brace.
+pub(crate) fn extract(src: &str, head: &str) -> String {
+    let start = src
+        .find(head)
+        .unwrap_or_else(|| panic!("the source lost `{head}`"));
+    let open = start + src[start..].find('{').expect("a body");
+    let mut depth = 0;
+    for (i, ch) in src[open..].char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return src[start..open + i + 1].to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced braces after `{head}`");
+}

@@ -412,29 +412,7 @@ fn staged_and_fused_matmuls_compiled_for_the_host_give_the_cpu_bits() {
     let Some(cxx) = crate::host_cxx::compiler() else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("tf-cuda-mmv-host-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let src = dir.join("mmv.cpp");
-    std::fs::write(&src, host_source()).expect("write source");
-    let exe = dir.join("mmv");
-    let built = Command::new(&cxx)
-        .args([
-            "-std=c++20",
-            "-O1",
-            "-ffp-contract=off",
-            "-pthread",
-            "-w",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run the compiler");
-    assert!(
-        built.status.success(),
-        "host compile failed:\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let (dir, exe) = crate::host_cxx::build(&cxx, "mmv", &host_source());
     let pool = Pool::new(1);
     let mut rng = Rng::new(0x3317);
     let mut cases = plain_cases(&mut rng, &pool);

@@ -199,28 +199,7 @@ fn llama_extra_kernels_compiled_for_the_host_give_the_cpu_bits() {
     let Some(cxx) = crate::host_cxx::compiler() else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("tf-cuda-llama-extra-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let (src, exe) = (dir.join("extra.cpp"), dir.join("extra"));
-    std::fs::write(&src, host_source()).expect("write source");
-    let built = Command::new(&cxx)
-        .args([
-            "-std=c++20",
-            "-O1",
-            "-ffp-contract=off",
-            "-pthread",
-            "-w",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run the compiler");
-    assert!(
-        built.status.success(),
-        "host compile failed:\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let (dir, exe) = crate::host_cxx::build(&cxx, "llama-extra", &host_source());
     let cases = cases(&mut Rng::new(0xE7A));
     let (input, output) = (dir.join("cases.bin"), dir.join("out.bin"));
     let data: Vec<u8> = cases.iter().flat_map(|c| c.record.clone()).collect();

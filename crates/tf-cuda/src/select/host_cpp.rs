@@ -58,26 +58,12 @@ type Out = (Vec<(i32, u32)>, (i32, i32));
 
 /// Compiles select.cu for the host, runs every case, returns each row's output per case.
 fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
-    let dir = std::env::temp_dir().join(format!("tf-select-cpp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let src = format!(
         "{}{LAUNCH}\n{}\n{MAIN}",
         crate::host_cxx::SIMT_PRELUDE,
         include_str!("../../kernels/select.cu")
     );
-    let (cpp, exe) = (dir.join("select.cpp"), dir.join("select"));
-    std::fs::write(&cpp, src).unwrap();
-    let built = Command::new(cxx)
-        .args(["-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&cpp)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let (dir, exe) = crate::host_cxx::build(cxx, "select", &src);
     let (inp, outp) = (dir.join("cases.bin"), dir.join("out.bin"));
     let mut f = std::fs::File::create(&inp).unwrap();
     for c in cases {

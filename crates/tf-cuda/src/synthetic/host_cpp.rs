@@ -89,25 +89,11 @@ fn case_line(args: &FillArgs, bytes: u64) -> String {
 
 /// Compiles synthetic.cu for the host and runs `cases`; returns each case's bytes.
 fn run(cxx: &str, cases: &[(FillArgs, u64)]) -> Vec<Vec<u8>> {
-    let dir = std::env::temp_dir().join(format!("tf-synth-cpp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let src = format!(
         "{PRELUDE}\n{}\n{MAIN}",
         include_str!("../../kernels/synthetic.cu")
     );
-    let (cpp, exe) = (dir.join("synth.cpp"), dir.join("synth"));
-    std::fs::write(&cpp, src).unwrap();
-    let built = Command::new(cxx)
-        .args(["-std=c++17", "-O1", "-ffp-contract=off", "-o"])
-        .arg(&exe)
-        .arg(&cpp)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let (dir, exe) = crate::host_cxx::build(cxx, "synth", &src);
     let (cases_path, out_path) = (dir.join("cases.txt"), dir.join("out.bin"));
     let mut f = std::fs::File::create(&cases_path).unwrap();
     for (a, bytes) in cases {

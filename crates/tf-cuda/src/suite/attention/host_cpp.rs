@@ -56,27 +56,7 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// The text of `common.cuh`'s function whose definition starts with `head`, to its closing brace.
-fn extract(src: &str, head: &str) -> String {
-    let start = src
-        .find(head)
-        .unwrap_or_else(|| panic!("common.cuh lost `{head}`"));
-    let open = start + src[start..].find('{').expect("a body");
-    let mut depth = 0;
-    for (i, ch) in src[open..].char_indices() {
-        match ch {
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return src[start..open + i + 1].to_string();
-                }
-            }
-            _ => {}
-        }
-    }
-    panic!("unbalanced braces after `{head}`");
-}
+use crate::host_cxx::extract;
 
 /// The host program's source: the stand-ins, common.cuh's helpers, attention.cu, the driver.
 fn host_source() -> String {
@@ -233,22 +213,7 @@ fn attention_emulated_on_the_host_gives_the_cpu_bits_for_any_tile() {
     let Some(cxx) = crate::host_cxx::compiler() else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("tf-cuda-attention-host-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let src = dir.join("attention.cpp");
-    std::fs::write(&src, host_source()).expect("write source");
-    let exe = dir.join("attention");
-    let built = Command::new(&cxx)
-        .args(["-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run the compiler");
-    assert!(
-        built.status.success(),
-        "host compile failed:\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let (dir, exe) = crate::host_cxx::build(&cxx, "attention", &host_source());
     let whole = |lens: &[usize]| (lens.iter().max().copied().unwrap_or(1) + 3).div_ceil(4) * 4;
     let l64 = [1usize, 17, 64, 129, 301];
     let cases = [

@@ -83,27 +83,7 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// The text of `common.cuh`'s function whose definition starts with `head`, to its closing brace.
-fn extract(src: &str, head: &str) -> String {
-    let start = src
-        .find(head)
-        .unwrap_or_else(|| panic!("common.cuh lost `{head}`"));
-    let open = start + src[start..].find('{').expect("a body");
-    let mut depth = 0;
-    for (i, ch) in src[open..].char_indices() {
-        match ch {
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return src[start..open + i + 1].to_string();
-                }
-            }
-            _ => {}
-        }
-    }
-    panic!("unbalanced braces after `{head}`");
-}
+use crate::host_cxx::extract;
 
 /// One shape's case: constants, a round of rows over `N_SLOTS` slots, the pools before it.
 struct Case {
@@ -335,22 +315,7 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
     }
     source.push_str(include_str!("../../../kernels/mamba.cu"));
     source.push_str(MAIN);
-    let dir = std::env::temp_dir().join(format!("tf-cuda-mamba-host-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let src = dir.join("mamba.cpp");
-    std::fs::write(&src, source).expect("write source");
-    let exe = dir.join("mamba");
-    let built = Command::new(&cxx)
-        .args(["-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run the compiler");
-    assert!(
-        built.status.success(),
-        "host compile failed:\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let (dir, exe) = crate::host_cxx::build(&cxx, "mamba", &source);
     let inf = f32::INFINITY;
     let cases = [
         Case::new(1, 4, 16, 1, 8, 3, false, (0.05, 0.8)),

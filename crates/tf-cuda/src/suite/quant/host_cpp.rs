@@ -116,23 +116,8 @@ fn device_decoders_compiled_for_the_host_give_the_cpu_bits() {
     let (Some(b), Some(e)) = (b, e) else {
         panic!("common.cuh lost its quant section markers");
     };
-    let dir = std::env::temp_dir().join(format!("tf-cuda-quant-host-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let src = dir.join("decoders.cpp");
     let source = format!("{PRELUDE}{}{MAIN}", &common[b..e]);
-    std::fs::write(&src, source).expect("write source");
-    let exe = dir.join("decoders");
-    let built = Command::new(&cxx)
-        .args(["-std=c++17", "-O1", "-ffp-contract=off", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run the compiler");
-    assert!(
-        built.status.success(),
-        "host compile failed:\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let (dir, exe) = crate::host_cxx::build(&cxx, "quant", &source);
     // Cases: (weights, id they are declared as, whether they must match).
     let mut rng = Rng::new(0xc0de);
     let mut cases: Vec<(HostWeights, u32, bool)> = Vec::new();
