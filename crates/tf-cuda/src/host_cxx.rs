@@ -194,3 +194,19 @@ pub(crate) fn extract(src: &str, head: &str) -> String {
     }
     panic!("unbalanced braces after `{head}`");
 }
+
+/// Little-endian f32s of an emulation's output file.
+pub(crate) fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Values whose bits differ, plus the difference in length.
+pub(crate) fn differing(a: &[f32], b: &[f32]) -> usize {
+    a.iter()
+        .zip(b)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count()
+        + a.len().abs_diff(b.len())
+}

@@ -6,6 +6,7 @@
 //! in another order) must differ. Skipped, with a message, when no C++ compiler is found
 //! (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
+use crate::host_cxx::{differing, extract, floats};
 use std::io::Write;
 use std::process::Command;
 use tf_kernels::contract::Rng;
@@ -55,8 +56,6 @@ int main(int argc, char** argv) {
     return 0;
 }
 "#;
-
-use crate::host_cxx::extract;
 
 /// The host program's source: the stand-ins, common.cuh's helpers, attention.cu, the driver.
 fn host_source() -> String {
@@ -192,20 +191,6 @@ impl Case {
         }
         out
     }
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn differing(a: &[f32], b: &[f32]) -> usize {
-    a.iter()
-        .zip(b)
-        .filter(|(x, y)| x.to_bits() != y.to_bits())
-        .count()
-        + a.len().abs_diff(b.len())
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! the one part this cannot check). Skipped, with a message, when no C++ compiler is found
 //! (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
+use crate::host_cxx::{differing, extract, floats};
 use std::io::Write;
 use std::process::Command;
 use tf_kernels::contract::Rng;
@@ -82,8 +83,6 @@ int main(int argc, char** argv) {
     return 0;
 }
 "#;
-
-use crate::host_cxx::extract;
 
 /// One shape's case: constants, a round of rows over `N_SLOTS` slots, the pools before it.
 struct Case {
@@ -271,20 +270,6 @@ impl Case {
         }
         vec![y, conv_pool, ssm_pool, yn, r2, pb]
     }
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn differing(a: &[f32], b: &[f32]) -> usize {
-    a.iter()
-        .zip(b)
-        .filter(|(x, y)| x.to_bits() != y.to_bits())
-        .count()
-        + a.len().abs_diff(b.len())
 }
 
 #[test]
