@@ -1,7 +1,7 @@
 //! Test support: the host C++ compiler that the kernel emulation tests build the CUDA sources
 //! with (`$CXX`, else `c++`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The compiler, or None (the caller skips, and this says so) — unless `TF_CUDA_REQUIRE_CXX`
@@ -209,4 +209,22 @@ pub(crate) fn differing(a: &[f32], b: &[f32]) -> usize {
         .filter(|(x, y)| x.to_bits() != y.to_bits())
         .count()
         + a.len().abs_diff(b.len())
+}
+
+/// Runs an emulation built by [`build`] as `exe INPUT OUTPUT`, with `input` written to
+/// `dir/LABEL.in`; returns what it wrote to `dir/LABEL.out`. Panics (naming `label`) if it
+/// fails.
+pub(crate) fn run(dir: &Path, exe: &Path, label: &str, input: &[u8]) -> Vec<u8> {
+    let (inp, out) = (
+        dir.join(format!("{label}.in")),
+        dir.join(format!("{label}.out")),
+    );
+    std::fs::write(&inp, input).expect("write the emulation's input");
+    let ran = Command::new(exe)
+        .arg(&inp)
+        .arg(&out)
+        .status()
+        .expect("run the emulation");
+    assert!(ran.success(), "{label}: the emulation exited with {ran}");
+    std::fs::read(&out).expect("read the emulation's output")
 }

@@ -8,8 +8,6 @@
 //! `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
 use crate::weights::{device_bytes, GpuFormat};
-use std::io::Write;
-use std::process::Command;
 use tf_kernels::contract::Rng;
 use tf_kernels::matmul::{matmul as cpu_matmul, FloatType};
 use tf_kernels::pool::Pool;
@@ -420,18 +418,8 @@ fn staged_and_fused_matmuls_compiled_for_the_host_give_the_cpu_bits() {
     cases.extend(fused_cases(&mut rng, &pool));
     let mut data = Vec::new();
     cases.iter().for_each(|c| c.write(&mut data));
-    let (input, output) = (dir.join("cases.bin"), dir.join("out.bin"));
-    std::fs::File::create(&input)
-        .and_then(|mut f| f.write_all(&data))
-        .expect("write cases");
-    let ran = Command::new(&exe)
-        .arg(&input)
-        .arg(&output)
-        .output()
-        .expect("run the harness");
-    let out = std::fs::read(&output).unwrap_or_default();
+    let out = crate::host_cxx::run(&dir, &exe, "cases", &data);
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(ran.status.success(), "harness exited {}", ran.status);
     let floats: Vec<u32> = out
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))

@@ -5,8 +5,6 @@
 //! kernels must differ. Skipped, with a message, when no C++ compiler runs (`$CXX`, else `c++`);
 //! `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
-use std::io::Write;
-use std::process::Command;
 use tf_kernels::contract::Rng;
 use tf_kernels::ops::{add_inplace, rms_norm_inplace};
 
@@ -201,19 +199,9 @@ fn llama_extra_kernels_compiled_for_the_host_give_the_cpu_bits() {
     };
     let (dir, exe) = crate::host_cxx::build(&cxx, "llama-extra", &host_source());
     let cases = cases(&mut Rng::new(0xE7A));
-    let (input, output) = (dir.join("cases.bin"), dir.join("out.bin"));
     let data: Vec<u8> = cases.iter().flat_map(|c| c.record.clone()).collect();
-    std::fs::File::create(&input)
-        .and_then(|mut f| f.write_all(&data))
-        .expect("write cases");
-    let ran = Command::new(&exe)
-        .arg(&input)
-        .arg(&output)
-        .output()
-        .expect("run the harness");
-    let out = std::fs::read(&output).unwrap_or_default();
+    let out = crate::host_cxx::run(&dir, &exe, "cases", &data);
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(ran.status.success(), "harness exited {}", ran.status);
     let bits: Vec<u32> = out
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))

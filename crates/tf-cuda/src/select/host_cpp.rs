@@ -9,7 +9,6 @@
 //! (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
 use std::io::Write;
-use std::process::Command;
 use tf_kernels::contract::Rng;
 use tf_models::RowCandidates;
 
@@ -64,8 +63,7 @@ fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
         include_str!("../../kernels/select.cu")
     );
     let (dir, exe) = crate::host_cxx::build(cxx, "select", &src);
-    let (inp, outp) = (dir.join("cases.bin"), dir.join("out.bin"));
-    let mut f = std::fs::File::create(&inp).unwrap();
+    let mut f = Vec::new();
     for c in cases {
         let vocab = c.rows[0].len();
         for v in [
@@ -88,10 +86,7 @@ fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
             f.write_all(&(p as i32).to_le_bytes()).unwrap();
         }
     }
-    drop(f);
-    let ran = Command::new(&exe).arg(&inp).arg(&outp).status().unwrap();
-    assert!(ran.success(), "host select exited with {ran}");
-    let all = std::fs::read(&outp).unwrap();
+    let all = crate::host_cxx::run(&dir, &exe, "cases", &f);
     let _ = std::fs::remove_dir_all(&dir);
     let word = |i: usize| u32::from_le_bytes(all[4 * i..4 * i + 4].try_into().unwrap());
     let mut at = 0;

@@ -5,8 +5,6 @@
 //! runs (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
 use super::*;
-use std::io::Write;
-use std::process::Command;
 use tf_formats::gguf::GgmlType;
 
 /// Host stand-ins for the CUDA names synthetic.cu uses.
@@ -94,19 +92,11 @@ fn run(cxx: &str, cases: &[(FillArgs, u64)]) -> Vec<Vec<u8>> {
         include_str!("../../kernels/synthetic.cu")
     );
     let (dir, exe) = crate::host_cxx::build(cxx, "synth", &src);
-    let (cases_path, out_path) = (dir.join("cases.txt"), dir.join("out.bin"));
-    let mut f = std::fs::File::create(&cases_path).unwrap();
-    for (a, bytes) in cases {
-        writeln!(f, "{}", case_line(a, *bytes)).unwrap();
-    }
-    drop(f);
-    let ran = Command::new(&exe)
-        .arg(&cases_path)
-        .arg(&out_path)
-        .status()
-        .unwrap();
-    assert!(ran.success(), "host kernels exited with {ran}");
-    let all = std::fs::read(&out_path).unwrap();
+    let lines: String = cases
+        .iter()
+        .map(|(a, bytes)| format!("{}\n", case_line(a, *bytes)))
+        .collect();
+    let all = crate::host_cxx::run(&dir, &exe, "cases", lines.as_bytes());
     let _ = std::fs::remove_dir_all(&dir);
     let mut at = 0;
     cases

@@ -81,22 +81,7 @@ int main(int argc, char** argv) {
 "#;
 
 /// Formats, their `FMT_*` ids and kernel tags.
-pub(super) const FORMATS: [GpuFormat; 14] = [
-    GpuFormat::F32,
-    GpuFormat::F16,
-    GpuFormat::Bf16,
-    GpuFormat::Q4_0,
-    GpuFormat::Q4_1,
-    GpuFormat::Q8_0,
-    GpuFormat::Q4K,
-    GpuFormat::Q6K,
-    GpuFormat::Mlx2,
-    GpuFormat::Mlx3,
-    GpuFormat::Mlx4,
-    GpuFormat::Mlx5,
-    GpuFormat::Mlx6,
-    GpuFormat::Mlx8,
-];
+pub(super) const FORMATS: [GpuFormat; 14] = GpuFormat::ALL;
 
 /// The kernel sources for the host: common.cuh (its f16 conversion through the host's),
 /// matmul.cu, fused.cu, quant.cu and moe.cu, then tables of the entries the harness calls.

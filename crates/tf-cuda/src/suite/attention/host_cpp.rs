@@ -6,9 +6,7 @@
 //! in another order) must differ. Skipped, with a message, when no C++ compiler is found
 //! (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
-use crate::host_cxx::{differing, extract, floats};
-use std::io::Write;
-use std::process::Command;
+use crate::host_cxx::{differing, extract, floats, run};
 use tf_kernels::contract::Rng;
 use tf_kernels::ops::{attend as cpu_attend, AttnParams, AttnScratch, LayerKv};
 
@@ -236,18 +234,7 @@ fn attention_emulated_on_the_host_gives_the_cpu_bits_for_any_tile() {
         ),
     ];
     for (ci, c) in cases.iter().enumerate() {
-        let input = dir.join(format!("case{ci}.bin"));
-        let output = dir.join(format!("out{ci}.bin"));
-        std::fs::File::create(&input)
-            .and_then(|mut f| f.write_all(&c.input()))
-            .expect("write case");
-        let ran = Command::new(&exe)
-            .arg(&input)
-            .arg(&output)
-            .output()
-            .expect("run the emulation");
-        assert!(ran.status.success(), "{}: exited {}", c.label, ran.status);
-        let got = floats(&std::fs::read(&output).expect("read outputs"));
+        let got = floats(&run(&dir, &exe, &format!("case{ci}"), &c.input()));
         let want = c.cpu();
         assert_eq!(got.len(), c.runs.len() * want.len(), "{}", c.label);
         for (&(kind, tile), g) in c.runs.iter().zip(got.chunks_exact(want.len())) {

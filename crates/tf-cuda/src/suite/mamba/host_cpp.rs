@@ -7,9 +7,7 @@
 //! the one part this cannot check). Skipped, with a message, when no C++ compiler is found
 //! (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
-use crate::host_cxx::{differing, extract, floats};
-use std::io::Write;
-use std::process::Command;
+use crate::host_cxx::{differing, extract, floats, run};
 use tf_kernels::contract::Rng;
 use tf_kernels::ops::{exp, mamba_step, relu2, rms_norm_gated, MambaParams, MambaState};
 
@@ -309,18 +307,7 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         Case::new(4, 2, 4, 1, 40, 1, false, (0.05, 0.8)),
     ];
     for (ci, c) in cases.iter().enumerate() {
-        let input = dir.join(format!("case{ci}.bin"));
-        let output = dir.join(format!("out{ci}.bin"));
-        std::fs::File::create(&input)
-            .and_then(|mut f| f.write_all(&c.input()))
-            .expect("write case");
-        let ran = Command::new(&exe)
-            .arg(&input)
-            .arg(&output)
-            .output()
-            .expect("run the emulation");
-        assert!(ran.status.success(), "case {ci}: exited {}", ran.status);
-        let got = floats(&std::fs::read(&output).expect("read outputs"));
+        let got = floats(&run(&dir, &exe, &format!("case{ci}"), &c.input()));
         let want = c.cpu();
         let p = c.params();
         let (n, inner) = (c.rows.len(), p.inner());
