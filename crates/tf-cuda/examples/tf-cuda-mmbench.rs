@@ -16,7 +16,7 @@
 
 use std::process::ExitCode;
 use tf_cuda::fused::{matmul_fused, Epilogue, XForm};
-use tf_cuda::{ops, Gpu, GpuMatrix};
+use tf_cuda::{ops, Gpu, GpuFormat, GpuMatrix};
 use tf_formats::gguf::GgmlType;
 use tf_kernels::matmul::{matmul as cpu_matmul, FloatType, PackedMatrix, WeightData};
 use tf_kernels::pool::Pool;
@@ -157,6 +157,38 @@ fn shapes(quick: bool) -> Vec<(&'static str, Layout, usize, usize, bool)> {
     v
 }
 
+/// Device µs per call of `launch(i)`, `i < iters`, between two CUDA events.
+fn time_us(gpu: &Gpu, iters: usize, mut launch: impl FnMut(usize) -> Res<()>) -> Res<f64> {
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let t0 = gpu.stream().record_event(flags)?;
+    for i in 0..iters {
+        launch(i)?;
+    }
+    let t1 = gpu.stream().record_event(flags)?;
+    t1.synchronize()?;
+    Ok(t0.elapsed_ms(&t1)? as f64 * 1e3 / iters as f64)
+}
+
+/// One row of the table: the matrix, its bytes, rows per call, µs, GB/s, fraction of `peak`.
+#[allow(clippy::too_many_arguments)]
+fn table_row(
+    name: &str,
+    format: GpuFormat,
+    rows: usize,
+    cols: usize,
+    bytes: usize,
+    n: usize,
+    us: f64,
+    peak: f64,
+) -> String {
+    let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+    format!(
+        "| {name} | {format:?} | {rows} x {cols} | {:.1} | {n} | {us:.1} | {gbs:.0} | {:.0}% |",
+        bytes as f64 / 1e6,
+        100.0 * gbs * 1e9 / peak
+    )
+}
+
 fn bits_equal(a: &[f32], b: &[f32]) -> usize {
     a.iter()
         .zip(b)
@@ -271,52 +303,43 @@ fn run() -> Res<bool> {
             for m in ws.iter().take(3) {
                 ops::matmul_geometry(&gpu, kernel, m, &x, n, &mut y, tpr)?;
             }
-            let stream = gpu.stream();
-            let t0 =
-                stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-            for i in 0..iters {
-                ops::matmul_geometry(&gpu, kernel, &ws[i % copies], &x, n, &mut y, tpr)?;
-            }
-            let t1 =
-                stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-            t1.synchronize()?;
-            let us = t0.elapsed_ms(&t1)? as f64 * 1e3 / iters as f64;
-            let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+            let us = time_us(&gpu, iters, |i| {
+                Ok(ops::matmul_geometry(
+                    &gpu,
+                    kernel,
+                    &ws[i % copies],
+                    &x,
+                    n,
+                    &mut y,
+                    tpr,
+                )?)
+            })?;
+            let name = format!("{label} ({tpr} thr/row)");
             println!(
-                "| {label} ({tpr} thr/row) | {:?} | {rows} x {cols} | {:.1} | {n} | {us:.1} | {gbs:.0} | {:.0}% |",
-                ws[0].format(),
-                bytes as f64 / 1e6,
-                100.0 * gbs * 1e9 / peak
+                "{}",
+                table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)
             );
         }
         if fused {
             // The fused kernel at 1 row, SwiGLU in and residual add (the down projection's use).
             let xs = gpu.upload(&(0..2 * cols).map(|_| rng.unit()).collect::<Vec<f32>>())?;
-            let stream = gpu.stream();
-            let t0 =
-                stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-            for i in 0..iters {
-                matmul_fused(
+            let us = time_us(&gpu, iters, |i| {
+                let (xf, ep) = (XForm::SiluMul, Epilogue::Add);
+                Ok(matmul_fused(
                     &gpu,
                     &ws[i % copies],
                     &xs,
                     2 * cols,
-                    XForm::SiluMul,
-                    Epilogue::Add,
+                    xf,
+                    ep,
                     1,
                     &mut y,
-                )?;
-            }
-            let t1 =
-                stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-            t1.synchronize()?;
-            let us = t0.elapsed_ms(&t1)? as f64 * 1e3 / iters as f64;
-            let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+                )?)
+            })?;
+            let name = format!("{label} (fused silu/add)");
             println!(
-                "| {label} (fused silu/add) | {:?} | {rows} x {cols} | {:.1} | 1 | {us:.1} | {gbs:.0} | {:.0}% |",
-                ws[0].format(),
-                bytes as f64 / 1e6,
-                100.0 * gbs * 1e9 / peak
+                "{}",
+                table_row(&name, ws[0].format(), rows, cols, bytes, 1, us, peak)
             );
         }
     }
