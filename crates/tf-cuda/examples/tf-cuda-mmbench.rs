@@ -16,6 +16,7 @@
 
 use std::process::ExitCode;
 use tf_cuda::fused::{matmul_fused, Epilogue, XForm};
+use tf_cuda::weights::geometry_kernel;
 use tf_cuda::{ops, Gpu, GpuFormat, GpuMatrix};
 use tf_formats::gguf::GgmlType;
 use tf_kernels::matmul::{matmul as cpu_matmul, FloatType, PackedMatrix, WeightData};
@@ -314,7 +315,8 @@ fn run() -> Res<bool> {
                     tpr,
                 )?)
             })?;
-            let name = format!("{label} ({tpr} thr/row)");
+            let regs = gpu.registers(&geometry_kernel(kernel, tpr))?;
+            let name = format!("{label} ({tpr} thr/row, {regs} regs)");
             println!(
                 "{}",
                 table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)

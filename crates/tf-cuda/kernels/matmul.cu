@@ -504,41 +504,47 @@ __device__ __forceinline__ void tf_mmq(u8* mmq_smem, const u8* __restrict__ W,
     }
 }
 
-// The template behind the matmul entries (and the grouped expert matmuls of moe.cu). The
-// launcher picks the geometry (GpuFormat::matmul_threads_per_row): 16 threads a row run tf_mmv,
-// 4 threads a row (tf_mmq's formats, on matrices with many rows) run tf_mmq; the kernel reads
-// the choice from its grid. Both give tf_matmul's bits, so the choice never changes an output.
-template <int FMT, int PLANT>
+// The template behind the matmul entries (and the grouped expert matmuls of moe.cu). MMQ = 0
+// runs tf_mmv (16 threads a row), MMQ = 1 tf_mmq (4 threads a row, tf_mmq's formats only). Each
+// geometry has entries of its own (NAME and NAME_mmq) so that each gets its own register count;
+// the launcher picks one (GpuFormat::matmul_threads_per_row). Both give tf_matmul's bits, so the
+// choice never changes an output.
+template <int FMT, int PLANT, int MMQ>
 __device__ __forceinline__ void tf_matmul_rows(const u8* __restrict__ W,
                                                const float* __restrict__ x,
                                                float* __restrict__ y, int n, int rows, int cols) {
-    constexpr int BYTES = tf_mmq_format(FMT) && MMQ_ROWS * MMQ_STRIDE > MMV_HALVES * MMV_STRIDE
-                              ? MMQ_ROWS * MMQ_STRIDE
-                              : MMV_HALVES * MMV_STRIDE;
-    __shared__ __align__(16) u8 smem[BYTES];
-    if constexpr (tf_mmq_format(FMT)) {
-        if ((size_t)gridDim.x * blockDim.x < (size_t)rows * 16) {
-            tf_mmq<FMT, PLANT>(smem, W, x, y, n, rows, cols);
-            return;
-        }
+    if constexpr (MMQ) {
+        static_assert(tf_mmq_format(FMT), "tf_mmq does not serve this format");
+        __shared__ __align__(16) u8 smem[MMQ_ROWS * MMQ_STRIDE];
+        tf_mmq<FMT, PLANT>(smem, W, x, y, n, rows, cols);
+    } else {
+        __shared__ __align__(16) u8 smem[MMV_HALVES * MMV_STRIDE];
+        tf_mmv<FMT, PLANT>(smem, W, x, y, n, rows, cols);
     }
-    tf_mmv<FMT, PLANT>(smem, W, x, y, n, rows, cols);
 }
 #define TF_MATMUL_IMPL tf_matmul_rows
 
+// NAME: 16 threads a row.
 #define TF_MATMUL_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
-        TF_MATMUL_IMPL<FMT, PLANT>(W, x, y, n, rows, cols);                                   \
+        TF_MATMUL_IMPL<FMT, PLANT, 0>(W, x, y, n, rows, cols);                                \
+    }
+// NAME and NAME_mmq (4 threads a row), for tf_mmq's formats.
+#define TF_MATMUL_ENTRIES(NAME, FMT, PLANT)                                                   \
+    TF_MATMUL_ENTRY(NAME, FMT, PLANT)                                                         \
+    extern "C" __global__ void NAME##_mmq(const u8* W, const float* x, float* y, int n,       \
+                                          int rows, int cols) {                               \
+        TF_MATMUL_IMPL<FMT, PLANT, 1>(W, x, y, n, rows, cols);                                \
     }
 
 TF_MATMUL_ENTRY(tf_matmul_f32, FMT_F32, 0)
 TF_MATMUL_ENTRY(tf_matmul_f16, FMT_F16, 0)
 TF_MATMUL_ENTRY(tf_matmul_bf16, FMT_BF16, 0)
-TF_MATMUL_ENTRY(tf_matmul_q4_0, FMT_Q4_0, 0)
-TF_MATMUL_ENTRY(tf_matmul_q4_1, FMT_Q4_1, 0)
-TF_MATMUL_ENTRY(tf_matmul_q8_0, FMT_Q8_0, 0)
-TF_MATMUL_ENTRY(tf_plant_matmul_q4_1_rowvar, FMT_Q4_1, 1)
+TF_MATMUL_ENTRIES(tf_matmul_q4_0, FMT_Q4_0, 0)
+TF_MATMUL_ENTRIES(tf_matmul_q4_1, FMT_Q4_1, 0)
+TF_MATMUL_ENTRIES(tf_matmul_q8_0, FMT_Q8_0, 0)
+TF_MATMUL_ENTRIES(tf_plant_matmul_q4_1_rowvar, FMT_Q4_1, 1)
 
 // Embedding rows: out[i, k] = W[tokens[i], k] decoded (the values the matmul multiplies by).
 template <int FMT>

@@ -241,7 +241,7 @@ __device__ __forceinline__ int tf_moe_block_expert(const int* __restrict__ offse
 // an empty expert); its rows of the stacked weight [E * rows, cols] multiply its group of
 // gathered rows, yg[p, j] for p in offsets[e]..offsets[e + 1], through TF_MATMUL_IMPL
 // (matmul.cu): tf_matmul's arithmetic, the same bits as the plain matmul of those rows.
-template <int FMT, int PLANT>
+template <int FMT, int PLANT, int MMQ>
 __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const float* __restrict__ xg,
                                               float* __restrict__ yg, const int* __restrict__ offsets,
                                               int rows, int cols, int n_experts) {
@@ -249,32 +249,40 @@ __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const fl
     if (e < 0) return;
     const int off = offsets[e];
     const int cnt = offsets[e + 1] - off;
-    TF_MATMUL_IMPL<FMT, PLANT>(W + (size_t)e * rows * tf_row_bytes(FMT, cols),
-                               xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, rows, cols);
+    TF_MATMUL_IMPL<FMT, PLANT, MMQ>(W + (size_t)e * rows * tf_row_bytes(FMT, cols),
+                                    xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, rows, cols);
 }
 
 #define TF_MOE_MATMUL_ENTRY(NAME, FMT, PLANT)                                                 \
     extern "C" __global__ void NAME(const u8* W, const float* xg, float* yg, const int* offsets, \
                                     int rows, int cols, int n_experts) {                      \
-        tf_moe_matmul<FMT, PLANT>(W, xg, yg, offsets, rows, cols, n_experts);                 \
+        tf_moe_matmul<FMT, PLANT, 0>(W, xg, yg, offsets, rows, cols, n_experts);              \
+    }
+// NAME and NAME_mmq (tf_mmq's geometry), for tf_mmq's formats.
+#define TF_MOE_MATMUL_ENTRIES(NAME, FMT, PLANT)                                               \
+    TF_MOE_MATMUL_ENTRY(NAME, FMT, PLANT)                                                     \
+    extern "C" __global__ void NAME##_mmq(const u8* W, const float* xg, float* yg,           \
+                                          const int* offsets, int rows, int cols,             \
+                                          int n_experts) {                                    \
+        tf_moe_matmul<FMT, PLANT, 1>(W, xg, yg, offsets, rows, cols, n_experts);              \
     }
 
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_f32, FMT_F32, 0)
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_f16, FMT_F16, 0)
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_bf16, FMT_BF16, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q4_0, FMT_Q4_0, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q4_1, FMT_Q4_1, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q8_0, FMT_Q8_0, 0)
-TF_MOE_MATMUL_ENTRY(tf_plant_moe_matmul_q4_1_rowvar, FMT_Q4_1, 1)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_q4_0, FMT_Q4_0, 0)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_q4_1, FMT_Q4_1, 0)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_q8_0, FMT_Q8_0, 0)
+TF_MOE_MATMUL_ENTRIES(tf_plant_moe_matmul_q4_1_rowvar, FMT_Q4_1, 1)
 // The K-quants and MLX affine widths (decoders in common.cuh; MLX rows re-laid as in quant.cu).
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q4_k, FMT_Q4_K, 0)
 TF_MOE_MATMUL_ENTRY(tf_moe_matmul_q6_k, FMT_Q6_K, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx2, FMT_MLX2, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx3, FMT_MLX3, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx4, FMT_MLX4, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx5, FMT_MLX5, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx6, FMT_MLX6, 0)
-TF_MOE_MATMUL_ENTRY(tf_moe_matmul_mlx8, FMT_MLX8, 0)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx2, FMT_MLX2, 0)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx3, FMT_MLX3, 0)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx4, FMT_MLX4, 0)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx5, FMT_MLX5, 0)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx6, FMT_MLX6, 0)
+TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx8, FMT_MLX8, 0)
 
 // relu²: out = max(x, 0)², as tf_kernels' relu2 (r = x > 0 ? x : 0; r * r).
 extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {

@@ -41,6 +41,33 @@ pub const KERNELS: [&str; 22] = [
 /// Planted-control kernels beyond [`KERNELS`].
 pub const PLANTED_KERNELS: [&str; 2] = ["tf_plant_attend_short", "tf_plant_attend_tile_sum"];
 
+/// Matmul entries with a `tf_mmq` twin, `NAME_mmq` (4 threads a weight row; see
+/// [`crate::weights::geometry_kernel`]).
+pub const MMQ_KERNELS: [&str; 22] = [
+    "tf_matmul_q4_0",
+    "tf_matmul_q4_1",
+    "tf_matmul_q8_0",
+    "tf_plant_matmul_q4_1_rowvar",
+    "tf_matmul_mlx2",
+    "tf_matmul_mlx3",
+    "tf_matmul_mlx4",
+    "tf_matmul_mlx5",
+    "tf_matmul_mlx6",
+    "tf_matmul_mlx8",
+    "tf_plant_matmul_mlx4_nibbles",
+    "tf_plant_matmul_mlx4_fma",
+    "tf_moe_matmul_q4_0",
+    "tf_moe_matmul_q4_1",
+    "tf_moe_matmul_q8_0",
+    "tf_plant_moe_matmul_q4_1_rowvar",
+    "tf_moe_matmul_mlx2",
+    "tf_moe_matmul_mlx3",
+    "tf_moe_matmul_mlx4",
+    "tf_moe_matmul_mlx5",
+    "tf_moe_matmul_mlx6",
+    "tf_moe_matmul_mlx8",
+];
+
 /// Format names in the fused matmul kernels' names.
 pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"];
 /// Input transforms of the fused matmul kernels.
@@ -65,6 +92,11 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::llama::extra::KERNEL_NAMES)
         .chain(crate::select::KERNEL_NAMES)
         .map(|s| s.to_string())
+        .chain(
+            MMQ_KERNELS
+                .iter()
+                .map(|k| crate::weights::geometry_kernel(k, 4)),
+        )
         .collect();
     for f in FUSED_FORMATS {
         for x in FUSED_XFORMS {
@@ -216,6 +248,14 @@ impl Gpu {
             op: "kernel lookup",
             detail: format!("no kernel named {name}"),
         })
+    }
+
+    /// Registers a thread of kernel `name` uses (as compiled for this device).
+    pub fn registers(&self, name: &str) -> Result<i32> {
+        self.entry(name)?
+            .0
+            .num_regs()
+            .map_err(drv("reading a kernel's register count"))
     }
 
     /// A launch of kernel `name` on the stream, checked against its parameter count.

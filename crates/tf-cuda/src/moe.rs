@@ -18,6 +18,7 @@
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ops::{grid, i32_of, need};
+use crate::weights::geometry_kernel;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::{DroppedGroups, RouteParams};
 
@@ -434,7 +435,11 @@ fn expert_matmul(
     need(OP, "offsets", offsets.len(), w.n_experts() + 1)?;
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
     let n_experts = i32_of(OP, "experts", w.n_experts())?;
-    let mut b = gpu.launcher(kernel)?;
+    // Block row y takes the y-th expert with rows (kernels/moe.cu): a round has at most
+    // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
+    let groups = w.n_experts().min(slots).max(1);
+    let tpr = w.matrix.format().matmul_threads_per_row(w.rows() * groups);
+    let mut b = gpu.launcher(&geometry_kernel(kernel, tpr))?;
     b.arg(w.matrix.bytes())
         .arg(x)
         .arg(y)
@@ -442,10 +447,6 @@ fn expert_matmul(
         .arg(&rows)
         .arg(&cols)
         .arg(&n_experts);
-    // Block row y takes the y-th expert with rows (kernels/moe.cu): a round has at most
-    // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
-    let groups = w.n_experts().min(slots).max(1);
-    let tpr = w.matrix.format().matmul_threads_per_row(w.rows() * groups);
     let mut cfg = grid(w.rows() * tpr, THREADS);
     cfg.grid_dim.1 =
         u32::try_from(groups)

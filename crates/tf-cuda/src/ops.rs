@@ -4,7 +4,7 @@
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
-use crate::weights::GpuMatrix;
+use crate::weights::{geometry_kernel, GpuMatrix};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 mod attention;
@@ -170,13 +170,6 @@ pub fn matmul_geometry(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(kernel)?;
-    b.arg(w.bytes())
-        .arg(x)
-        .arg(y)
-        .arg(&n_)
-        .arg(&rows)
-        .arg(&cols);
     if threads_per_row != 16 && threads_per_row != w.format().matmul_threads_per_row(usize::MAX) {
         return Err(CudaError::Param {
             op: OP,
@@ -185,6 +178,13 @@ pub fn matmul_geometry(
             why: "the format's kernel takes 16, or 4 (tf_mmq formats)",
         });
     }
+    let mut b = gpu.launcher(&geometry_kernel(kernel, threads_per_row))?;
+    b.arg(w.bytes())
+        .arg(x)
+        .arg(y)
+        .arg(&n_)
+        .arg(&rows)
+        .arg(&cols);
     let threads = w.rows() * threads_per_row;
     // SAFETY: the kernel's signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements it reads and writes (checked above; the weight was validated at upload).

@@ -12,6 +12,17 @@ use tf_kernels::matmul::{FloatType, PackedMatrix, WeightData};
 /// Weight rows of a matmul launch from which `tf_mmq` (4 threads a row) is used.
 pub const MMQ_MIN_ROWS: usize = 5120;
 
+/// The entry of matmul kernel `kernel` for `threads_per_row` threads a weight row: `kernel` for
+/// 16 (`tf_mmv`), its twin `kernel_mmq` for 4 (`tf_mmq`; [`crate::device::MMQ_KERNELS`]). Two
+/// entries, so that each geometry gets its own register count.
+pub fn geometry_kernel(kernel: &str, threads_per_row: usize) -> String {
+    if threads_per_row == 4 {
+        format!("{kernel}_mmq")
+    } else {
+        kernel.to_string()
+    }
+}
+
 /// A weight storage format with GPU kernels (the numbering matches `FMT_*` in common.cuh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GpuFormat {
@@ -143,7 +154,7 @@ impl GpuFormat {
     /// expert groups of a grouped launch): 4 (kernels/matmul.cu's `tf_mmq`, each thread owning
     /// 4 of a row's 16 lanes) for its formats on matrices of at least [`MMQ_MIN_ROWS`] rows,
     /// else 16 (`tf_mmv`, one lane a thread: more threads where rows are few). Both give the
-    /// same bits; the kernel reads the choice from its grid.
+    /// same bits; each geometry has its own entry ([`geometry_kernel`]).
     pub fn matmul_threads_per_row(self, rows: usize) -> usize {
         match self {
             GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 | GpuFormat::Q4K | GpuFormat::Q6K => {

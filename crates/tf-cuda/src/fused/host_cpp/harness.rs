@@ -52,12 +52,14 @@ int main(int argc, char** argv) {
         const int out_rows = kind == 1 ? n : n;
         std::vector<float> y((size_t)out_rows * rows, 0.0f);
         const unsigned blocks = (unsigned)((rows * tpr + 127) / 128);
+        // 4 threads a row run the format's tf_mmq twin (as geometry_kernel names it).
+        const std::string entry = tpr == 4 ? name + "_mmq" : name;
         if (kind == 0) {
-            auto it = mm.find(name);
+            auto it = mm.find(entry);
             if (it == mm.end()) return 4;
             tf_launch(D3{blocks, 1, 1}, 128, 0, [&] { it->second(W, x.data(), y.data(), n, rows, cols); });
         } else if (kind == 1) {
-            auto it = moe.find(name);
+            auto it = moe.find(entry);
             if (it == moe.end()) return 4;
             // As the launcher: a block row per possible non-empty group.
             const unsigned groups = (unsigned)std::max(1, std::min(experts, n));
@@ -135,6 +137,14 @@ pub(super) fn host_source() -> String {
         mm.push_str(&format!("MM({p}) "));
     }
     moe.push_str("MM(tf_plant_moe_matmul_q4_1_rowvar) ");
+    for k in crate::device::MMQ_KERNELS {
+        let table = if k.contains("_moe_") {
+            &mut moe
+        } else {
+            &mut mm
+        };
+        table.push_str(&format!("MM({k}_mmq) "));
+    }
     // The old template (tf_matmul) as entries: the staged one must equal it.
     let refs = "#define TF_MATMUL_REF_ENTRY(NAME, FMT) extern \"C\" void NAME(const u8* W, \
                 const float* x, float* y, int n, int rows, int cols) { \
