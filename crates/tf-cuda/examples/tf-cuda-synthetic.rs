@@ -1,4 +1,5 @@
-//! `tf-cuda-synthetic [--model CONFIG:LAYOUT]... [--fill CONFIG[:LAYOUT]]... [--bench N]`:
+//! `tf-cuda-synthetic [--model CONFIG:LAYOUT]... [--fill CONFIG[:LAYOUT]]... [--bench N]
+//! [--leave-out N]`:
 //! synthetic checkpoints (weights generated on the GPU, no files) at real shapes.
 //!
 //! For each `--model` (default: `llama3-8b:q4_0` and the default model's shape
@@ -12,6 +13,10 @@
 //!    / 3.97e12 B/s, where a MoE layer's routed experts count the expected share touched by n
 //!    tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random weights route near
 //!    uniformly).
+//!
+//! 3. With `--leave-out N`: at one stream, the launches of a step by kernel, and what each
+//!    kernel costs inside the graphed step: N replays of the whole step's graph against N of a
+//!    graph captured with that kernel's launches left out (`tf_cuda::leave_out`).
 //!
 //! Each `--fill` (e.g. `bolt`, `lightning:q4_0`) fills every tensor of the model on the device
 //! (stacked experts as the MoE kernels read them) and reports bytes, fill time and device
@@ -52,6 +57,10 @@ fn main() -> ExitCode {
         .first()
         .and_then(|v| v.parse().ok())
         .unwrap_or(64usize);
+    let leave_out = values("--leave-out")
+        .first()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0usize);
     let mut models = values("--model");
     let fills = values("--fill");
     if models.is_empty() && fills.is_empty() {
@@ -63,7 +72,7 @@ fn main() -> ExitCode {
     let mut ok = true;
     for m in &models {
         println!("\n# {m}");
-        match run_model(m, bench) {
+        match run_model(m, bench, leave_out) {
             Ok(pass) => ok &= pass,
             Err(e) => {
                 println!("error: {e}");
@@ -238,6 +247,19 @@ impl Decoder {
             Decoder::Nemotron(g) => g.forward_graphed(rows, logits),
         }
     }
+    fn clear_graphs(&mut self) {
+        match self {
+            Decoder::Llama(g) => g.clear_graphs(),
+            Decoder::Nemotron(g) => g.clear_graphs(),
+        }
+    }
+    /// Rewinds slot 0 to `len` tokens where the family can (else to 0); returns its length.
+    fn rewind(&mut self, len: usize) -> tf_cuda::Result<usize> {
+        match self {
+            Decoder::Llama(g) => g.set_slot_len(0, len).map(|_| len),
+            Decoder::Nemotron(g) => Ok(g.truncate_slot(0, len).unwrap_or(0)),
+        }
+    }
     fn reset_slot(&mut self, slot: usize) {
         match self {
             Decoder::Llama(g) => g.reset_slot(slot),
@@ -274,7 +296,7 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-fn run_model(spec: &str, bench: usize) -> Res<bool> {
+fn run_model(spec: &str, bench: usize, leave_out: usize) -> Res<bool> {
     let (config, quant) = split(spec);
     let ck = checkpoint(config, quant, None)?;
     let plan = tf_families::plan(ck.config(), ck.entries())?;
@@ -289,7 +311,7 @@ fn run_model(spec: &str, bench: usize) -> Res<bool> {
         ck.synthetic_seed().unwrap_or(0)
     );
     let mut ok = check_generator(&gpu, &ck, &plan)?;
-    let capacity = PROMPT.len() + bench + 8;
+    let capacity = PROMPT.len() + bench.max(leave_out + 1) + 8;
     let t0 = Instant::now();
     let mut g = match &plan {
         ModelPlan::Llama(p) => {
@@ -363,7 +385,77 @@ fn run_model(spec: &str, bench: usize) -> Res<bool> {
             roofline_s / dt
         );
     }
+    if leave_out > 0 {
+        leave_out_table(&mut g, leave_out)?;
+    }
     Ok(ok)
+}
+
+/// Seconds per graphed one-stream step over `reps` steps from the prompt's end (the graph
+/// captured afresh, with whatever `tf_cuda::leave_out` names left out).
+fn step_time(g: &mut Decoder, reps: usize) -> Res<f64> {
+    g.clear_graphs();
+    let mut pos = g.rewind(PROMPT.len())?;
+    let mut logits = Vec::new();
+    let mut step = |g: &mut Decoder, pos: usize| {
+        let row = GpuRow {
+            slot: 0,
+            pos,
+            token: PROMPT[pos % PROMPT.len()],
+            logits: true,
+        };
+        g.forward_graphed(&[row], &mut logits)
+    };
+    step(g, pos)?; // captures
+    pos += 1;
+    let t = Instant::now();
+    for _ in 0..reps {
+        step(g, pos)?;
+        pos += 1;
+    }
+    Ok(t.elapsed().as_secs_f64() / reps as f64)
+}
+
+/// Step 3: launches per step by kernel, and each kernel's cost inside the graphed step.
+fn leave_out_table(g: &mut Decoder, reps: usize) -> Res<()> {
+    tf_cuda::leave_out::leave_out::<&str>(&[]);
+    tf_cuda::leave_out::take_counts();
+    let whole = step_time(g, reps)?;
+    // The capture made each launch once.
+    let counts = tf_cuda::leave_out::take_counts();
+    println!(
+        "\nOne stream, {reps} graphed steps each: the whole step {:.1} us; each kernel left out in turn:\n",
+        whole * 1e6
+    );
+    println!("| kernel | launches a step | step without it, us | its cost, us | share |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    let mut rows = Vec::new();
+    for (name, &launches) in &counts {
+        tf_cuda::leave_out::leave_out(&[name]);
+        let without = step_time(g, reps);
+        tf_cuda::leave_out::leave_out::<&str>(&[]);
+        let cost = whole - without?;
+        rows.push((cost, name, launches));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let total: f64 = rows.iter().map(|r| r.0).sum();
+    for (cost, name, launches) in &rows {
+        println!(
+            "| {name} | {launches} | {:.1} | {:.1} | {:.1}% |",
+            (whole - cost) * 1e6,
+            cost * 1e6,
+            100.0 * cost / whole
+        );
+    }
+    let launches: usize = counts.values().sum();
+    println!(
+        "| all kernels (sum of the costs) | {launches} | | {:.1} | {:.1}% |",
+        total * 1e6,
+        100.0 * total / whole
+    );
+    g.clear_graphs();
+    tf_cuda::leave_out::take_counts();
+    Ok(())
 }
 
 /// Fills every tensor of a model on the device (matrices, stacked experts, other tensors as f32

@@ -14,6 +14,11 @@ use std::sync::Arc;
 pub struct Graphs(HashMap<usize, CudaGraph>);
 
 impl Graphs {
+    /// Drops every captured graph (the next graphed round captures afresh).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
     /// Runs the launches for `n` rows: captured by `launch` on first use and replayed (graphed),
     /// or `launch` itself (eager).
     pub fn run(

@@ -70,6 +70,9 @@ impl<'a> Launch<'a> {
                 ),
             });
         }
+        if crate::leave_out::skipped(&self.name) {
+            return Ok(());
+        }
         crate::ops::trace(&self.name);
         // SAFETY: the caller's contract; the count was checked above.
         unsafe { self.args.launch(cfg) }.map_err(drv(during))?;

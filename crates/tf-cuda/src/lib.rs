@@ -18,6 +18,7 @@ pub mod graphs;
 mod host_cxx;
 pub mod kv;
 pub mod launch;
+pub mod leave_out;
 pub mod llama;
 pub mod load;
 pub mod mamba;

@@ -319,6 +319,11 @@ impl GpuLlama {
         self.kv.read_layer(&self.gpu, slot, layer, len)
     }
 
+    /// Drops the captured round graphs (see [`crate::leave_out`]).
+    pub fn clear_graphs(&mut self) {
+        self.graphs.clear();
+    }
+
     /// Forgets slot `slot`'s tokens (its KV is overwritten by the next rows).
     pub fn reset_slot(&mut self, slot: usize) {
         if let Some(l) = self.lens.get_mut(slot) {

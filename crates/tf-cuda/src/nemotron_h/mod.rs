@@ -338,6 +338,11 @@ impl GpuNemotronH {
         self.lens.get(slot).copied()
     }
 
+    /// Drops the captured round graphs (see [`crate::leave_out`]).
+    pub fn clear_graphs(&mut self) {
+        self.graphs.clear();
+    }
+
     /// Forgets slot `slot`'s tokens: its next row is at position 0, which starts the Mamba
     /// state from zero; the KV is overwritten.
     pub fn reset_slot(&mut self, slot: usize) {
