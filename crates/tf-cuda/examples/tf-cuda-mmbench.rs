@@ -280,7 +280,7 @@ fn run() -> Res<bool> {
             ws.push(GpuMatrix::upload(&gpu, &packed)?);
         }
         // Both geometries where the format has tf_mmq (4 threads a row), checked and timed.
-        let tprs: &[usize] = if ws[0].format().matmul_threads_per_row(usize::MAX) == 4 {
+        let tprs: &[usize] = if ws[0].format().has_mmq() {
             &[16, 4]
         } else {
             &[16]

@@ -87,6 +87,7 @@ __device__ __forceinline__ float tf_block_sumsq16(V v, int width) {
     float acc = 0.0f;
     for (int c0 = 0; c0 < width; c0 += TF_SQ_CHUNK) {
         const int len = min(TF_SQ_CHUNK, width - c0);
+#pragma unroll 4
         for (int k = threadIdx.x; k < len; k += blockDim.x) sq_chunk[k] = v(c0 + k);
         __syncthreads();
         if (threadIdx.x < 16) {

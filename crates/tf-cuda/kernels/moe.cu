@@ -33,16 +33,30 @@ __device__ __forceinline__ bool tf_moe_ranks_before(float a, int ia, float b, in
     return a > b || (a == b && (PLANT == 1 ? ia > ib : ia < ib));
 }
 
-// Dynamic shared memory: probs[n_experts], scores[n_experts], group scores[n_group].
+// tf_moe_ranks_before as one unsigned order: key(a, ia) > key(b, ib) exactly when (a, ia)
+// ranks before (b, ib). High word: the score's order (NaN lowest, -0 as +0); low word: the id,
+// inverted so the lower id is larger (PLANT = 1: the higher id, except between NaNs, as in
+// tf_moe_ranks_before). Distinct ids give distinct keys.
+template <int PLANT>
+__device__ __forceinline__ unsigned long long tf_moe_rank_key(float s, int e) {
+    const int b = __float_as_int(s == 0.0f ? 0.0f : s);
+    const int o = isnan(s) ? (int)0x80000000 : (b >= 0 ? b : b ^ 0x7fffffff);
+    const unsigned hi = (unsigned)o ^ 0x80000000u;
+    const unsigned lo = PLANT == 1 && !isnan(s) ? (unsigned)e : ~(unsigned)e;
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+// Dynamic shared memory: keys[n_experts] (8-byte aligned first), probs[n_experts],
+// scores[n_experts], group scores[n_group].
 template <int PLANT>
 __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ logits,
                                                      const float* __restrict__ corr, int* experts,
                                                      float* weights, int n_experts, int top_k,
                                                      int n_group, int topk_group, float scaling,
                                                      int norm_topk, float fill) {
-    extern __shared__ float rt_smem[];
-    float* probs = rt_smem;
-    float* scores = rt_smem + n_experts;
+    extern __shared__ unsigned long long rt_keys[];
+    float* probs = (float*)(rt_keys + n_experts);
+    float* scores = probs + n_experts;
     float* gs = scores + n_experts;
     const int i = blockIdx.x;
     const float* lr = logits + (size_t)i * n_experts;
@@ -82,15 +96,19 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
     __syncthreads();  // the group masking is done
     // The CPU's insertion top-k keeps the k experts that rank first, in rank order, and
     // ranks_before is a strict total order (ties by id, NaN last), so each expert's place is
-    // the number of experts ranking before it: computed by every thread for its experts.
+    // the number of experts ranking before it: computed by every thread for its experts, by
+    // comparing keys (no early exit, so a warp's loads stay in step and in flight).
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x)
+        rt_keys[e] = tf_moe_rank_key<PLANT>(scores[e], e);
+    __syncthreads();
     int* pk = experts + (size_t)i * top_k;
     float* pw = weights + (size_t)i * top_k;
     const int k = top_k;
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
-        const float s = scores[e];
+        const unsigned long long me = rt_keys[e];
         int rank = 0;
-        for (int t = 0; t < n_experts && rank < k; t++)
-            rank += tf_moe_ranks_before<PLANT>(scores[t], t, s, e) ? 1 : 0;
+#pragma unroll 8
+        for (int t = 0; t < n_experts; t++) rank += rt_keys[t] > me ? 1 : 0;
         if (rank < k) pk[rank] = e;
     }
     __syncthreads();

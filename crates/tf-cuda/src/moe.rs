@@ -61,6 +61,8 @@ pub const KERNEL_NAMES: &[&str] = &[
 
 /// Threads per block of the routing, gather and combine kernels.
 const THREADS: u32 = 128;
+/// Threads per block of grouped routing (each ranks its experts against all the others).
+const ROUTE_THREADS: u32 = 512;
 
 /// Which CPU routing routine the GPU router reproduces.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -253,15 +255,15 @@ pub fn route_with(
         return Ok(());
     }
     let (e_, k_) = (i32_of(OP, "experts", e)?, i32_of(OP, "top_k", k)?);
-    let cfg = |smem: usize| LaunchConfig {
+    let cfg = |smem: usize, threads: u32| LaunchConfig {
         grid_dim: (n as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: smem as u32,
     };
     let limit = 48 * 1024;
     match routing {
         Routing::Grouped(p) => {
-            let smem = (2 * e + p.n_group) * 4;
+            let smem = 8 * e + (2 * e + p.n_group) * 4;
             if smem > limit {
                 return Err(CudaError::Shape {
                     op: OP,
@@ -295,7 +297,7 @@ pub fn route_with(
                 .arg(&norm)
                 .arg(&fill);
             // SAFETY: (f32*, f32*, i32*, f32*, i32 x4, f32, i32, f32); buffers checked above.
-            unsafe { b.go(cfg(smem), "launching moe route") }?;
+            unsafe { b.go(cfg(smem, ROUTE_THREADS), "launching moe route") }?;
         }
         Routing::Muse {
             multiplier, scale, ..
@@ -323,7 +325,7 @@ pub fn route_with(
                 .arg(multiplier)
                 .arg(scale);
             // SAFETY: (f32*, f32*, i32*, f32*, i32, i32, f32, f32); buffers checked above.
-            unsafe { b.go(cfg(smem), "launching moe route") }?;
+            unsafe { b.go(cfg(smem, THREADS), "launching moe route") }?;
         }
     }
     let slots = i32_of(OP, "slots", n * k)?;
@@ -403,7 +405,7 @@ pub fn experts_with(
         } else {
             w.kernel
         };
-        expert_matmul(gpu, kernel, w, xin, yout, offsets, slots)
+        expert_matmul(gpu, kernel, w, xin, yout, offsets, n, k)
     };
     match &mlp.gate {
         Some(g) => {
@@ -419,7 +421,9 @@ pub fn experts_with(
     grouped(&mlp.down, &buf.act, &mut buf.yg, &buf.offsets)
 }
 
-/// One grouped expert matmul over `slots` gathered rows (each expert's group from `offsets`).
+/// One grouped expert matmul over the `n * k` gathered rows of `n` tokens' `k` picks (each
+/// expert's group from `offsets`; a group holds at most `n` rows).
+#[allow(clippy::too_many_arguments)]
 fn expert_matmul(
     gpu: &Gpu,
     kernel: &'static str,
@@ -427,9 +431,11 @@ fn expert_matmul(
     x: &CudaSlice<f32>,
     y: &mut CudaSlice<f32>,
     offsets: &CudaSlice<i32>,
-    slots: usize,
+    n: usize,
+    k: usize,
 ) -> Result<()> {
     const OP: &str = "moe expert matmul";
+    let slots = n * k;
     need(OP, "x", x.len(), slots * w.cols())?;
     need(OP, "y", y.len(), slots * w.rows())?;
     need(OP, "offsets", offsets.len(), w.n_experts() + 1)?;
@@ -438,7 +444,10 @@ fn expert_matmul(
     // Block row y takes the y-th expert with rows (kernels/moe.cu): a round has at most
     // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
     let groups = w.n_experts().min(slots).max(1);
-    let tpr = w.matrix.format().matmul_threads_per_row(w.rows() * groups);
+    let tpr = w
+        .matrix
+        .format()
+        .matmul_threads_per_row(w.rows() * groups, n);
     let mut b = gpu.launcher(&geometry_kernel(kernel, tpr))?;
     b.arg(w.matrix.bytes())
         .arg(x)

@@ -148,7 +148,7 @@ pub fn matmul_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let tpr = w.format().matmul_threads_per_row(w.rows());
+    let tpr = w.format().matmul_threads_per_row(w.rows(), n);
     matmul_geometry(gpu, kernel, w, x, n, y, tpr)
 }
 
@@ -170,7 +170,7 @@ pub fn matmul_geometry(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    if threads_per_row != 16 && threads_per_row != w.format().matmul_threads_per_row(usize::MAX) {
+    if threads_per_row != 16 && !(threads_per_row == 4 && w.format().has_mmq()) {
         return Err(CudaError::Param {
             op: OP,
             what: "threads per row",
@@ -259,9 +259,10 @@ pub fn rms_norm_with(
     let w = i32_of(OP, "width", width)?;
     let mut b = gpu.launcher(kernel)?;
     b.arg(x).arg(gain).arg(y).arg(&w).arg(&eps);
+    // A block a row: its loads all in flight at once (tf_block_sumsq16), then 16 chains.
     let cfg = LaunchConfig {
         grid_dim: (n as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (1024, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: (f32*, f32*, f32*, i32, f32); lengths checked above.

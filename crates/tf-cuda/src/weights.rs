@@ -9,8 +9,9 @@ use std::borrow::Cow;
 use tf_formats::gguf::GgmlType;
 use tf_kernels::matmul::{FloatType, PackedMatrix, WeightData};
 
-/// Weight rows of a matmul launch from which `tf_mmq` (4 threads a row) is used.
-pub const MMQ_MIN_ROWS: usize = 5120;
+/// Weight rows of a matmul launch from which `tf_mmq` (4 threads a row) is used at one
+/// activation row.
+pub const MMQ_MIN_ROWS: usize = 20480;
 
 /// The entry of matmul kernel `kernel` for `threads_per_row` threads a weight row: `kernel` for
 /// 16 (`tf_mmv`), its twin `kernel_mmq` for 4 (`tf_mmq`; [`crate::device::MMQ_KERNELS`]). Two
@@ -151,18 +152,26 @@ impl GpuFormat {
     }
 
     /// Threads a matmul launch gives each weight row when it covers `rows` weight rows (all
-    /// expert groups of a grouped launch): 4 (kernels/matmul.cu's `tf_mmq`, each thread owning
-    /// 4 of a row's 16 lanes) for its formats on matrices of at least [`MMQ_MIN_ROWS`] rows,
-    /// else 16 (`tf_mmv`, one lane a thread: more threads where rows are few). Both give the
-    /// same bits; each geometry has its own entry ([`geometry_kernel`]).
-    pub fn matmul_threads_per_row(self, rows: usize) -> usize {
-        match self {
-            GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 | GpuFormat::Q4K | GpuFormat::Q6K => {
-                16
-            }
-            _ if rows < MMQ_MIN_ROWS => 16,
-            _ => 4,
+    /// expert groups of a grouped launch) and each weight row meets at most `n` activation rows:
+    /// 4 (kernels/matmul.cu's `tf_mmq`, each thread owning 4 of a row's 16 lanes) for its
+    /// formats at one activation row on matrices of at least [`MMQ_MIN_ROWS`] rows, else 16
+    /// (`tf_mmv`, one lane a thread: more threads where rows are few, fewer registers where
+    /// several activation rows share a weight row). Both give the same bits; each geometry has
+    /// its own entry ([`geometry_kernel`]).
+    pub fn matmul_threads_per_row(self, rows: usize, n: usize) -> usize {
+        if self.has_mmq() && n <= 1 && rows >= MMQ_MIN_ROWS {
+            4
+        } else {
+            16
         }
+    }
+
+    /// Whether the format has `tf_mmq` (4 threads a weight row) beside `tf_mmv`.
+    pub fn has_mmq(self) -> bool {
+        !matches!(
+            self,
+            GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 | GpuFormat::Q4K | GpuFormat::Q6K
+        )
     }
 
     /// The format's name in kernel names (`q4_1`, `bf16`, ...).

@@ -174,11 +174,7 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
         let (rows, cols) = (11, cols_of(f));
         let (w, bytes) = weights(f, rows, cols, rng);
         // Both geometries where the format has tf_mmq (4 threads a row) beside tf_mmv (16).
-        let tprs = if f.matmul_threads_per_row(usize::MAX) == 4 {
-            vec![16, 4]
-        } else {
-            vec![16]
-        };
+        let tprs = if f.has_mmq() { vec![16, 4] } else { vec![16] };
         for (n, off, tpr) in [(1usize, 0usize), (7, 2 + 4 * (i % 3))]
             .into_iter()
             .flat_map(|(n, off)| tprs.iter().map(move |&t| (n, off, t)))
@@ -228,7 +224,7 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
         let tpr = if name.starts_with("tf_ref_") {
             16
         } else {
-            f.matmul_threads_per_row(usize::MAX)
+            f.matmul_threads_per_row(usize::MAX, 1)
         };
         let (label, name) = (name.to_string(), name.to_string());
         cases.push(Case::plain(
@@ -300,7 +296,7 @@ fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             label: format!("{f:?} {name}"),
             name: name.to_string(),
             kind: 1,
-            tpr: f.matmul_threads_per_row(usize::MAX),
+            tpr: f.matmul_threads_per_row(usize::MAX, 1),
             rows,
             cols,
             n,

@@ -42,3 +42,66 @@ fn routing_parameters_are_checked() {
     assert!(grouped(4, 2, 9).validate().is_err());
     assert!(grouped(3, 1, 2).validate().is_err());
 }
+
+/// Host emulation of kernels/moe.cu's rank key: for every pair of (score, id) among special
+/// and ordinary values, `key(a) > key(b)` exactly when `tf_moe_ranks_before(a, b)`, for both
+/// tie orders; a planted key that drops the -0 == +0 rule must disagree somewhere.
+#[test]
+fn rank_keys_order_experts_as_ranks_before() {
+    let Some(cxx) = crate::host_cxx::compiler() else {
+        return;
+    };
+    let src = include_str!("../../kernels/moe.cu");
+    let before =
+        crate::host_cxx::extract(src, "__device__ __forceinline__ bool tf_moe_ranks_before");
+    let key = crate::host_cxx::extract(
+        src,
+        "__device__ __forceinline__ unsigned long long tf_moe_rank_key",
+    );
+    let planted = key
+        .replace("tf_moe_rank_key", "planted_rank_key")
+        .replace("s == 0.0f ? 0.0f : s", "s");
+    assert_ne!(planted, key.replace("tf_moe_rank_key", "planted_rank_key"));
+    let main = r#"
+int main(int, char** argv) {
+    const float inf = __int_as_float(0x7f800000), nan = __int_as_float(0x7fc00000);
+    const float v[] = {nan, -nan, inf, -inf, -0.0f, 0.0f, 1.0f, -1.0f, 0.5f, -2.5f,
+                       1e-45f, -1e-45f, 3.4e38f, -3.4e38f, 0.25f, 0.25f};
+    const int n = sizeof(v) / sizeof(v[0]);
+    long bad0 = 0, bad1 = 0, planted = 0;
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+            for (int ia = 0; ia < 3; ia++)
+                for (int ib = 0; ib < 3; ib++) {
+                    if (a == b && ia == ib) continue;
+                    const int ea = 3 * a + ia, eb = 3 * b + ib;
+                    bad0 += (tf_moe_rank_key<0>(v[a], ea) > tf_moe_rank_key<0>(v[b], eb)) !=
+                            tf_moe_ranks_before<0>(v[a], ea, v[b], eb);
+                    bad1 += (tf_moe_rank_key<1>(v[a], ea) > tf_moe_rank_key<1>(v[b], eb)) !=
+                            tf_moe_ranks_before<1>(v[a], ea, v[b], eb);
+                    planted += (planted_rank_key<0>(v[a], ea) > planted_rank_key<0>(v[b], eb)) !=
+                               tf_moe_ranks_before<0>(v[a], ea, v[b], eb);
+                }
+    FILE* f = std::fopen(argv[2], "w");
+    std::fprintf(f, "%ld %ld %ld", bad0, bad1, planted);
+    std::fclose(f);
+    return 0;
+}
+"#;
+    let program = format!(
+        "{}\ntemplate <int PLANT>\n{before}\ntemplate <int PLANT>\n{key}\ntemplate <int PLANT>\n{planted}\n{main}",
+        crate::host_cxx::SIMT_PRELUDE
+    );
+    let (dir, exe) = crate::host_cxx::build(&cxx, "rank-key", &program);
+    let out = crate::host_cxx::run(&dir, &exe, "pairs", &[]);
+    let counts: Vec<i64> = String::from_utf8_lossy(&out)
+        .split_whitespace()
+        .map(|t| t.parse().expect("a count"))
+        .collect();
+    assert_eq!(counts[0], 0, "ties to the lower id");
+    assert_eq!(
+        counts[1], 0,
+        "ties to the higher id (the planted router's order)"
+    );
+    assert!(counts[2] > 0, "the planted key (-0 above +0) went uncaught");
+}

@@ -74,7 +74,7 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
         .iter()
         .enumerate()
         .flat_map(|(i, &c)| {
-            let mmq = c.0.matmul_threads_per_row(usize::MAX) == 4;
+            let mmq = c.0.has_mmq();
             [(i, c, 16usize), (i, c, 4)]
                 .into_iter()
                 .filter(move |r| r.2 == 16 || mmq)

@@ -206,7 +206,7 @@ pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
                 plants,
                 tpr,
             };
-            if tpr == 16 || w.gpu_format().matmul_threads_per_row(usize::MAX) == 4 {
+            if tpr == 16 || w.gpu_format().has_mmq() {
                 matmul_case(gpu, &pool, d, &c, out, i as u64)?;
             }
         }
