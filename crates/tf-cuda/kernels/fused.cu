@@ -16,6 +16,9 @@
 // k = l (mod 16) in ascending k, the accumulators living across chunks), then the fixed fold
 // (as tf_matmul), then
 //   ep store: y = s        ep add: y = y + s (the residual add)
+//   ep swiglu: the weight is a fused [gate | up] of 2 * h rows; the block's first four
+//            half-warps take gate rows, the last four the up rows h further on, and
+//            y[i, p] = silu(gate) * up ([n, h]: the input of the down projection, as tf_silu_mul)
 // Every block recomputes the transform for the rows it reads; each value is the same bits as the
 // separate kernel's, and nothing depends on the number of rows in the call.
 
@@ -26,6 +29,7 @@
 #define XF_SILU 2
 #define EP_STORE 0
 #define EP_ADD 1
+#define EP_SWIGLU 2
 
 // Stages columns c0 .. c0 + cw of nt input rows into shared memory (row r at xs + r * stride),
 // eight loads in flight per thread before their stores; XF_SILU stores silu(gate) * up of a
@@ -76,9 +80,12 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
     const int hw = threadIdx.x >> 4;
     u8* sb = tf_smem + (size_t)hw * MMV_STRIDE;  // this half-warp's weight window
     float* xs = (float*)(tf_smem + MMF_ROWS * MMV_STRIDE);
-    const int j0 = blockIdx.x * MMF_ROWS;
-    const bool active = j0 + hw < rows;
-    const u8* row = W + (size_t)(active ? j0 + hw : j0) * rb;
+    // This half-warp's weight row j; with EP_SWIGLU, output column p of h = rows / 2.
+    const int h = rows / 2, half = MMF_ROWS / 2;
+    const int p = blockIdx.x * half + (hw & (half - 1));
+    const int j = EP == EP_SWIGLU ? p + (hw >= half ? h : 0) : blockIdx.x * MMF_ROWS + hw;
+    const bool active = EP == EP_SWIGLU ? p < h : j < rows;
+    const u8* row = W + (size_t)(active ? j : 0) * rb;
     const u8* lo = W;
     const u8* hi = W + (size_t)rows * rb;
     const int units = (cols + UE - 1) / UE;
@@ -89,6 +96,7 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
             float acc = 0.0f;
             if (hw < nt) {
                 const float* xr = x + (size_t)(i0 + hw) * x_stride;
+#pragma unroll 8
                 for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
             }
             const float ss = tf_fold16_sum(acc);
@@ -126,12 +134,25 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
                 }
             }
         }
+        if constexpr (EP == EP_SWIGLU) {
+            __shared__ float gate[MM_RT][MMF_ROWS / 2];
+            float s[MM_RT];
 #pragma unroll
-        for (int r = 0; r < MM_RT; r++) {
-            const float s = tf_fold16_sum(acc[r]);
-            if (active && lane == 0 && r < nt) {
-                float* o = y + (size_t)(i0 + r) * rows + j0 + hw;
-                *o = EP == EP_ADD ? *o + s : s;
+            for (int r = 0; r < MM_RT; r++) s[r] = tf_fold16_sum(acc[r]);
+            if (lane == 0 && hw < half)
+                for (int r = 0; r < nt; r++) gate[r][hw] = s[r];
+            __syncthreads();
+            if (active && lane == 0 && hw >= half)
+                for (int r = 0; r < nt; r++)
+                    y[(size_t)(i0 + r) * h + p] = tf_silu(gate[r][hw - half]) * s[r];
+        } else {
+#pragma unroll
+            for (int r = 0; r < MM_RT; r++) {
+                const float s = tf_fold16_sum(acc[r]);
+                if (active && lane == 0 && r < nt) {
+                    float* o = y + (size_t)(i0 + r) * rows + j;
+                    *o = EP == EP_ADD ? *o + s : s;
+                }
             }
         }
     }
@@ -149,7 +170,8 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
     TF_MMF_ENTRY(NAME##_norm_store, FMT, XF_NORM, EP_STORE) \
     TF_MMF_ENTRY(NAME##_norm_add, FMT, XF_NORM, EP_ADD)     \
     TF_MMF_ENTRY(NAME##_silu_store, FMT, XF_SILU, EP_STORE) \
-    TF_MMF_ENTRY(NAME##_silu_add, FMT, XF_SILU, EP_ADD)
+    TF_MMF_ENTRY(NAME##_silu_add, FMT, XF_SILU, EP_ADD)     \
+    TF_MMF_ENTRY(NAME##_norm_swiglu, FMT, XF_NORM, EP_SWIGLU)
 
 TF_MMF_FORMAT(f32, FMT_F32)
 TF_MMF_FORMAT(f16, FMT_F16)

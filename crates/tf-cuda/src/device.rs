@@ -72,7 +72,7 @@ pub const MMQ_KERNELS: [&str; 22] = [
 pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"];
 /// Input transforms of the fused matmul kernels.
 pub const FUSED_XFORMS: [&str; 3] = ["none", "norm", "silu"];
-/// Epilogues of the fused matmul kernels.
+/// Epilogues of the fused matmul kernels with every transform (`swiglu` comes with `norm` only).
 pub const FUSED_EPILOGUES: [&str; 2] = ["store", "add"];
 
 /// The fused matmul kernel for (format, transform, epilogue) names.
@@ -104,6 +104,7 @@ pub fn all_kernel_names() -> Vec<String> {
                 v.push(fused_kernel_name(f, x, e));
             }
         }
+        v.push(fused_kernel_name(f, "norm", "swiglu"));
     }
     v
 }

@@ -33,6 +33,9 @@ pub enum Epilogue {
     Store,
     /// `y = y + s` (the residual add).
     Add,
+    /// The weight is a fused `[gate | up]` of `2 h` rows: `y[i, p] = silu(gate) * up` (`y` is
+    /// `[n, h]`, the SwiGLU a down projection takes). With [`XForm::Norm`] only.
+    SwiGlu,
 }
 
 /// Bytes of a row a half-warp stages per chunk (kernels/matmul.cu `MMV_SPAN`).
@@ -87,8 +90,19 @@ pub fn matmul_fused(
             detail: format!("x_stride {x_stride} < input width {in_w}"),
         });
     }
+    let out_w = if epilogue == Epilogue::SwiGlu {
+        if !matches!(xform, XForm::Norm { .. }) || rows % 2 != 0 {
+            return Err(CudaError::Shape {
+                op: OP,
+                detail: format!("the SwiGLU epilogue takes a normed input and an even row count, not {rows} rows"),
+            });
+        }
+        rows / 2
+    } else {
+        rows
+    };
     need(OP, "x", x.len(), (n - n.min(1)) * x_stride + in_w)?;
-    need(OP, "y", y.len(), n * rows)?;
+    need(OP, "y", y.len(), n * out_w)?;
     let smem = fused_smem_bytes(w);
     let limit = gpu.info().smem_per_block;
     if smem > limit {
@@ -113,10 +127,10 @@ pub fn matmul_fused(
         }
         XForm::SiluMul => ("silu", None, 0.0),
     };
-    let ename = if epilogue == Epilogue::Add {
-        "add"
-    } else {
-        "store"
+    let ename = match epilogue {
+        Epilogue::Store => "store",
+        Epilogue::Add => "add",
+        Epilogue::SwiGlu => "swiglu",
     };
     let name = fused_kernel_name(w.format().kernel_tag(), xname, ename);
     let (n_, r_, c_, s_) = (
@@ -134,7 +148,8 @@ pub fn matmul_fused(
     };
     b.arg(&eps).arg(y).arg(&n_).arg(&r_).arg(&c_).arg(&s_);
     let cfg = LaunchConfig {
-        grid_dim: (rows.div_ceil(MMF_ROWS) as u32, 1, 1),
+        // SwiGLU: a block pairs MMF_ROWS / 2 gate rows with their up rows.
+        grid_dim: ((n_out_rows(epilogue, rows)).div_ceil(MMF_ROWS) as u32, 1, 1),
         block_dim: (MMF_THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
@@ -142,6 +157,15 @@ pub fn matmul_fused(
     // the shared memory size were checked above.
     unsafe { b.go(cfg, "launching a fused matmul") }?;
     Ok(())
+}
+
+/// Weight rows the grid covers, in blocks of `MMF_ROWS`: all of them, or for SwiGLU twice the
+/// output columns (each block's gate rows and their up rows).
+fn n_out_rows(epilogue: Epilogue, rows: usize) -> usize {
+    match epilogue {
+        Epilogue::SwiGlu => (rows / 2).div_ceil(MMF_ROWS / 2) * MMF_ROWS,
+        _ => rows,
+    }
 }
 
 /// RoPE and KV append for rows of a fused `[q | k | v]` buffer: q rotated in place, k rotated

@@ -36,6 +36,7 @@ macro_rules! kernel_names {
                 concat!("tf_mmf_", $tag, "_norm_add"),
                 concat!("tf_mmf_", $tag, "_silu_store"),
                 concat!("tf_mmf_", $tag, "_silu_add"),
+                concat!("tf_mmf_", $tag, "_norm_swiglu"),
             )*
             $($plant,)*
         ]
@@ -334,11 +335,12 @@ mod tests {
 
     #[test]
     fn kernel_names_cover_every_format_and_plant() {
-        assert_eq!(KERNEL_NAMES.len(), 8 * 8 + 4);
+        assert_eq!(KERNEL_NAMES.len(), 8 * 9 + 4);
         for n in [
             "tf_matmul_mlx3",
             "tf_embed_q6_k",
             "tf_mmf_q4_k_silu_add",
+            "tf_mmf_mlx4_norm_swiglu",
             PLANT_Q4_K_SCALE,
             PLANT_Q6_K_SCALE,
             PLANT_MLX4_NIBBLES,

@@ -37,10 +37,10 @@ pub enum Stage {
     Attend,
     /// Output projection with the residual add (and its bias before it) (every layer).
     O,
-    /// `[gate|up]` projection with the MLP norm (and its biases) (every layer).
+    /// `[gate|up]` projection with the MLP norm and SwiGLU out (with biases: stored and biased,
+    /// the SwiGLU left to Down) (every layer).
     GateUp,
-    /// Down projection with SwiGLU in and the residual add (and its bias before it) (every
-    /// layer).
+    /// Down projection with the residual add (and its bias before it) (every layer).
     Down,
     /// Final norm and the head.
     Head,
@@ -491,24 +491,27 @@ impl GpuLlama {
                     gain: &l.mlp_norm,
                     eps: self.eps,
                 };
-                matmul_fused(
-                    g,
-                    &l.gate_up,
-                    &ws.x,
-                    hidden,
-                    norm,
-                    Epilogue::Store,
-                    n,
-                    &mut ws.gate_up,
-                )?;
-                if let Some(b) = &l.extra.gate_up_bias {
+                // Without a bias the SwiGLU is the matmul's epilogue (gate_up holds [n, ffn]);
+                // with one, [gate | up] is stored, biased, and the down matmul takes SwiGLU in.
+                let bias = l.extra.gate_up_bias.as_ref();
+                let epi = if bias.is_some() {
+                    Epilogue::Store
+                } else {
+                    Epilogue::SwiGlu
+                };
+                matmul_fused(g, &l.gate_up, &ws.x, hidden, norm, epi, n, &mut ws.gate_up)?;
+                if let Some(b) = bias {
                     extra::bias_rows(g, &mut ws.gate_up, b, n)?;
                 }
             }
             if has(Stage::Down) {
+                let (xf, x_stride) = match l.extra.gate_up_bias {
+                    Some(_) => (XForm::SiluMul, 2 * ffn),
+                    None => (XForm::None, ffn),
+                };
                 let bias = l.extra.down_bias.as_ref();
                 let (epi, y) = extra::residual_out(bias, &mut ws.x, &mut ws.proj)?;
-                matmul_fused(g, &l.down, &ws.gate_up, 2 * ffn, XForm::SiluMul, epi, n, y)?;
+                matmul_fused(g, &l.down, &ws.gate_up, x_stride, xf, epi, n, y)?;
                 extra::residual_bias(g, bias, &mut ws.x, &ws.proj, n)?;
             }
         }

@@ -25,6 +25,8 @@ enum Kind {
     NormStore,
     NoneAdd,
     SiluAdd,
+    /// RMSNorm in, SwiGLU of each gate row and its up row out.
+    NormSwiGlu,
 }
 
 /// One input row: the matmul input (`cols`, or `2 * cols` for SwiGLU) and the residual row.
@@ -59,6 +61,14 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
             576,
             Kind::NormStore,
             "[gate|up] 3072x576 with the MLP norm",
+            false,
+        ),
+        (
+            GpuFormat::Q4_1,
+            3072,
+            576,
+            Kind::NormSwiGlu,
+            "[gate|up] 3072x576 with the MLP norm and SwiGLU out",
             false,
         ),
         (
@@ -152,14 +162,13 @@ fn matmul_case(
                     .collect::<Vec<_>>(),
                 y,
             )?;
+            let norm = XForm::Norm {
+                gain: &gain,
+                eps: eps_n(rs.len()),
+            };
             let (xf, ep) = match kind {
-                Kind::NormStore => (
-                    XForm::Norm {
-                        gain: &gain,
-                        eps: eps_n(rs.len()),
-                    },
-                    Epilogue::Store,
-                ),
+                Kind::NormStore => (norm, Epilogue::Store),
+                Kind::NormSwiGlu => (norm, Epilogue::SwiGlu),
                 Kind::NoneAdd => (XForm::None, Epilogue::Add),
                 Kind::SiluAdd => (XForm::SiluMul, Epilogue::Add),
             };
@@ -174,7 +183,7 @@ fn matmul_case(
     // Inputs: a norm row of scale ~1.5, plain rows in [-1, 1], SwiGLU gate/up of scale ~2 / ~1.
     let gen = |r: &mut Rng, _: usize| -> Row {
         let x = match kind {
-            Kind::NormStore => r.vec_normal(cols, 1.5),
+            Kind::NormStore | Kind::NormSwiGlu => r.vec_normal(cols, 1.5),
             Kind::NoneAdd => r.vec_uniform(cols, -1.0, 1.0),
             Kind::SiluAdd => {
                 let mut v = r.vec_normal(cols, 2.0);
@@ -182,7 +191,7 @@ fn matmul_case(
                 v
             }
         };
-        let res = if kind == Kind::NormStore {
+        let res = if matches!(kind, Kind::NormStore | Kind::NormSwiGlu) {
             Vec::new()
         } else {
             r.vec_uniform(rows, -1.0, 1.0)
@@ -191,7 +200,7 @@ fn matmul_case(
     };
     let input_f64 = |x: &[f32]| -> Vec<f64> {
         match kind {
-            Kind::NormStore => {
+            Kind::NormStore | Kind::NormSwiGlu => {
                 let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
                 let r = 1.0 / (ss / cols as f64 + EPS as f64).sqrt();
                 x.iter()
@@ -208,30 +217,45 @@ fn matmul_case(
                 .collect(),
         }
     };
+    let dot = |j: usize, h: &[f64]| -> f64 {
+        wf[j * cols..(j + 1) * cols]
+            .iter()
+            .zip(h)
+            .map(|(a, b)| a * b)
+            .sum()
+    };
+    let half = rows / 2;
     let reference = |row: &Row, o: &mut [f64]| {
         let h = input_f64(&row.0);
         for (j, oj) in o.iter_mut().enumerate() {
-            let s: f64 = wf[j * cols..(j + 1) * cols]
-                .iter()
-                .zip(&h)
-                .map(|(a, b)| a * b)
-                .sum();
-            *oj = s + row.1.get(j).map_or(0.0, |&v| v as f64);
+            *oj = if kind == Kind::NormSwiGlu {
+                let (gate, up) = (dot(j, &h), dot(half + j, &h));
+                gate / (1.0 + (-gate).exp()) * up
+            } else {
+                dot(j, &h) + row.1.get(j).map_or(0.0, |&v| v as f64)
+            };
         }
     };
     // |input| <= ~4.5 after a norm (gain 1.5 x 3 sigma), <= ~2 after SwiGLU, <= 1 plain; the
     // fmaf chains of k/16 terms, the fold, the input's own roundings, and the residual add.
     let xmax = match kind {
-        Kind::NormStore => 8.0,
+        Kind::NormStore | Kind::NormSwiGlu => 8.0,
         Kind::SiluAdd => 10.0,
         Kind::NoneAdd => 1.0,
     };
     let k = cols as f64;
     let abs = ((k / 16.0).ceil() + 8.0) * U * k * wmax * xmax + 4.0 * U;
+    // SwiGLU out: silu(g) * u moves by about (|g| + |u|) times the sums' error (each sum at
+    // most k * wmax * xmax), plus the product's rounding.
+    let (abs, out_w) = if kind == Kind::NormSwiGlu {
+        (2.2 * abs * k * wmax * xmax + 8.0 * U, half)
+    } else {
+        (abs, rows)
+    };
     let name = format!("fused matmul {format:?} {kind:?}");
     let op = RowOp {
         name: &name,
-        out_width: rows,
+        out_width: out_w,
         tolerance: Tolerance::new(abs, 2.0 * U),
         gen_row: &gen,
         reference: &reference,
@@ -242,12 +266,12 @@ fn matmul_case(
     // GPU vs the CPU's separate operators on 24 fresh rows.
     let mut r2 = Rng::new(seed ^ 0x5eed);
     let sample: Vec<Row> = (0..24).map(|i| gen(&mut r2, i)).collect();
-    let mut g = vec![0f32; 24 * rows];
+    let mut g = vec![0f32; 24 * out_w];
     run(&sample, &mut g);
     let mut c = vec![0f32; 24 * rows];
     let flat: Vec<f32> = sample.iter().flat_map(|r| r.0.iter().copied()).collect();
     let h = match kind {
-        Kind::NormStore => {
+        Kind::NormStore | Kind::NormSwiGlu => {
             let mut h = vec![0f32; 24 * cols];
             rms_norm(&flat, &gain_h, EPS, 24, &mut h)
                 .map_err(|e| shape_err("cpu rms_norm")(e.to_string()))?;
@@ -267,7 +291,15 @@ fn matmul_case(
     };
     cpu_matmul(&hw.packed(), &h, 24, &mut c, pool)
         .map_err(|e| shape_err("cpu matmul")(e.to_string()))?;
-    if kind != Kind::NormStore {
+    if kind == Kind::NormSwiGlu {
+        let (mut gs, mut us) = (Vec::new(), Vec::new());
+        for cr in c.chunks_exact(rows) {
+            gs.extend_from_slice(&cr[..half]);
+            us.extend_from_slice(&cr[half..]);
+        }
+        c = vec![0f32; 24 * half];
+        silu_mul(&gs, &us, &mut c).map_err(|e| shape_err("cpu silu_mul")(e.to_string()))?;
+    } else if kind != Kind::NormStore {
         for (cr, r) in c.chunks_exact_mut(rows).zip(&sample) {
             for (a, &b) in cr.iter_mut().zip(&r.1) {
                 *a += b;
