@@ -262,3 +262,61 @@ fn log_softmax_of(candidates: &[(u32, f32)], token: u32, inv_t: f64) -> f32 {
         .map_or(f64::NEG_INFINITY, |c| c.1 as f64);
     (l * inv_t - max - sum.ln()) as f32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::argmax;
+
+    /// The one-pass loop `argmax` replaced: the first largest value, NaN never winning.
+    fn reference(values: &[f32]) -> u32 {
+        let mut best = 0usize;
+        for (i, &v) in values.iter().enumerate() {
+            if v > values[best] || values[best].is_nan() && !v.is_nan() {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_is_the_first_largest_value_and_nan_never_wins() {
+        let nan = f32::NAN;
+        let inf = f32::INFINITY;
+        let special: [&[f32]; 7] = [
+            &[],
+            &[nan, nan],
+            &[nan, -inf, 1.0],
+            &[-0.0, 0.0],
+            &[0.0, -0.0, nan],
+            &[-inf, -inf, -inf],
+            &[1.0, 3.0, 3.0, nan, inf, inf],
+        ];
+        for v in special {
+            assert_eq!(argmax(v), reference(v), "{v:?}");
+        }
+        let mut r = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            r
+        };
+        for _ in 0..3000 {
+            let n = (next() % 80) as usize;
+            let v: Vec<f32> = (0..n)
+                .map(|_| match next() % 8 {
+                    0 => nan,
+                    1 => -0.0,
+                    2 => 0.0,
+                    3 => -inf,
+                    _ => (next() % 6) as f32 - 2.0,
+                })
+                .collect();
+            assert_eq!(argmax(&v), reference(&v), "{v:?}");
+        }
+        // Control: the last of equal maxima is a different answer, and the check sees it.
+        let last =
+            |v: &[f32]| v.len() as u32 - 1 - argmax(&v.iter().rev().copied().collect::<Vec<_>>());
+        assert_ne!(last(&[3.0, 1.0, 3.0]), reference(&[3.0, 1.0, 3.0]));
+    }
+}

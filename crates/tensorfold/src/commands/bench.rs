@@ -141,7 +141,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Aggregate decode tok/s of `n` streams stepping together for `steps` rounds (greedy: each
-/// stream feeds back its own argmax), after a one-token prompt each.
+/// stream feeds back its own argmax, the sampler's greedy pick), after a one-token prompt each.
 fn decode_streams(model: &mut dyn tf_models::Model, n: usize, steps: usize) -> anyhow::Result<f64> {
     use tf_models::{Row, StreamState};
     let vocab = model.info().vocab_size;
@@ -160,10 +160,7 @@ fn decode_streams(model: &mut dyn tf_models::Model, n: usize, steps: usize) -> a
         let mut refs: Vec<&mut StreamState> = states.iter_mut().collect();
         model.forward(&rows, &mut refs, &mut logits)?;
         for (i, t) in next.iter_mut().enumerate() {
-            let row = &logits[i * vocab..(i + 1) * vocab];
-            *t = (0..vocab)
-                .max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))
-                .unwrap_or(0) as u32;
+            *t = tf_engine::sampler::argmax(&logits[i * vocab..(i + 1) * vocab]);
         }
         Ok(())
     };

@@ -5,6 +5,7 @@
 //! no roll back of the head.
 
 use super::super::stream::Running;
+use crate::sampler::argmax;
 use tf_models::{Model, Row, StreamState};
 
 /// One stream's MTP head state and the model's hidden rows not yet fed to the head.
@@ -96,17 +97,6 @@ fn token_at(s: &Running, q: usize) -> u32 {
 
 /// What a chain must restore: (stream, head length, head recurrent state, head output).
 type Saved = (usize, usize, Vec<tf_kernels::ops::MambaState>, Vec<f32>);
-
-/// Index of the largest logit (ties: the lowest token id).
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
 
 /// Feeds every tracker the verified positions it can (those below the stream's length whose
 /// next token is known), then drafts up to `want[i]` tokens for each stream `i` whose tracker
