@@ -42,31 +42,28 @@ pub const KERNELS: [&str; 22] = [
 pub const PLANTED_KERNELS: [&str; 2] = ["tf_plant_attend_short", "tf_plant_attend_tile_sum"];
 
 /// Matmul entries with a `tf_mmq` twin, `NAME_mmq` (4 threads a weight row; see
-/// [`crate::weights::geometry_kernel`]).
-pub const MMQ_KERNELS: [&str; 22] = [
-    "tf_matmul_q4_0",
-    "tf_matmul_q4_1",
-    "tf_matmul_q8_0",
-    "tf_plant_matmul_q4_1_rowvar",
-    "tf_matmul_mlx2",
-    "tf_matmul_mlx3",
-    "tf_matmul_mlx4",
-    "tf_matmul_mlx5",
-    "tf_matmul_mlx6",
-    "tf_matmul_mlx8",
-    "tf_plant_matmul_mlx4_nibbles",
-    "tf_plant_matmul_mlx4_fma",
-    "tf_moe_matmul_q4_0",
-    "tf_moe_matmul_q4_1",
-    "tf_moe_matmul_q8_0",
-    "tf_plant_moe_matmul_q4_1_rowvar",
-    "tf_moe_matmul_mlx2",
-    "tf_moe_matmul_mlx3",
-    "tf_moe_matmul_mlx4",
-    "tf_moe_matmul_mlx5",
-    "tf_moe_matmul_mlx6",
-    "tf_moe_matmul_mlx8",
-];
+/// [`crate::weights::geometry_kernel`]): the plain and grouped matmuls of every format with
+/// `tf_mmq`, and their planted controls.
+pub fn mmq_kernels() -> Vec<String> {
+    let mut v: Vec<String> = crate::weights::GpuFormat::ALL
+        .iter()
+        .filter(|f| f.has_mmq())
+        .flat_map(|f| {
+            let tag = f.kernel_tag();
+            [format!("tf_matmul_{tag}"), format!("tf_moe_matmul_{tag}")]
+        })
+        .collect();
+    v.extend(
+        [
+            "tf_plant_matmul_q4_1_rowvar",
+            "tf_plant_matmul_mlx4_nibbles",
+            "tf_plant_matmul_mlx4_fma",
+            "tf_plant_moe_matmul_q4_1_rowvar",
+        ]
+        .map(String::from),
+    );
+    v
+}
 
 /// Format names in the fused matmul kernels' names.
 pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"];
@@ -93,7 +90,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::select::KERNEL_NAMES)
         .map(|s| s.to_string())
         .chain(
-            MMQ_KERNELS
+            mmq_kernels()
                 .iter()
                 .map(|k| crate::weights::geometry_kernel(k, 4)),
         )

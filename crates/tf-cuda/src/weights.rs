@@ -14,7 +14,7 @@ use tf_kernels::matmul::{FloatType, PackedMatrix, WeightData};
 pub const MMQ_MIN_ROWS: usize = 20480;
 
 /// The entry of matmul kernel `kernel` for `threads_per_row` threads a weight row: `kernel` for
-/// 16 (`tf_mmv`), its twin `kernel_mmq` for 4 (`tf_mmq`; [`crate::device::MMQ_KERNELS`]). Two
+/// 16 (`tf_mmv`), its twin `kernel_mmq` for 4 (`tf_mmq`; [`crate::device::mmq_kernels`]). Two
 /// entries, so that each geometry gets its own register count.
 pub fn geometry_kernel(kernel: &str, threads_per_row: usize) -> String {
     if threads_per_row == 4 {

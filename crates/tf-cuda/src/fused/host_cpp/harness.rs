@@ -137,7 +137,7 @@ pub(super) fn host_source() -> String {
         mm.push_str(&format!("MM({p}) "));
     }
     moe.push_str("MM(tf_plant_moe_matmul_q4_1_rowvar) ");
-    for k in crate::device::MMQ_KERNELS {
+    for k in crate::device::mmq_kernels() {
         let table = if k.contains("_moe_") {
             &mut moe
         } else {
