@@ -53,8 +53,8 @@ impl Graphs {
     }
 }
 
-/// Copies the `[rows.len(), vocab]` device logits back and keeps the rows that want them, in
-/// row order.
+/// Copies back the device logits (`[rows.len(), vocab]`) of the rows that want them, in row
+/// order (nothing when none does: a round read on the device, or a prefill chunk).
 pub fn wanted_logits(
     gpu: &Gpu,
     dev: &CudaSlice<f32>,
@@ -62,12 +62,60 @@ pub fn wanted_logits(
     vocab: usize,
     logits: &mut Vec<f32>,
 ) -> Result<()> {
-    let all = gpu.download(dev, rows.len() * vocab)?;
+    let wanted: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].logits).collect();
     logits.clear();
-    for (i, r) in rows.iter().enumerate() {
-        if r.logits {
-            logits.extend_from_slice(&all[i * vocab..(i + 1) * vocab]);
+    download_rows_into(gpu, dev, &wanted, vocab, logits)
+}
+
+/// Rows `rows` (ascending) of the device logits, each its own vector (see
+/// [`download_rows_into`]).
+pub(crate) fn download_rows(
+    gpu: &Gpu,
+    dev: &CudaSlice<f32>,
+    rows: &[usize],
+    vocab: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let mut all = Vec::new();
+    download_rows_into(gpu, dev, rows, vocab, &mut all)?;
+    Ok(all.chunks(vocab).map(<[f32]>::to_vec).collect())
+}
+
+/// Appends rows `rows` (ascending) of the device logits to `out`, copied down with one copy
+/// per run of consecutive rows and one synchronization.
+fn download_rows_into(
+    gpu: &Gpu,
+    dev: &CudaSlice<f32>,
+    rows: &[usize],
+    vocab: usize,
+    out: &mut Vec<f32>,
+) -> Result<()> {
+    let mut i = 0;
+    while i < rows.len() {
+        let mut j = i + 1;
+        while j < rows.len() && rows[j] == rows[j - 1] + 1 {
+            j += 1;
         }
+        let (a, b) = (rows[i] * vocab, (rows[j - 1] + 1) * vocab);
+        if b > dev.len() {
+            return Err(CudaError::Shape {
+                op: "logits rows download",
+                detail: format!(
+                    "rows {}..={} of {vocab} past a buffer of {}",
+                    rows[i],
+                    rows[j - 1],
+                    dev.len()
+                ),
+            });
+        }
+        let at = out.len();
+        out.resize(at + b - a, 0.0);
+        gpu.stream()
+            .memcpy_dtoh(&dev.slice(a..b), &mut out[at..])
+            .map_err(drv("copying logits rows from the device"))?;
+        i = j;
+    }
+    if !rows.is_empty() {
+        gpu.synchronize()?;
     }
     Ok(())
 }

@@ -141,13 +141,16 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Aggregate decode tok/s of `n` streams stepping together for `steps` rounds (greedy: each
-/// stream feeds back its own argmax, the sampler's greedy pick), after a one-token prompt each.
+/// stream feeds back the sampler's greedy pick, from the row's candidates where the model
+/// offers them, as the server does), after a one-token prompt each.
 fn decode_streams(model: &mut dyn tf_models::Model, n: usize, steps: usize) -> anyhow::Result<f64> {
+    use tf_engine::sampler::{argmax, sample_candidates};
     use tf_models::{Row, StreamState};
     let vocab = model.info().vocab_size;
     let mut states: Vec<StreamState> = (0..n).map(|_| model.new_state()).collect();
     let mut next: Vec<u32> = (0..n as u32).map(|i| 1 + i * 7919 % vocab as u32).collect();
     let mut logits = Vec::new();
+    let mut candidates = Vec::new();
     let mut round = |states: &mut Vec<StreamState>, next: &mut Vec<u32>| -> anyhow::Result<()> {
         let rows: Vec<Row> = (0..n)
             .map(|i| Row {
@@ -158,9 +161,33 @@ fn decode_streams(model: &mut dyn tf_models::Model, n: usize, steps: usize) -> a
             })
             .collect();
         let mut refs: Vec<&mut StreamState> = states.iter_mut().collect();
-        model.forward(&rows, &mut refs, &mut logits)?;
+        if model.candidate_capacity() == 0 {
+            model.forward(&rows, &mut refs, &mut logits)?;
+            for (i, t) in next.iter_mut().enumerate() {
+                *t = argmax(&logits[i * vocab..(i + 1) * vocab]);
+            }
+            return Ok(());
+        }
+        // As the server samples on such a model: from each row's candidates, the whole row
+        // only when they do not decide the pick.
+        model.forward_candidates(&rows, &mut refs, &[], &mut candidates)?;
         for (i, t) in next.iter_mut().enumerate() {
-            *t = tf_engine::sampler::argmax(&logits[i * vocab..(i + 1) * vocab]);
+            let greedy = SamplingParams::default();
+            let pos = rows[i].pos as u64;
+            *t = match sample_candidates(
+                &candidates[i],
+                &[],
+                vocab,
+                &greedy,
+                Default::default(),
+                pos,
+            ) {
+                Some(t) => t,
+                None => {
+                    model.candidate_row(i, &mut logits)?;
+                    argmax(&logits)
+                }
+            };
         }
         Ok(())
     };

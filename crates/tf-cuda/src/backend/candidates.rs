@@ -14,6 +14,7 @@
 //! [`Model::candidate_logits`]: tf_models::Model::candidate_logits
 
 use super::{backend, host_err, CudaModel, GRAPH_ROWS};
+use crate::graphs::download_rows;
 use crate::select::{gather, select, GpuCandidates, SELECT_CAP};
 use tf_models::{ModelError, Row, RowCandidates, RowWant, StreamState};
 
@@ -233,46 +234,6 @@ fn whole_row_owned(r: Vec<f32>) -> RowCandidates {
         extra: Vec::new(),
         whole: r,
     }
-}
-
-/// Rows `rows` (ascending) of the device logits, copied down with one copy per run of
-/// consecutive rows and one synchronization.
-fn download_rows(
-    gpu: &crate::device::Gpu,
-    dev: &cudarc::driver::CudaSlice<f32>,
-    rows: &[usize],
-    vocab: usize,
-) -> crate::error::Result<Vec<Vec<f32>>> {
-    let mut out = Vec::with_capacity(rows.len());
-    let mut i = 0;
-    while i < rows.len() {
-        let mut j = i + 1;
-        while j < rows.len() && rows[j] == rows[j - 1] + 1 {
-            j += 1;
-        }
-        let (a, b) = (rows[i] * vocab, (rows[j - 1] + 1) * vocab);
-        if b > dev.len() {
-            return Err(crate::error::CudaError::Shape {
-                op: "logits rows download",
-                detail: format!(
-                    "rows {}..={} of {vocab} past a buffer of {}",
-                    rows[i],
-                    rows[j - 1],
-                    dev.len()
-                ),
-            });
-        }
-        let mut run = vec![0f32; b - a];
-        gpu.stream()
-            .memcpy_dtoh(&dev.slice(a..b), &mut run)
-            .map_err(crate::error::drv("copying logits rows from the device"))?;
-        out.extend(run.chunks(vocab).map(<[f32]>::to_vec));
-        i = j;
-    }
-    if !rows.is_empty() {
-        gpu.synchronize()?;
-    }
-    Ok(out)
 }
 
 fn no_row(k: usize) -> ModelError {

@@ -147,9 +147,9 @@ macro_rules! slot_forward {
     };
 }
 
-slot_forward!(GpuLlama);
-slot_forward!(GpuMuseSpark);
-slot_forward!(GpuNemotronH, mamba);
+slot_forward!(GpuLlama, logits);
+slot_forward!(GpuMuseSpark, logits);
+slot_forward!(GpuNemotronH, mamba, logits);
 
 /// The host side of a stream's state: attention layers' (kv heads, head dim) and the Mamba
 /// layers' count.

@@ -265,6 +265,12 @@ impl GpuLlama {
         })
     }
 
+    /// The device logits of the latest round (`[rows of the round, vocab]`, every row): the
+    /// backend's candidate selection reads them in place.
+    pub fn logits_device(&self) -> &CudaSlice<f32> {
+        &self.ws.logits
+    }
+
     /// The device.
     pub fn gpu(&self) -> &Gpu {
         &self.gpu

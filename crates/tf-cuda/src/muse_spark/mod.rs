@@ -244,6 +244,12 @@ impl GpuMuseSpark {
         })
     }
 
+    /// The device logits of the latest round (`[rows of the round, vocab]`, every row): the
+    /// backend's candidate selection reads them in place.
+    pub fn logits_device(&self) -> &CudaSlice<f32> {
+        &self.ws.logits
+    }
+
     /// The device.
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
