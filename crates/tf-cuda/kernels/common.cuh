@@ -35,17 +35,6 @@ __device__ __forceinline__ float tf_bf16(u16 h) { return __int_as_float(((u32)h)
 // Little-endian u16 at a 2-byte aligned address.
 __device__ __forceinline__ u16 tf_ld16(const u8* p) { return *(const u16*)p; }
 
-// Programmatic dependent launch (src/graphs.rs): compile.rs starts every kernel body with
-// TF_PDL_ENTRY(), which waits until the kernel before it in a captured round has finished and
-// its writes are visible, then lets the next kernel's blocks be placed. Outside such a round it
-// returns at once; before sm_90 (no griddepcontrol) it is empty.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define TF_PDL_ENTRY() \
-    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
-#else
-#define TF_PDL_ENTRY()
-#endif
-
 // The contract's exp (tf_kernels::ops::simd::portable::exp), bit for bit.
 __device__ __forceinline__ float tf_exp(float x) {
     if (isnan(x)) return x;

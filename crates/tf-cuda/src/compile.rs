@@ -32,37 +32,14 @@ pub const NVRTC_FLAGS: [&str; 4] = [
     "--std=c++17",
 ];
 
-/// The whole program: [`COMMON`] followed by every source in [`SOURCES`], each kernel body
-/// starting with `TF_PDL_ENTRY();` ([`with_pdl_entry`]).
+/// The whole program: [`COMMON`] followed by every source in [`SOURCES`].
 pub fn program_source() -> String {
     let mut s = String::from(COMMON);
     for (name, text) in SOURCES {
         s.push_str(&format!("\n// ---- {name} ----\n"));
-        s.push_str(&with_pdl_entry(text));
+        s.push_str(text);
     }
     s
-}
-
-/// `text` with `TF_PDL_ENTRY();` (common.cuh) at the start of every kernel body (the first
-/// `{` after each `__global__`), so that every kernel of a captured round waits for the kernel
-/// before it (programmatic dependent launch, src/graphs.rs). Kernel declarations are left as
-/// they are.
-pub fn with_pdl_entry(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 1024);
-    let mut rest = text;
-    while let Some(i) = rest.find("__global__") {
-        let after = &rest[i..];
-        let Some(j) = after.find(['{', ';']) else {
-            break;
-        };
-        out.push_str(&rest[..i + j + 1]);
-        if after.as_bytes()[j] == b'{' {
-            out.push_str(" TF_PDL_ENTRY();");
-        }
-        rest = &after[j + 1..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// Whether libnvrtc can be loaded.
@@ -178,29 +155,4 @@ fn write_atomic(path: &std::path::Path, text: &str) -> Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&tmp, text).map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_kernel_body_starts_with_the_pdl_entry() {
-        let src = program_source();
-        let kernels = SOURCES
-            .iter()
-            .map(|(_, t)| t.matches("__global__").count())
-            .sum::<usize>();
-        assert!(kernels > 30, "{kernels} kernels");
-        assert_eq!(src.matches(" TF_PDL_ENTRY();").count(), kernels);
-        // Declarations get nothing; a body inside a macro keeps its line continuation.
-        let t = "extern \"C\" __global__ void f(int);\n#define E(N) extern \"C\" __global__ void N(int a) { \\\n  g(a); }\n";
-        let w = with_pdl_entry(t);
-        assert_eq!(
-            w,
-            "extern \"C\" __global__ void f(int);\n#define E(N) extern \"C\" __global__ void N(int a) { TF_PDL_ENTRY(); \\\n  g(a); }\n"
-        );
-        // Control: a source without the entry is told apart.
-        assert_ne!(with_pdl_entry(t), t);
-    }
 }

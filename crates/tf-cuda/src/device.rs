@@ -248,13 +248,6 @@ impl Gpu {
         })
     }
 
-    /// Whether captured rounds use programmatic dependent launch (compute capability 9.0 and up,
-    /// unless `TF_CUDA_PDL=0`; see [`crate::graphs`]).
-    pub fn programmatic_launch(&self) -> bool {
-        self.info.compute_capability.0 >= 9
-            && std::env::var("TF_CUDA_PDL").map_or(true, |v| v != "0")
-    }
-
     /// Registers a thread of kernel `name` uses (as compiled for this device).
     pub fn registers(&self, name: &str) -> Result<i32> {
         self.entry(name)?

@@ -465,8 +465,7 @@ impl GpuNemotronH {
         self.upload_round(rows)?;
         let mut graphs = std::mem::take(&mut self.graphs);
         let stream = self.gpu.stream().clone();
-        let pdl = self.gpu.programmatic_launch();
-        let ran = graphs.run(stream, n, graphed, pdl, || self.launch_all(n));
+        let ran = graphs.run(stream, n, graphed, || self.launch_all(n));
         self.graphs = graphs;
         ran?;
         for r in rows {
