@@ -56,11 +56,11 @@ pub struct PenaltyHistory<'a> {
     pub generated: &'a [u32],
 }
 
-/// A sampled token with its log-probability under the (penalised, tempered) distribution.
+/// A sampled token. (Its log-probability, when a request asks, comes from the scheduler's
+/// `logprob_of`; the draw itself never needs it.)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sampled {
     pub token: u32,
-    pub logprob: f32,
 }
 
 /// Derives a request seed from its prompt ids (used when the request carries no seed).
@@ -163,18 +163,15 @@ pub fn sample(
 ) -> Sampled {
     apply_penalties(logits, params, history);
     if params.temperature <= 0.0 {
-        let token = argmax(logits);
         return Sampled {
-            token,
-            logprob: log_softmax_at(logits, token as usize, 1.0),
+            token: argmax(logits),
         };
     }
     let candidates = cut(sorted_candidates(logits), params);
     pick(&candidates, params, position)
 }
 
-/// The Gumbel-max draw over `candidates` (non-empty, as [`cut`] leaves them), with its
-/// log-probability under their softmax.
+/// The Gumbel-max draw over `candidates` (non-empty, as [`cut`] leaves them).
 fn pick(candidates: &[(u32, f32)], params: &SamplingParams, position: u64) -> Sampled {
     let inv_t = 1.0 / params.temperature as f64;
     let (mut best, mut best_key) = (candidates[0].0, f64::NEG_INFINITY);
@@ -186,11 +183,7 @@ fn pick(candidates: &[(u32, f32)], params: &SamplingParams, position: u64) -> Sa
             best_key = key;
         }
     }
-    let logprob = log_softmax_of(candidates, best, inv_t);
-    Sampled {
-        token: best,
-        logprob,
-    }
+    Sampled { token: best }
 }
 
 /// Every non-NaN logit as (id, logit), sorted by logit (descending, total order) then token id;
@@ -240,27 +233,6 @@ fn cut(mut c: Vec<(u32, f32)>, params: &SamplingParams) -> Vec<(u32, f32)> {
     }
     c.truncate(keep.max(1));
     c
-}
-
-/// log p(token) under softmax(logits / t) over the whole vocabulary.
-fn log_softmax_at(logits: &[f32], token: usize, t: f64) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = logits.iter().map(|&l| ((l as f64 - max) / t).exp()).sum();
-    ((logits[token] as f64 - max) / t - sum.ln()) as f32
-}
-
-/// log p(token) under softmax over the candidate set, with inverse temperature `inv_t`.
-fn log_softmax_of(candidates: &[(u32, f32)], token: u32, inv_t: f64) -> f32 {
-    let max = candidates[0].1 as f64 * inv_t;
-    let sum: f64 = candidates
-        .iter()
-        .map(|&(_, l)| (l as f64 * inv_t - max).exp())
-        .sum();
-    let l = candidates
-        .iter()
-        .find(|c| c.0 == token)
-        .map_or(f64::NEG_INFINITY, |c| c.1 as f64);
-    (l * inv_t - max - sum.ln()) as f32
 }
 
 #[cfg(test)]
