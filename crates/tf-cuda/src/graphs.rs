@@ -53,6 +53,51 @@ impl Graphs {
     }
 }
 
+/// Checks a round against the slots' lengths `lens`: 1..=`max_rows` rows, each continuing its
+/// slot (a slot's rows in ascending position), tokens below `vocab`; `op` names the model's
+/// round in the error.
+pub fn check_rows(
+    op: &'static str,
+    lens: &[usize],
+    rows: &[GpuRow],
+    max_rows: usize,
+    vocab: usize,
+) -> Result<()> {
+    if rows.is_empty() || rows.len() > max_rows {
+        return Err(CudaError::Shape {
+            op,
+            detail: format!("{} rows (1..={max_rows} allowed)", rows.len()),
+        });
+    }
+    let mut next = lens.to_vec();
+    for r in rows {
+        let len = next.get_mut(r.slot).ok_or(CudaError::Param {
+            op,
+            what: "slot",
+            value: r.slot as f64,
+            why: "no such slot",
+        })?;
+        if r.pos != *len {
+            return Err(CudaError::Param {
+                op,
+                what: "position",
+                value: r.pos as f64,
+                why: "must continue its slot",
+            });
+        }
+        if r.token as usize >= vocab {
+            return Err(CudaError::Param {
+                op,
+                what: "token",
+                value: r.token as f64,
+                why: "beyond the vocabulary",
+            });
+        }
+        *len += 1;
+    }
+    Ok(())
+}
+
 /// Copies back the device logits (`[rows.len(), vocab]`) of the rows that want them, in row
 /// order (nothing when none does: a round read on the device, or a prefill chunk).
 pub fn wanted_logits(
@@ -118,4 +163,51 @@ fn download_rows_into(
         gpu.synchronize()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
+        GpuRow {
+            slot,
+            pos,
+            token,
+            logits: true,
+        }
+    }
+
+    #[test]
+    fn rows_must_continue_their_slots_in_order() {
+        let lens = [0usize, 3, 7];
+        // Several rows of one slot, in ascending position, beside other slots: accepted.
+        let ok = [
+            row(1, 3, 5),
+            row(0, 0, 1),
+            row(1, 4, 6),
+            row(1, 5, 0),
+            row(2, 7, 95),
+        ];
+        check_rows("test round", &lens, &ok, 8, 96).unwrap();
+        // Refused: a gap, a repeat, rows of a slot out of order, an unknown slot, a token beyond
+        // the vocabulary, no rows, too many rows.
+        let bad: [&[GpuRow]; 6] = [
+            &[row(1, 4, 0)],
+            &[row(1, 3, 0), row(1, 3, 0)],
+            &[row(1, 4, 0), row(1, 3, 0)],
+            &[row(3, 0, 0)],
+            &[row(0, 0, 96)],
+            &[],
+        ];
+        for rows in bad {
+            assert!(
+                check_rows("test round", &lens, rows, 8, 96).is_err(),
+                "{rows:?} accepted"
+            );
+        }
+        let many: Vec<GpuRow> = (0..9).map(|p| row(0, p, 0)).collect();
+        assert!(check_rows("test round", &lens, &many, 8, 96).is_err());
+        check_rows("test round", &lens, &many[..8], 8, 96).unwrap();
+    }
 }

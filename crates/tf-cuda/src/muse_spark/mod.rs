@@ -13,7 +13,7 @@ mod weights;
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::graphs::{wanted_logits, Graphs};
+use crate::graphs::{check_rows, wanted_logits, Graphs};
 use crate::kv::GpuKv;
 use crate::llama::GpuRow;
 use crate::moe::{MoeBuffers, MoeLimits, Routing};
@@ -350,39 +350,13 @@ impl GpuMuseSpark {
 
     /// Checks the rows and uploads tokens, slots, positions and RoPE angles.
     fn upload_round(&mut self, rows: &[GpuRow]) -> Result<()> {
-        const OP: &str = "muse_spark round";
-        if rows.is_empty() || rows.len() > self.max_rows {
-            return Err(CudaError::Shape {
-                op: OP,
-                detail: format!("{} rows (1..={} allowed)", rows.len(), self.max_rows),
-            });
-        }
-        let mut next = self.lens.clone();
-        for r in rows {
-            let len = next.get_mut(r.slot).ok_or(CudaError::Param {
-                op: OP,
-                what: "slot",
-                value: r.slot as f64,
-                why: "no such slot",
-            })?;
-            if r.pos != *len {
-                return Err(CudaError::Param {
-                    op: OP,
-                    what: "position",
-                    value: r.pos as f64,
-                    why: "must continue its slot",
-                });
-            }
-            if r.token as usize >= self.embed.rows() {
-                return Err(CudaError::Param {
-                    op: OP,
-                    what: "token",
-                    value: r.token as f64,
-                    why: "beyond the vocabulary",
-                });
-            }
-            *len += 1;
-        }
+        check_rows(
+            "muse_spark round",
+            &self.lens,
+            rows,
+            self.max_rows,
+            self.embed.rows(),
+        )?;
         let slots: Vec<usize> = rows.iter().map(|r| r.slot).collect();
         let pos: Vec<usize> = rows.iter().map(|r| r.pos).collect();
         self.rows.set(&self.gpu, &self.kv, &slots, &pos)?;

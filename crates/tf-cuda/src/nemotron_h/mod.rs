@@ -17,7 +17,7 @@ pub use crate::llama::GpuRow;
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::graphs::{wanted_logits, Graphs};
+use crate::graphs::{check_rows, wanted_logits, Graphs};
 use crate::kv::GpuKv;
 use crate::load;
 use crate::mamba::{GpuMambaState, MambaShape};
@@ -109,45 +109,6 @@ fn mamba_shape(s: &tf_families::nemotron_h::MambaSpec) -> MambaShape {
         state: s.ssm_state_size as usize,
         kernel: s.conv_kernel as usize,
     }
-}
-
-/// Checks a round against the slots' lengths `lens`: 1..=`max_rows` rows, each continuing its
-/// slot (a slot's rows in ascending position), tokens below `vocab`.
-fn check_rows(lens: &[usize], rows: &[GpuRow], max_rows: usize, vocab: usize) -> Result<()> {
-    const OP: &str = "nemotron_h round";
-    if rows.is_empty() || rows.len() > max_rows {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!("{} rows (1..={max_rows} allowed)", rows.len()),
-        });
-    }
-    let mut next = lens.to_vec();
-    for r in rows {
-        let len = next.get_mut(r.slot).ok_or(CudaError::Param {
-            op: OP,
-            what: "slot",
-            value: r.slot as f64,
-            why: "no such slot",
-        })?;
-        if r.pos != *len {
-            return Err(CudaError::Param {
-                op: OP,
-                what: "position",
-                value: r.pos as f64,
-                why: "must continue its slot",
-            });
-        }
-        if r.token as usize >= vocab {
-            return Err(CudaError::Param {
-                op: OP,
-                what: "token",
-                value: r.token as f64,
-                why: "beyond the vocabulary",
-            });
-        }
-        *len += 1;
-    }
-    Ok(())
 }
 
 /// A Nemotron-H / Puzzle model resident on the GPU with state for `slots` streams.
@@ -478,7 +439,13 @@ impl GpuNemotronH {
     /// uploads tokens, slots and positions.
     fn upload_round(&mut self, rows: &[GpuRow]) -> Result<()> {
         const OP: &str = "nemotron_h round";
-        check_rows(&self.lens, rows, self.max_rows, self.embed.rows())?;
+        check_rows(
+            "nemotron_h round",
+            &self.lens,
+            rows,
+            self.max_rows,
+            self.embed.rows(),
+        )?;
         let slots: Vec<usize> = rows.iter().map(|r| r.slot).collect();
         let pos: Vec<usize> = rows.iter().map(|r| r.pos).collect();
         let kv = self

@@ -2,7 +2,7 @@
 //! and the slicing of stacked expert tensors, on the committed fixtures.
 
 use super::layers::{dt_limit, expert_packs, preflight, routing};
-use super::{check_rows, GpuRow, Widths};
+use super::Widths;
 use crate::error::CudaError;
 use crate::load::packed;
 use crate::moe::Routing;
@@ -24,45 +24,6 @@ fn fixture(name: &str) -> (Checkpoint, NemotronHPlan) {
         other => panic!("{name}: not a Nemotron-H plan: {other:?}"),
     };
     (ck, plan)
-}
-
-fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
-    GpuRow {
-        slot,
-        pos,
-        token,
-        logits: true,
-    }
-}
-
-#[test]
-fn rows_must_continue_their_slots_in_order() {
-    let lens = [0usize, 3, 7];
-    // Several rows of one slot, in ascending position, beside other slots: accepted.
-    let ok = [
-        row(1, 3, 5),
-        row(0, 0, 1),
-        row(1, 4, 6),
-        row(1, 5, 0),
-        row(2, 7, 95),
-    ];
-    check_rows(&lens, &ok, 8, 96).unwrap();
-    // Refused: a gap, a repeat, rows of a slot out of order, an unknown slot, a token beyond
-    // the vocabulary, no rows, too many rows.
-    let bad: [&[GpuRow]; 6] = [
-        &[row(1, 4, 0)],
-        &[row(1, 3, 0), row(1, 3, 0)],
-        &[row(1, 4, 0), row(1, 3, 0)],
-        &[row(3, 0, 0)],
-        &[row(0, 0, 96)],
-        &[],
-    ];
-    for rows in bad {
-        assert!(check_rows(&lens, rows, 8, 96).is_err(), "{rows:?} accepted");
-    }
-    let many: Vec<GpuRow> = (0..9).map(|p| row(0, p, 0)).collect();
-    assert!(check_rows(&lens, &many, 8, 96).is_err());
-    check_rows(&lens, &many[..8], 8, 96).unwrap();
 }
 
 #[test]
