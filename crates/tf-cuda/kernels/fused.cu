@@ -92,6 +92,12 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
     const int nchunks = (units + NU - 1) / NU;
     for (int i0 = 0; i0 < n; i0 += MM_RT) {
         const int nt = min(MM_RT, n - i0);
+        // The first chunk's weight loads fly while the norm (if any) reads the input rows.
+        uint4 v[MMV_VEC];
+        const u8* a0;
+        int delta, nv;
+        tf_mmv_window<FMT>(row, rb, 0, &a0, &delta, &nv);
+        tf_mmv_fetch(v, a0, nv, lo, hi, lane);
         if (XF == XF_NORM && hw < MM_RT) {  // threads 0..63: two whole warps
             float acc = 0.0f;
             if (hw < nt) {
@@ -105,11 +111,6 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         float acc[MM_RT];
 #pragma unroll
         for (int r = 0; r < MM_RT; r++) acc[r] = 0.0f;
-        uint4 v[MMV_VEC];
-        const u8* a0;
-        int delta, nv;
-        tf_mmv_window<FMT>(row, rb, 0, &a0, &delta, &nv);
-        tf_mmv_fetch(v, a0, nv, lo, hi, lane);
         for (int c = 0; c < nchunks; c++) {
             const int c0 = c * CCOLS;
             const int cw = min(CCOLS, cols - c0);
