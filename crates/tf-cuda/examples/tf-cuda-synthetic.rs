@@ -418,11 +418,11 @@ fn step_time(g: &mut Decoder, reps: usize) -> Res<f64> {
 
 /// Step 3: launches per step by kernel, and each kernel's cost inside the graphed step.
 fn leave_out_table(g: &mut Decoder, reps: usize) -> Res<()> {
-    tf_cuda::leave_out::leave_out::<&str>(&[]);
-    tf_cuda::leave_out::take_counts();
-    let whole = step_time(g, reps)?;
+    tf_cuda::leave_out::start::<&str>(&[]);
+    let whole = step_time(g, reps);
     // The capture made each launch once.
-    let counts = tf_cuda::leave_out::take_counts();
+    let counts = tf_cuda::leave_out::finish();
+    let whole = whole?;
     println!(
         "\nOne stream, {reps} graphed steps each: the whole step {:.1} us; each kernel left out in turn:\n",
         whole * 1e6
@@ -431,9 +431,9 @@ fn leave_out_table(g: &mut Decoder, reps: usize) -> Res<()> {
     println!("| --- | ---: | ---: | ---: | ---: |");
     let mut rows = Vec::new();
     for (name, &launches) in &counts {
-        tf_cuda::leave_out::leave_out(&[name]);
+        tf_cuda::leave_out::start(&[name]);
         let without = step_time(g, reps);
-        tf_cuda::leave_out::leave_out::<&str>(&[]);
+        tf_cuda::leave_out::finish();
         let cost = whole - without?;
         rows.push((cost, name, launches));
     }
@@ -454,7 +454,6 @@ fn leave_out_table(g: &mut Decoder, reps: usize) -> Res<()> {
         100.0 * total / whole
     );
     g.clear_graphs();
-    tf_cuda::leave_out::take_counts();
     Ok(())
 }
 

@@ -6,33 +6,47 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// What a session leaves out and what it has counted.
+struct Session {
+    left_out: BTreeSet<String>,
+    counts: BTreeMap<String, usize>,
+}
+
 thread_local! {
-    static LEFT_OUT: RefCell<BTreeSet<String>> = const { RefCell::new(BTreeSet::new()) };
-    static COUNTS: RefCell<BTreeMap<String, usize>> = const { RefCell::new(BTreeMap::new()) };
+    static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
 }
 
-/// From now on this thread leaves out launches of the kernels named in `names` (empty: none).
-pub fn leave_out<S: AsRef<str>>(names: &[S]) {
-    LEFT_OUT.with(|l| *l.borrow_mut() = names.iter().map(|s| s.as_ref().to_string()).collect());
+/// From now until [`finish`], this thread counts its launches by kernel name and leaves out
+/// the launches of the kernels named in `names` (empty: none).
+pub fn start<S: AsRef<str>>(names: &[S]) {
+    let session = Session {
+        left_out: names.iter().map(|s| s.as_ref().to_string()).collect(),
+        counts: BTreeMap::new(),
+    };
+    SESSION.with(|s| *s.borrow_mut() = Some(session));
 }
 
-/// Launches this thread made (or left out) since the last call, by kernel name.
-pub fn take_counts() -> BTreeMap<String, usize> {
-    COUNTS.with(|c| std::mem::take(&mut *c.borrow_mut()))
+/// Ends this thread's session: its launches (made or left out) by kernel name; empty when
+/// none was started.
+pub fn finish() -> BTreeMap<String, usize> {
+    SESSION.with(|s| s.borrow_mut().take().map(|s| s.counts).unwrap_or_default())
 }
 
-/// Counts a launch of `name` and says whether it is left out.
+/// Whether a launch of `name` is left out, counting it; outside a session, false at once.
 pub(crate) fn skipped(name: &str) -> bool {
-    COUNTS.with(|c| {
-        let mut c = c.borrow_mut();
-        match c.get_mut(name) {
+    SESSION.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(s) = s.as_mut() else {
+            return false;
+        };
+        match s.counts.get_mut(name) {
             Some(k) => *k += 1,
             None => {
-                c.insert(name.to_string(), 1);
+                s.counts.insert(name.to_string(), 1);
             }
         }
-    });
-    LEFT_OUT.with(|l| !l.borrow().is_empty() && l.borrow().contains(name))
+        s.left_out.contains(name)
+    })
 }
 
 #[cfg(test)]
@@ -41,19 +55,22 @@ mod tests {
 
     #[test]
     fn leaves_out_only_the_named_kernels_and_counts_every_launch() {
-        take_counts();
-        assert!(!skipped("tf_rms_norm"));
-        leave_out(&["tf_rms_norm"]);
+        assert!(
+            !skipped("tf_rms_norm"),
+            "outside a session nothing is left out"
+        );
+        assert!(finish().is_empty(), "nor counted");
+        start(&["tf_rms_norm"]);
+        assert!(skipped("tf_rms_norm"));
         assert!(skipped("tf_rms_norm"));
         assert!(
             !skipped("tf_rms_norm_x"),
             "names match exactly, not by prefix"
         );
-        leave_out::<&str>(&[]);
-        assert!(!skipped("tf_rms_norm"));
-        let c = take_counts();
-        assert_eq!(c.get("tf_rms_norm"), Some(&3));
+        let c = finish();
+        assert_eq!(c.get("tf_rms_norm"), Some(&2));
         assert_eq!(c.get("tf_rms_norm_x"), Some(&1));
-        assert!(take_counts().is_empty());
+        assert!(!skipped("tf_rms_norm"), "the session is over");
+        assert!(finish().is_empty());
     }
 }
