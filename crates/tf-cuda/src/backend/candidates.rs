@@ -13,7 +13,7 @@
 //! [`Model::candidate_row`]: tf_models::Model::candidate_row
 //! [`Model::candidate_logits`]: tf_models::Model::candidate_logits
 
-use super::{backend, host_err, CudaModel, GRAPH_ROWS};
+use super::{backend, host_err, CudaModel, SlotForward, GRAPH_ROWS};
 use crate::graphs::download_rows;
 use crate::select::{gather, select, GpuCandidates, SELECT_CAP};
 use tf_models::{ModelError, Row, RowCandidates, RowWant, StreamState};
@@ -104,10 +104,7 @@ impl CudaModel {
             states[r.stream].len = r.pos + 1;
         }
         let gpu = self.model.gpu();
-        let dev = self
-            .model
-            .logits_device()
-            .ok_or_else(|| host_err("the device logits went away".into()))?;
+        let dev = device_logits(self.model.as_ref())?;
         // Rows carried whole: one copy per run of consecutive buffer rows.
         let whole: Vec<usize> = (0..wanted.len()).filter(|&k| want(k).whole).collect();
         let mut whole_rows = download_rows(
@@ -160,30 +157,19 @@ impl CudaModel {
 
     /// The whole row of wanted row `k` of the latest candidate round.
     pub(super) fn kept_row(&mut self, k: usize, out: &mut Vec<f32>) -> ModelResult<()> {
-        let vocab = self.info.vocab_size;
-        match &self.kept {
-            Kept::Host(host) => {
-                let row = host
-                    .get(k * vocab..(k + 1) * vocab)
-                    .ok_or_else(|| no_row(k))?;
-                out.clear();
-                out.extend_from_slice(row);
-                Ok(())
-            }
-            Kept::Device(wanted) => {
-                let &r = wanted.get(k).ok_or_else(|| no_row(k))?;
-                let dev = self
-                    .model
-                    .logits_device()
-                    .ok_or_else(|| host_err("the device logits went away".into()))?;
-                *out = download_rows(self.model.gpu(), dev, &[r], vocab)
-                    .map_err(backend)?
-                    .pop()
-                    .ok_or_else(|| no_row(k))?;
-                Ok(())
-            }
-            Kept::Nothing => Err(no_row(k)),
-        }
+        *out = match self.kept_at(k)? {
+            RowAt::Host(row) => row.to_vec(),
+            RowAt::Device(r) => download_rows(
+                self.model.gpu(),
+                device_logits(self.model.as_ref())?,
+                &[r],
+                self.info.vocab_size,
+            )
+            .map_err(backend)?
+            .pop()
+            .ok_or_else(|| no_row(k))?,
+        };
+        Ok(())
     }
 
     /// The logits of `ids` in wanted row `k` of the latest candidate round.
@@ -197,28 +183,50 @@ impl CudaModel {
         if let Some(&id) = ids.iter().find(|&&i| i as usize >= vocab) {
             return Err(ModelError::TokenOutOfRange { token: id, vocab });
         }
-        match &self.kept {
-            Kept::Host(host) => {
-                let row = host
-                    .get(k * vocab..(k + 1) * vocab)
-                    .ok_or_else(|| no_row(k))?;
-                out.clear();
-                out.extend(ids.iter().map(|&i| row[i as usize]));
-                Ok(())
-            }
-            Kept::Device(wanted) => {
-                let &r = wanted.get(k).ok_or_else(|| no_row(k))?;
+        *out = match self.kept_at(k)? {
+            RowAt::Host(row) => ids.iter().map(|&i| row[i as usize]).collect(),
+            RowAt::Device(r) => {
                 let at: Vec<(usize, u32)> = ids.iter().map(|&i| (r, i)).collect();
-                let dev = self
-                    .model
-                    .logits_device()
-                    .ok_or_else(|| host_err("the device logits went away".into()))?;
-                *out = gather(self.model.gpu(), dev, vocab, &at).map_err(backend)?;
-                Ok(())
+                gather(
+                    self.model.gpu(),
+                    device_logits(self.model.as_ref())?,
+                    vocab,
+                    &at,
+                )
+                .map_err(backend)?
             }
+        };
+        Ok(())
+    }
+
+    /// Where wanted row `k` of the latest candidate round is.
+    fn kept_at(&self, k: usize) -> ModelResult<RowAt<'_>> {
+        let vocab = self.info.vocab_size;
+        match &self.kept {
+            Kept::Host(host) => host
+                .get(k * vocab..(k + 1) * vocab)
+                .map(RowAt::Host)
+                .ok_or_else(|| no_row(k)),
+            Kept::Device(wanted) => wanted
+                .get(k)
+                .map(|&r| RowAt::Device(r))
+                .ok_or_else(|| no_row(k)),
             Kept::Nothing => Err(no_row(k)),
         }
     }
+}
+
+/// The GPU model's device logits (the latest round's).
+fn device_logits(model: &dyn SlotForward) -> ModelResult<&cudarc::driver::CudaSlice<f32>> {
+    model
+        .logits_device()
+        .ok_or_else(|| host_err("the device logits went away".into()))
+}
+
+/// Where a kept row is: a host row, or a row of the device logits buffer.
+enum RowAt<'a> {
+    Host(&'a [f32]),
+    Device(usize),
 }
 
 /// A row carried whole: no candidates selected (an empty leading run, which decides nothing
