@@ -171,8 +171,8 @@ fn decode_streams(model: &mut dyn tf_models::Model, n: usize, steps: usize) -> a
         // As the server samples on such a model: from each row's candidates, the whole row
         // only when they do not decide the pick.
         model.forward_candidates(&rows, &mut refs, &[], &mut candidates)?;
+        let greedy = SamplingParams::default();
         for (i, t) in next.iter_mut().enumerate() {
-            let greedy = SamplingParams::default();
             let pos = rows[i].pos as u64;
             *t = match sample_candidates(
                 &candidates[i],
