@@ -1,6 +1,7 @@
-//! `tf-cuda-mmbench [--iters N] [--peak BYTES_PER_S] [--quick]`: the matmul kernels alone at the
-//! decode shapes of the synthetic models (Lightning MLX 4-bit, Llama-3-8B Q4_0, and one matrix
-//! of every other format), checked and timed.
+//! `tf-cuda-mmbench [--iters N] [--peak BYTES_PER_S] [--quick] [--only TEXT]`: the matmul kernels
+//! alone at the decode shapes of the synthetic models (Lightning and Bolt MLX 4-bit, Llama-3-8B
+//! Q4_0, and one matrix of every other format; `--only`: the shapes whose label contains TEXT),
+//! checked and timed.
 //!
 //! For each shape:
 //! 1. Check: `ops::matmul` on the GPU at 1 and 5 rows must give the CPU matmul's bits; the fused
@@ -142,6 +143,8 @@ fn shapes(quick: bool) -> Vec<(&'static str, Layout, usize, usize, bool)> {
         ("bolt mamba in_proj", Mlx(4), 18560, 4096, false),
         ("bolt 9 experts up", Mlx(4), 9 * 2688, 1024, false),
         ("bolt shared up", Mlx(4), 5376, 4096, false),
+        ("bolt mamba out", Mlx(4), 4096, 8192, false),
+        ("bolt shared down", Mlx(4), 4096, 5376, false),
     ];
     if !quick {
         v.extend([
@@ -222,6 +225,7 @@ fn run() -> Res<bool> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3.97e12);
     let quick = args.iter().any(|a| a == "--quick");
+    let only = value("--only").unwrap_or_default();
     let gpu = Gpu::open(0)?;
     let pool = Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
@@ -229,6 +233,9 @@ fn run() -> Res<bool> {
     println!("| matrix | format | rows x cols | MB | n | us/call | GB/s | of peak |");
     println!("|---|---|---|---|---|---|---|---|");
     for (label, layout, rows, cols, fused) in shapes(quick) {
+        if !label.contains(only.as_str()) {
+            continue;
+        }
         let host = HostMatrix::random(layout, rows, cols, &mut rng);
         let packed = host.packed()?;
         let w = GpuMatrix::upload(&gpu, &packed)?;

@@ -3,7 +3,8 @@
 //! and 131072, 1..=64 rows, the logit gather, the planted ties-by-higher-id control caught),
 //! then times, per vocabulary and row count, downloading whole logits rows against selecting
 //! and downloading candidates (median wall time of N rounds, each ending in a synchronizing
-//! download). With `--model`, the CUDA backend's `forward_candidates` on that checkpoint against
+//! download), and the selection kernel alone on logit-like rows, by its pool path and by its
+//! radix fallback (device time of N back-to-back launches). With `--model`, the CUDA backend's `forward_candidates` on that checkpoint against
 //! its `forward` on the same rows (prefill rounds of one and of several launch chunks, decode
 //! rounds): candidates == the host selection of the whole rows, `candidate_row` and the rows
 //! carried whole == the whole row, the carried logits == the row's, bit for bit (reported as off when the GPU model does
@@ -11,7 +12,7 @@
 
 use std::process::ExitCode;
 use std::time::Instant;
-use tf_cuda::select::{select, GpuCandidates, SELECT_CAP};
+use tf_cuda::select::{select, select_with, GpuCandidates, SELECT_CAP};
 use tf_cuda::suite::select::{test_rows, VOCABS};
 use tf_cuda::suite::{Depth, SuiteResult};
 use tf_cuda::Gpu;
@@ -151,24 +152,48 @@ fn median_us(mut f: impl FnMut() -> tf_cuda::Result<()>, iters: usize) -> tf_cud
     Ok(t[t.len() / 2])
 }
 
-fn timings(gpu: &Gpu, iters: usize) -> tf_cuda::Result<String> {
+/// Device µs per launch of `launch`, over `iters` back-to-back launches between two events.
+fn device_us(gpu: &Gpu, iters: usize, mut launch: impl FnMut() -> tf_cuda::Result<()>) -> Result<f64, String> {
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    launch().map_err(|e| e.to_string())?; // warm-up
+    let t0 = gpu.stream().record_event(flags).map_err(|e| e.to_string())?;
+    for _ in 0..iters {
+        launch().map_err(|e| e.to_string())?;
+    }
+    let t1 = gpu.stream().record_event(flags).map_err(|e| e.to_string())?;
+    t1.synchronize().map_err(|e| e.to_string())?;
+    Ok(t0.elapsed_ms(&t1).map_err(|e| e.to_string())? as f64 * 1e3 / iters as f64)
+}
+
+fn timings(gpu: &Gpu, iters: usize) -> Result<String, String> {
     let mut s = String::from(
-        "| vocab | rows | download rows (us) | select + download candidates (us) |\n| ---: | ---: | ---: | ---: |\n",
+        "| vocab | rows | download rows (us) | select + download candidates (us) | select kernel, device (us) | radix fallback kernel, device (us) |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
+    let err = |e: tf_cuda::CudaError| e.to_string();
     for vocab in VOCABS {
-        let dev = gpu.upload(&test_rows(vocab, 9).concat())?;
-        let mut cands = GpuCandidates::new(gpu, 64, SELECT_CAP)?;
-        let rows: Vec<usize> = (0..64).collect();
+        let dev = gpu.upload(&test_rows(vocab, 9).concat()).map_err(err)?;
+        let mut cands = GpuCandidates::new(gpu, 64, SELECT_CAP).map_err(err)?;
+        // Logit-like rows only (the test rows' kinds 0 and 1): what decoding selects from.
+        let rows: Vec<usize> = (0..64).filter(|r| r % 8 < 2).cycle().take(64).collect();
         for n in [1usize, 8, 64] {
-            let full = median_us(|| gpu.download(&dev, n * vocab).map(drop), iters)?;
+            let full = median_us(|| gpu.download(&dev, n * vocab).map(drop), iters).map_err(err)?;
             let sel = median_us(
                 || {
                     select(gpu, &dev, &rows[..n], vocab, &mut cands)?;
                     cands.download(gpu, n).map(drop)
                 },
                 iters,
-            )?;
-            s.push_str(&format!("| {vocab} | {n} | {full:.1} | {sel:.1} |\n"));
+            )
+            .map_err(err)?;
+            let mut kernel = |radix: bool| {
+                device_us(gpu, iters, || {
+                    select_with(gpu, &dev, &rows[..n], vocab, false, radix, &mut cands)
+                })
+            };
+            let (pool, radix) = (kernel(false)?, kernel(true)?);
+            s.push_str(&format!(
+                "| {vocab} | {n} | {full:.1} | {sel:.1} | {pool:.1} | {radix:.1} |\n"
+            ));
         }
     }
     Ok(s)

@@ -101,6 +101,10 @@ static inline float __shfl_sync(unsigned, float v, int src, int width = 32) {
     const int lane = threadIdx.x & 31;
     return tf_from_lane(v, (lane / width) * width + src % width);
 }
+static inline unsigned __shfl_sync(unsigned, unsigned v, int src, int width = 32) {
+    const int lane = threadIdx.x & 31;
+    return (unsigned)__float_as_int(tf_from_lane(__int_as_float((int)v), (lane / width) * width + src % width));
+}
 static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const unsigned long long v = ((unsigned long long)y << 32) | x;
     unsigned r = 0;

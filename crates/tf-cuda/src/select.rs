@@ -28,6 +28,8 @@ const THREADS: u32 = 512;
 /// Device buffers for the candidates of up to `rows` rows of `cap` entries each.
 pub struct GpuCandidates {
     row_ids: CudaSlice<i32>,
+    /// What `row_ids` holds (a selection of the same rows as the last uploads nothing).
+    row_ids_host: Vec<i32>,
     /// Per row: entries written, non-NaN count, `cap` ids, `cap` value bits.
     out: CudaSlice<i32>,
     rows: usize,
@@ -47,6 +49,7 @@ impl GpuCandidates {
         }
         Ok(GpuCandidates {
             row_ids: gpu.zeros(rows)?,
+            row_ids_host: Vec::new(),
             out: gpu.zeros(rows * (2 + 2 * cap))?,
             rows,
             cap,
@@ -98,17 +101,19 @@ pub fn select(
     vocab: usize,
     out: &mut GpuCandidates,
 ) -> Result<()> {
-    select_with(gpu, logits, rows, vocab, false, out)
+    select_with(gpu, logits, rows, vocab, false, false, out)
 }
 
-/// [`select`], or with `plant` its planted control (ties ranked by the higher id), which the
-/// device check must catch.
+/// [`select`], with `plant` its planted control (ties ranked by the higher id), which the
+/// device check must catch; with `radix` every row takes the kernel's fallback path (a radix
+/// select, otherwise taken only by rows of heavy ties), so the check covers both paths.
 pub fn select_with(
     gpu: &Gpu,
     logits: &CudaSlice<f32>,
     rows: &[usize],
     vocab: usize,
     plant: bool,
+    radix: bool,
     out: &mut GpuCandidates,
 ) -> Result<()> {
     const OP: &str = "candidate selection";
@@ -129,9 +134,13 @@ pub fn select_with(
     if m == 0 {
         return Ok(());
     }
-    gpu.write(&ids, &mut out.row_ids)?;
+    if out.row_ids_host != ids {
+        gpu.write(&ids, &mut out.row_ids)?;
+        out.row_ids_host = ids;
+    }
     let cap = out.cap as i32;
     let plant = i32::from(plant);
+    let radix = i32::from(radix);
     let cfg = LaunchConfig {
         grid_dim: (m as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -143,8 +152,9 @@ pub fn select_with(
         .arg(&v)
         .arg(&cap)
         .arg(&plant)
+        .arg(&radix)
         .arg(&mut out.out);
-    // SAFETY: (f32*, i32*, i32, i32, i32, i32*); every row index is below the rows logits hold
+    // SAFETY: (f32*, i32*, i32, i32, i32, i32, i32*); every row index is below the rows logits hold
     // (checked above), the output holds out.rows >= m rows of 2 + 2 * cap, and cap is
     // 1..=TF_SELECT_CAP (GpuCandidates::new).
     unsafe { b.go(cfg, "launching the candidate selection") }
@@ -211,7 +221,7 @@ mod tests {
         let ptx = compile_to_ptx("select.cu", &src, "compute_90").unwrap_or_else(|e| panic!("{e}"));
         let counts: std::collections::HashMap<String, usize> =
             ptx_param_counts(&ptx).into_iter().collect();
-        assert_eq!(counts.get("tf_select_topc"), Some(&6));
+        assert_eq!(counts.get("tf_select_topc"), Some(&7));
         assert_eq!(counts.get("tf_select_gather"), Some(&6));
         assert_eq!(counts.len(), super::KERNEL_NAMES.len());
     }

@@ -16,7 +16,8 @@ use tf_models::RowCandidates;
 const LAUNCH: &str = "template <class F> static void tf_launch(unsigned blocks, unsigned threads, F f) { tf_launch(D3{blocks, 1, 1}, threads, 0, f); }\n";
 
 /// Reads cases from argv[1] (i32 n, vocab, cap, plant, threads, m, then n * vocab floats and m
-/// row indices), writes each case's output (m * (2 + 2 * cap) i32) to argv[2].
+/// row indices), writes each case's output (m * (2 + 2 * cap) i32) to argv[2] twice: by the
+/// kernel's pool path (radix fallback for heavy ties), then with every row by the fallback.
 const MAIN: &str = r#"
 int main(int argc, char** argv) {
     if (argc < 3) return 2;
@@ -30,11 +31,13 @@ int main(int argc, char** argv) {
         if (std::fread(x.data(), 4, x.size(), fi) != x.size()) return 3;
         std::vector<int> rows(m);
         if (std::fread(rows.data(), 4, m, fi) != (size_t)m) return 3;
-        std::vector<int> o((size_t)m * (2 + 2 * cap), 7777);
-        tf_launch(m, threads, [&] {
-            tf_select_topc(x.data(), rows.data(), vocab, cap, plant, o.data());
-        });
-        std::fwrite(o.data(), 4, o.size(), fo);
+        for (int radix = 0; radix < 2; radix++) {
+            std::vector<int> o((size_t)m * (2 + 2 * cap), 7777);
+            tf_launch(m, threads, [&] {
+                tf_select_topc(x.data(), rows.data(), vocab, cap, plant, radix, o.data());
+            });
+            std::fwrite(o.data(), 4, o.size(), fo);
+        }
     }
     std::fclose(fo);
     return 0;
@@ -55,8 +58,9 @@ struct Case {
 /// One row's output as the kernel wrote it: (id, value bits) slots and (written, non-NaN).
 type Out = (Vec<(i32, u32)>, (i32, i32));
 
-/// Compiles select.cu for the host, runs every case, returns each row's output per case.
-fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
+/// Compiles select.cu for the host, runs every case, returns each row's output per case: by the
+/// kernel's own path choice, then by the radix fallback.
+fn run(cxx: &str, cases: &[Case]) -> Vec<[Vec<Out>; 2]> {
     let src = format!(
         "{}{LAUNCH}\n{}\n{MAIN}",
         crate::host_cxx::SIMT_PRELUDE,
@@ -90,23 +94,21 @@ fn run(cxx: &str, cases: &[Case]) -> Vec<Vec<Out>> {
     let _ = std::fs::remove_dir_all(&dir);
     let word = |i: usize| u32::from_le_bytes(all[4 * i..4 * i + 4].try_into().unwrap());
     let mut at = 0;
-    cases
-        .iter()
-        .map(|c| {
-            let (n, cap) = (c.pick.len(), c.cap);
-            let base = at;
-            at += n * (2 + 2 * cap);
-            (0..n)
-                .map(|r| {
-                    let slot = base + r * (2 + 2 * cap);
-                    let slots = (0..cap)
-                        .map(|i| (word(slot + 2 + i) as i32, word(slot + 2 + cap + i)))
-                        .collect();
-                    (slots, (word(slot) as i32, word(slot + 1) as i32))
-                })
-                .collect()
-        })
-        .collect()
+    let mut launch = |c: &Case| -> Vec<Out> {
+        let (n, cap) = (c.pick.len(), c.cap);
+        let base = at;
+        at += n * (2 + 2 * cap);
+        (0..n)
+            .map(|r| {
+                let slot = base + r * (2 + 2 * cap);
+                let slots = (0..cap)
+                    .map(|i| (word(slot + 2 + i) as i32, word(slot + 2 + cap + i)))
+                    .collect();
+                (slots, (word(slot) as i32, word(slot + 1) as i32))
+            })
+            .collect()
+    };
+    cases.iter().map(|c| [launch(c), launch(c)]).collect()
 }
 
 /// The output `row` must give: the reference candidates, then id -1 and value 0 slots.
@@ -216,7 +218,7 @@ fn the_selection_on_the_host_equals_the_reference_candidates() {
         threads: 512,
     });
     let outs = run(&cxx, &cases);
-    for (c, out) in cases.iter().zip(&outs) {
+    for (c, out) in cases.iter().flat_map(|c| [c, c]).zip(outs.iter().flatten()) {
         let matches = c
             .pick
             .iter()

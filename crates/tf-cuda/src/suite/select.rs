@@ -10,7 +10,7 @@
 use super::{CaseResult, ControlResult, CpuBits, Depth, SuiteResult};
 use crate::device::Gpu;
 use crate::error::Result;
-use crate::select::{gather, select, select_with, GpuCandidates, SELECT_CAP};
+use crate::select::{gather, select_with, GpuCandidates, SELECT_CAP};
 use cudarc::driver::CudaSlice;
 use tf_kernels::contract::{Report, Rng};
 use tf_models::RowCandidates;
@@ -30,7 +30,9 @@ pub fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
             .iter()
             .map(|r| RowCandidates::of_row(r, SELECT_CAP))
             .collect();
-        out.cases.push(case(gpu, &dev, vocab, &want, depth)?);
+        for radix in [false, true] {
+            out.cases.push(case(gpu, &dev, vocab, &want, depth, radix)?);
+        }
         out.cases.push(gather_case(gpu, &dev, &rows, vocab)?);
         if i == 0 {
             out.controls.push(control(gpu, &dev, vocab, &want)?);
@@ -116,13 +118,14 @@ fn case(
     vocab: usize,
     want: &[RowCandidates],
     depth: Depth,
+    radix: bool,
 ) -> Result<CaseResult> {
     let mut cands = GpuCandidates::new(gpu, ROWS, SELECT_CAP)?;
     let (mut compared, mut bad, mut calls) = (0, 0, 0);
     let mut first_bad = None;
     for n in row_counts(depth) {
         let rows: Vec<usize> = (0..n).collect();
-        select(gpu, dev, &rows, vocab, &mut cands)?;
+        select_with(gpu, dev, &rows, vocab, false, radix, &mut cands)?;
         let got = cands.download(gpu, n)?;
         calls += 1;
         let d = differing(&got, &want[..n]);
@@ -134,7 +137,7 @@ fn case(
     }
     // A subset out of order (the wanted rows of a round): every third row, last first.
     let subset: Vec<usize> = (0..ROWS).rev().step_by(3).collect();
-    select(gpu, dev, &subset, vocab, &mut cands)?;
+    select_with(gpu, dev, &subset, vocab, false, radix, &mut cands)?;
     let got = cands.download(gpu, subset.len())?;
     let picked: Vec<RowCandidates> = subset.iter().map(|&r| want[r].clone()).collect();
     let d = differing(&got, &picked);
@@ -158,8 +161,9 @@ fn case(
     Ok(CaseResult {
         op: "select".into(),
         case: format!(
-            "vocab {vocab}, top {SELECT_CAP}, {} calls (1..=64 rows and a subset)",
-            calls
+            "vocab {vocab}, top {SELECT_CAP}, {} calls (1..=64 rows and a subset){}",
+            calls,
+            if radix { ", every row by the radix fallback" } else { "" }
         ),
         verdict,
         cpu_bits: Some(CpuBits {
@@ -212,7 +216,7 @@ fn control(
 ) -> Result<ControlResult> {
     let mut cands = GpuCandidates::new(gpu, ROWS, SELECT_CAP)?;
     let rows: Vec<usize> = (0..ROWS).collect();
-    select_with(gpu, dev, &rows, vocab, true, &mut cands)?;
+    select_with(gpu, dev, &rows, vocab, true, false, &mut cands)?;
     let d = differing(&cands.download(gpu, ROWS)?, want);
     Ok(ControlResult {
         control: format!("select with ties ranked by the higher id (vocab {vocab}, {ROWS} rows)"),
