@@ -153,14 +153,24 @@ fn median_us(mut f: impl FnMut() -> tf_cuda::Result<()>, iters: usize) -> tf_cud
 }
 
 /// Device µs per launch of `launch`, over `iters` back-to-back launches between two events.
-fn device_us(gpu: &Gpu, iters: usize, mut launch: impl FnMut() -> tf_cuda::Result<()>) -> Result<f64, String> {
+fn device_us(
+    gpu: &Gpu,
+    iters: usize,
+    mut launch: impl FnMut() -> tf_cuda::Result<()>,
+) -> Result<f64, String> {
     let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     launch().map_err(|e| e.to_string())?; // warm-up
-    let t0 = gpu.stream().record_event(flags).map_err(|e| e.to_string())?;
+    let t0 = gpu
+        .stream()
+        .record_event(flags)
+        .map_err(|e| e.to_string())?;
     for _ in 0..iters {
         launch().map_err(|e| e.to_string())?;
     }
-    let t1 = gpu.stream().record_event(flags).map_err(|e| e.to_string())?;
+    let t1 = gpu
+        .stream()
+        .record_event(flags)
+        .map_err(|e| e.to_string())?;
     t1.synchronize().map_err(|e| e.to_string())?;
     Ok(t0.elapsed_ms(&t1).map_err(|e| e.to_string())? as f64 * 1e3 / iters as f64)
 }

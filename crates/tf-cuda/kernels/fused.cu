@@ -19,6 +19,10 @@
 //   ep swiglu: the weight is a fused [gate | up] of 2 * h rows; the block's first four
 //            half-warps take gate rows, the last four the up rows h further on, and
 //            y[i, p] = silu(gate) * up ([n, h]: the input of the down projection, as tf_silu_mul)
+//   ep rope: the weight is a fused [q | k | v] (full rotary); the first blocks take four RoPE
+//            pairs each (the pairs' first rows in the first four half-warps, their second rows
+//            in the last four) and rotate them as tf_rope_append does: q into y, k into the key
+//            pool; the blocks after them take eight v rows each into the value pool
 // Every block recomputes the transform for the rows it reads; each value is the same bits as the
 // separate kernel's, and nothing depends on the number of rows in the call.
 
@@ -30,6 +34,17 @@
 #define EP_STORE 0
 #define EP_ADD 1
 #define EP_SWIGLU 2
+#define EP_ROPE 3
+
+// What EP_ROPE needs besides the matmul's arguments (tf_rope_append's, for full rotary).
+struct TfRope {
+    const float* cs;
+    float* kpool;
+    float* vpool;
+    const int* slots;
+    const int* pos;
+    int heads, kv_heads, head_dim, pairing, n_layers, layer, capacity;
+};
 
 // Stages columns c0 .. c0 + cw of nt input rows into shared memory (row r at xs + r * stride),
 // eight loads in flight per thread before their stores; XF_SILU stores silu(gate) * up of a
@@ -67,10 +82,17 @@ __device__ __forceinline__ void tf_stage_cols(const float* __restrict__ x,
     }
 }
 
+// The start of position pos[i] of slot slots[i] in a layer's pool rows (tf_rope_append's dst).
+__device__ __forceinline__ size_t tf_rope_dst(const TfRope& rp, int i) {
+    const size_t row_w = (size_t)rp.kv_heads * rp.head_dim;
+    return (((size_t)rp.slots[i] * rp.n_layers + rp.layer) * rp.capacity + (size_t)rp.pos[i]) *
+           row_w;
+}
+
 template <int FMT, int XF, int EP>
 __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __restrict__ x,
                                        const float* __restrict__ g, float eps, float* y, int n,
-                                       int rows, int cols, int x_stride) {
+                                       int rows, int cols, int x_stride, const TfRope& rp) {
     extern __shared__ __align__(16) u8 tf_smem[];
     __shared__ float rs[MM_RT];
     constexpr int UE = tf_unit_elems(FMT), NU = tf_mmv_units(FMT), CCOLS = NU * UE;
@@ -83,8 +105,26 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
     // This half-warp's weight row j; with EP_SWIGLU, output column p of h = rows / 2.
     const int h = rows / 2, half = MMF_ROWS / 2;
     const int p = blockIdx.x * half + (hw & (half - 1));
-    const int j = EP == EP_SWIGLU ? p + (hw >= half ? h : 0) : blockIdx.x * MMF_ROWS + hw;
-    const bool active = EP == EP_SWIGLU ? p < h : j < rows;
+    int j = EP == EP_SWIGLU ? p + (hw >= half ? h : 0) : blockIdx.x * MMF_ROWS + hw;
+    bool active = EP == EP_SWIGLU ? p < h : j < rows;
+    // EP_ROPE: pair p of the q and k heads' pairs (rp_pairs), or v row j - qk_rows.
+    const int rhalf = rp.head_dim / 2, rp_pairs = (rp.heads + rp.kv_heads) * rhalf;
+    const int rp_blocks = (rp_pairs + half - 1) / half, qk_rows = 2 * rp_pairs;
+    const bool rp_pair_block = EP == EP_ROPE && (int)blockIdx.x < rp_blocks;
+    int rp_head = 0, rp_ia = 0, rp_ib = 0;
+    if constexpr (EP == EP_ROPE) {
+        if (rp_pair_block) {
+            rp_head = p / rhalf;
+            const int pp = p - rp_head * rhalf;
+            rp_ia = rp.pairing == 0 ? 2 * pp : pp;
+            rp_ib = rp.pairing == 0 ? 2 * pp + 1 : pp + rhalf;
+            j = rp_head * rp.head_dim + (hw >= half ? rp_ib : rp_ia);
+            active = p < rp_pairs;
+        } else {
+            j = qk_rows + ((int)blockIdx.x - rp_blocks) * MMF_ROWS + hw;
+            active = j < rows;
+        }
+    }
     const u8* row = W + (size_t)(active ? j : 0) * rb;
     const u8* lo = W;
     const u8* hi = W + (size_t)rows * rb;
@@ -135,7 +175,40 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
                 }
             }
         }
-        if constexpr (EP == EP_SWIGLU) {
+        if constexpr (EP == EP_ROPE) {
+            __shared__ float first[MM_RT][MMF_ROWS / 2];
+            float s[MM_RT];
+#pragma unroll
+            for (int r = 0; r < MM_RT; r++) s[r] = tf_fold16_sum(acc[r]);
+            if (rp_pair_block) {
+                if (lane == 0 && hw < half)
+                    for (int r = 0; r < nt; r++) first[r][hw] = s[r];
+                __syncthreads();
+                if (active && lane == 0 && hw >= half) {
+                    const int pp = p - rp_head * rhalf;
+                    for (int r = 0; r < nt; r++) {
+                        const int i = i0 + r;
+                        const float* c = rp.cs + (size_t)i * 2 * rhalf;
+                        const float cc = c[pp], sn = c[rhalf + pp];
+                        const float a = first[r][hw - half], b = s[r];
+                        const float oa = a * cc - b * sn, ob = b * cc + a * sn;
+                        if (rp_head < rp.heads) {
+                            float* q = y + (size_t)i * rows + (size_t)rp_head * rp.head_dim;
+                            q[rp_ia] = oa;
+                            q[rp_ib] = ob;
+                        } else {
+                            float* k = rp.kpool + tf_rope_dst(rp, i) +
+                                       (size_t)(rp_head - rp.heads) * rp.head_dim;
+                            k[rp_ia] = oa;
+                            k[rp_ib] = ob;
+                        }
+                    }
+                }
+            } else if (active && lane == 0) {
+                for (int r = 0; r < nt; r++)
+                    rp.vpool[tf_rope_dst(rp, i0 + r) + (j - qk_rows)] = s[r];
+            }
+        } else if constexpr (EP == EP_SWIGLU) {
             __shared__ float gate[MM_RT][MMF_ROWS / 2];
             float s[MM_RT];
 #pragma unroll
@@ -163,7 +236,18 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
     extern "C" __global__ void __launch_bounds__(MMF_THREADS)                                   \
         tf_mmf_##FNAME(const u8* W, const float* x, const float* g, float eps, float* y, int n, \
                        int rows, int cols, int x_stride) {                                      \
-        tf_mmf<FMT, XF, EP>(W, x, g, eps, y, n, rows, cols, x_stride);                          \
+        tf_mmf<FMT, XF, EP>(W, x, g, eps, y, n, rows, cols, x_stride, TfRope{});                \
+    }
+// The [q | k | v] projection with the input norm, RoPE and the KV append (EP_ROPE).
+#define TF_MMF_ROPE_ENTRY(FNAME, FMT)                                                           \
+    extern "C" __global__ void __launch_bounds__(MMF_THREADS) tf_mmf_##FNAME(                   \
+        const u8* W, const float* x, const float* g, float eps, float* y, int n, int rows,      \
+        int cols, int x_stride, const float* cs, float* kpool, float* vpool, const int* slots,  \
+        const int* pos, int heads, int kv_heads, int head_dim, int pairing, int n_layers,       \
+        int layer, int capacity) {                                                              \
+        const TfRope rp{cs, kpool, vpool, slots, pos, heads, kv_heads, head_dim, pairing,       \
+                        n_layers, layer, capacity};                                             \
+        tf_mmf<FMT, XF_NORM, EP_ROPE>(W, x, g, eps, y, n, rows, cols, x_stride, rp);            \
     }
 #define TF_MMF_FORMAT(NAME, FMT)                          \
     TF_MMF_ENTRY(NAME##_none_store, FMT, XF_NONE, EP_STORE) \
@@ -172,7 +256,8 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
     TF_MMF_ENTRY(NAME##_norm_add, FMT, XF_NORM, EP_ADD)     \
     TF_MMF_ENTRY(NAME##_silu_store, FMT, XF_SILU, EP_STORE) \
     TF_MMF_ENTRY(NAME##_silu_add, FMT, XF_SILU, EP_ADD)     \
-    TF_MMF_ENTRY(NAME##_norm_swiglu, FMT, XF_NORM, EP_SWIGLU)
+    TF_MMF_ENTRY(NAME##_norm_swiglu, FMT, XF_NORM, EP_SWIGLU) \
+    TF_MMF_ROPE_ENTRY(NAME##_norm_rope, FMT)
 
 TF_MMF_FORMAT(f32, FMT_F32)
 TF_MMF_FORMAT(f16, FMT_F16)

@@ -102,6 +102,7 @@ pub fn all_kernel_names() -> Vec<String> {
             }
         }
         v.push(fused_kernel_name(f, "norm", "swiglu"));
+        v.push(fused_kernel_name(f, "norm", "rope"));
     }
     v
 }

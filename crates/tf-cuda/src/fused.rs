@@ -1,5 +1,6 @@
 //! Launch wrappers of the fused decode kernels (kernels/fused.cu): a matmul with its input
-//! transform (none, RMSNorm, SwiGLU) and epilogue (store, residual add), and RoPE + KV append.
+//! transform (none, RMSNorm, SwiGLU) and epilogue (store, residual add, SwiGLU), the `[q|k|v]`
+//! projection with RoPE and the KV append, and RoPE + KV append alone.
 
 use crate::device::{fused_kernel_name, Gpu};
 use crate::error::{CudaError, Result};
@@ -166,6 +167,122 @@ fn n_out_rows(epilogue: Epilogue, rows: usize) -> usize {
         Epilogue::SwiGlu => (rows / 2).div_ceil(MMF_ROWS / 2) * MMF_ROWS,
         _ => rows,
     }
+}
+
+/// Where [`matmul_norm_rope_append`] puts its rows: the round's angles and rows, the cache layer.
+pub struct RopeAppend<'a> {
+    /// Per-row RoPE angles (`[n, head_dim]`: cosines, then sines).
+    pub cs: &'a CudaSlice<f32>,
+    /// The KV cache the keys and values go into.
+    pub kv: &'a mut GpuKv,
+    /// The round's slots and positions.
+    pub rows: &'a GpuRows,
+    /// The layer.
+    pub layer: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Element pairing of the rotation.
+    pub pairing: Pairing,
+}
+
+/// The `[q | k | v]` projection with its input norm, RoPE (full rotary) and the KV append in one
+/// launch: the rotated q rows go to `q` (`[n, w.rows()]`, only q's columns written), k and v to
+/// the cache. The same bits as [`matmul_fused`] (norm, store) then [`rope_append`].
+pub fn matmul_norm_rope_append(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    norm: XForm,
+    q: &mut CudaSlice<f32>,
+    at: RopeAppend,
+) -> Result<()> {
+    const OP: &str = "fused [q|k|v] with RoPE and KV append";
+    let XForm::Norm { gain, eps } = norm else {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: "takes a normed input".into(),
+        });
+    };
+    let n = at.rows.len();
+    let (kvh, rw) = (at.kv.kv_heads(), at.kv.row_width());
+    let head_dim = rw / kvh.max(1);
+    let (rows, cols) = (w.rows(), w.cols());
+    if kvh == 0 || at.heads == 0 || head_dim % 2 != 0 || rows != (at.heads + 2 * kvh) * head_dim {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "{rows} rows for {} query heads and {kvh} kv heads of {head_dim}",
+                at.heads
+            ),
+        });
+    }
+    if at.layer >= at.kv.layers() {
+        return Err(CudaError::Param {
+            op: OP,
+            what: "layer",
+            value: at.layer as f64,
+            why: "beyond the cache's layers",
+        });
+    }
+    need(OP, "x", x.len(), n * cols)?;
+    need(OP, "gain", gain.len(), cols)?;
+    need(OP, "q", q.len(), n * rows)?;
+    need(OP, "angles", at.cs.len(), n * head_dim)?;
+    let smem = fused_smem_bytes(w);
+    if smem > gpu.info().smem_per_block || !(eps.is_finite() && eps >= 0.0) {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{smem} bytes of shared memory per block, eps {eps}"),
+        });
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let mut ints = [0i32; 10];
+    let args = [
+        n,
+        rows,
+        cols,
+        cols,
+        at.heads,
+        kvh,
+        head_dim,
+        at.pairing as usize,
+        at.kv.layers(),
+        at.layer,
+    ];
+    for (o, &a) in ints.iter_mut().zip(&args) {
+        *o = i32_of(OP, "shape", a)?;
+    }
+    let capacity = i32_of(OP, "capacity", at.kv.capacity())?;
+    let name = fused_kernel_name(w.format().kernel_tag(), "norm", "rope");
+    let mut b = gpu.launcher(&name)?;
+    b.arg(w.bytes()).arg(x).arg(gain).arg(&eps).arg(q);
+    for v in &ints[..4] {
+        b.arg(v);
+    }
+    b.arg(at.cs)
+        .arg(&mut at.kv.k)
+        .arg(&mut at.kv.v)
+        .arg(&at.rows.slots)
+        .arg(&at.rows.pos);
+    for v in &ints[4..] {
+        b.arg(v);
+    }
+    b.arg(&capacity);
+    // Four RoPE pairs a block over the q and k heads, then eight v rows a block.
+    let pairs = (at.heads + kvh) * head_dim / 2;
+    let blocks = pairs.div_ceil(MMF_ROWS / 2) + (kvh * head_dim).div_ceil(MMF_ROWS);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (MMF_THREADS, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    // SAFETY: (u8*, f32*, f32*, f32, f32*, i32 x4, f32*, f32*, f32*, i32*, i32*, i32 x7) as the
+    // entry declares; buffer lengths, the shared memory size, and the slots and positions
+    // (GpuRows::set, against the pools) were checked.
+    unsafe { b.go(cfg, "launching the fused [q|k|v] with RoPE") }?;
+    Ok(())
 }
 
 /// RoPE and KV append for rows of a fused `[q | k | v]` buffer: q rotated in place, k rotated

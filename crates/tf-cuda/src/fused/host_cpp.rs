@@ -20,6 +20,7 @@ mod packed;
 use packed::HostWeights;
 
 mod harness;
+mod rope;
 use harness::{host_source, FORMATS};
 
 /// One emulated launch and the bits it must (or, for a planted control, must not) give.

@@ -11,7 +11,10 @@ mod profile;
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::fused::{fused_smem_bytes, matmul_fused, rope_append, Epilogue, XForm};
+use crate::fused::{
+    fused_smem_bytes, matmul_fused, matmul_norm_rope_append, rope_append, Epilogue, RopeAppend,
+    XForm,
+};
 use crate::graphs::{check_rows, wanted_logits, Graphs};
 use crate::kv::GpuKv;
 use crate::load;
@@ -29,9 +32,10 @@ pub enum Stage {
     /// Token embedding rows.
     Embed,
     /// `[q|k|v]` projection with the input norm, then its biases and per-head q/k norms when
-    /// the model has them (every layer).
+    /// the model has them (every layer); without those (and with full rotary), RoPE and the KV
+    /// append too, as the projection's epilogue.
     Qkv,
-    /// RoPE and KV append (every layer).
+    /// RoPE and KV append (every layer whose projection does not do them).
     RopeAppend,
     /// Attention (every layer).
     Attend,
@@ -388,10 +392,11 @@ impl GpuLlama {
         self.gpu.write(&cs, &mut self.ws.cs)
     }
 
-    /// The round's launches for `n` rows; reads only device buffers (capturable). Six launches a
-    /// layer: [q|k|v] with the input norm; RoPE + KV append; attention; o with the residual add;
-    /// [gate|up] with the MLP norm; down with SwiGLU on its input and the residual add. A model
-    /// with biases or q/k norms adds their launches ([`extra`]) after the projections they follow.
+    /// The round's launches for `n` rows; reads only device buffers (capturable). Five launches a
+    /// layer: [q|k|v] with the input norm, RoPE and the KV append; attention; o with the residual
+    /// add; [gate|up] with the MLP norm and SwiGLU; down with the residual add. A model with
+    /// biases or q/k norms adds their launches ([`extra`]) after the projections they follow,
+    /// and RoPE + KV append as a launch of its own after them.
     fn launch_all(&mut self, n: usize) -> Result<()> {
         self.launch_stages(n, Stage::ALL)
     }
@@ -412,7 +417,25 @@ impl GpuLlama {
             ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
         }
         for (li, l) in self.layers.iter().enumerate() {
-            if has(Stage::Qkv) {
+            // Without biases or q/k norms on [q|k|v] (and with full rotary), RoPE and the KV
+            // append are the projection's epilogue: one launch, the same bits.
+            let rope_fused =
+                l.extra.qkv_bias.is_none() && l.extra.qk_norm.is_none() && rotary == hd;
+            if has(Stage::Qkv) && rope_fused {
+                let norm = XForm::Norm {
+                    gain: &l.attn_norm,
+                    eps: self.eps,
+                };
+                let at = RopeAppend {
+                    cs: &ws.cs,
+                    kv: &mut self.kv,
+                    rows: &self.rows,
+                    layer: li,
+                    heads: nh,
+                    pairing: self.pairing,
+                };
+                matmul_norm_rope_append(g, &l.qkv, &ws.x, norm, &mut ws.qkv, at)?;
+            } else if has(Stage::Qkv) {
                 let norm = XForm::Norm {
                     gain: &l.attn_norm,
                     eps: self.eps,
@@ -431,7 +454,7 @@ impl GpuLlama {
                 let heads = (nh, self.shape.kv_heads, hd);
                 l.extra.after_qkv(g, &mut ws.qkv, self.eps, n, heads)?;
             }
-            if has(Stage::RopeAppend) {
+            if has(Stage::RopeAppend) && !rope_fused {
                 rope_append(
                     g,
                     &mut ws.qkv,

@@ -1,17 +1,21 @@
 //! Contract cases for the fused decode kernels, each compared bit for bit with the CPU's
 //! separate operators (RMSNorm then matmul; SwiGLU then matmul; matmul then residual add; RoPE
-//! then KV append).
+//! then KV append; RMSNorm, matmul and RoPE then KV append).
 
 use super::packed::HostWeights;
-use super::{compare_bits, control, verdict, CaseResult, Depth, ErrSlot, SuiteResult};
+use super::{
+    compare_bits, control, verdict, CaseResult, ControlResult, Depth, ErrSlot, SuiteResult,
+};
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::fused::{matmul_fused, rope_append, Epilogue, XForm};
+use crate::fused::{
+    matmul_fused, matmul_norm_rope_append, rope_append, Epilogue, RopeAppend, XForm,
+};
 use crate::kv::GpuKv;
 use crate::ops::{GpuRows, Pairing};
 use crate::weights::{GpuFormat, GpuMatrix};
 use std::cell::RefCell;
-use tf_kernels::contract::{Rng, RowOp, Tolerance};
+use tf_kernels::contract::{Report, Rng, RowOp, Tolerance};
 use tf_kernels::matmul::matmul as cpu_matmul;
 use tf_kernels::ops::{rms_norm, silu_mul, Rope, RopeAngles, RopeConfig, RopePairing, RopeScaling};
 use tf_kernels::pool::Pool;
@@ -112,7 +116,8 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
             0xf0 + i as u64,
         )?;
     }
-    rope_append_case(gpu, depth, out)
+    rope_append_case(gpu, depth, out)?;
+    norm_rope_case(gpu, depth, out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -453,5 +458,127 @@ fn rope_append_case(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()
         &cfg,
         &errs,
     ));
+    Ok(())
+}
+
+/// The `[q|k|v]` projection with its norm, RoPE and the KV append in one launch
+/// ([`matmul_norm_rope_append`]) against the CPU's RMSNorm, matmul and RoPE (q, and k and v read
+/// back from the pools) at every row count of the depth, bit for bit; the planted control
+/// gives the epilogue the other pairing.
+fn norm_rope_case(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
+    let (nh, nkv, hd, slots, cap) = (9usize, 3usize, 64usize, 8usize, 16usize);
+    let (rows, cols) = ((nh + 2 * nkv) * hd, 576usize);
+    let mut rng = Rng::new(0x40fe);
+    let hw = HostWeights::random(GpuFormat::Q4_1, rows, cols, &mut rng);
+    let w = GpuMatrix::upload(gpu, &hw.packed())?;
+    let gain_h = rng.vec_uniform(cols, 0.5, 1.5);
+    let gain = gpu.upload(&gain_h)?;
+    let rope = Rope::new(RopeConfig {
+        head_dim: hd,
+        rotary_dim: hd,
+        theta: 10000.0,
+        pairing: RopePairing::Half,
+        scaling: RopeScaling::None,
+    })
+    .map_err(|e| shape_err("rope")(e.to_string()))?;
+    let n_max = 64;
+    let x_h = rng.vec_normal(n_max * cols, 1.5);
+    let x = gpu.upload(&x_h)?;
+    // Row i: slot i % slots, position i / slots + 3 (no two rows share a cache entry).
+    let at = |i: usize| (i % slots, i / slots + 3);
+    let mut cs_h = Vec::new();
+    let mut a = RopeAngles::default();
+    for i in 0..n_max {
+        rope.angles_into(at(i).1, &mut a);
+        cs_h.extend_from_slice(&a.cos);
+        cs_h.extend_from_slice(&a.sin);
+    }
+    let cs = gpu.upload(&cs_h)?;
+    // The CPU: norm, matmul, RoPE on q and k; rows laid out as q | k | v.
+    let pool = Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut t = vec![0f32; n_max * cols];
+    rms_norm(&x_h, &gain_h, EPS, n_max, &mut t)
+        .map_err(|e| shape_err("cpu norm")(e.to_string()))?;
+    let mut want = vec![0f32; n_max * rows];
+    cpu_matmul(&hw.packed(), &t, n_max, &mut want, &pool)
+        .map_err(|e| shape_err("cpu matmul")(e.to_string()))?;
+    for (i, r) in want.chunks_exact_mut(rows).enumerate() {
+        rope.apply(&mut r[..(nh + nkv) * hd], nh + nkv, at(i).1)
+            .map_err(|e| shape_err("cpu rope")(e.to_string()))?;
+    }
+    let mut kv = GpuKv::new(gpu, slots, 2, cap, nkv, hd)?;
+    let mut grows = GpuRows::new(gpu, n_max)?;
+    let mut q = gpu.zeros::<f32>(n_max * rows)?;
+    let rw = nkv * hd;
+    let mut launch = |n: usize, pairing: Pairing| -> Result<Vec<f32>> {
+        let (s, p): (Vec<usize>, Vec<usize>) = (0..n).map(at).unzip();
+        grows.set(gpu, &kv, &s, &p)?;
+        let norm = XForm::Norm {
+            gain: &gain,
+            eps: EPS,
+        };
+        let ra = RopeAppend {
+            cs: &cs,
+            kv: &mut kv,
+            rows: &grows,
+            layer: 1,
+            heads: nh,
+            pairing,
+        };
+        matmul_norm_rope_append(gpu, &w, &x, norm, &mut q, ra)?;
+        let (qh, kp, vp) = (
+            gpu.download(&q, n * rows)?,
+            gpu.download(&kv.k, kv.k.len())?,
+            gpu.download(&kv.v, kv.v.len())?,
+        );
+        let mut o = Vec::with_capacity(n * rows);
+        for i in 0..n {
+            let (slot, pos) = at(i);
+            let e = ((slot * 2 + 1) * cap + pos) * rw;
+            o.extend_from_slice(&qh[i * rows..i * rows + nh * hd]);
+            o.extend_from_slice(&kp[e..e + rw]);
+            o.extend_from_slice(&vp[e..e + rw]);
+        }
+        Ok(o)
+    };
+    let (mut bits, mut first_bad, mut calls) = (compare_bits(&[], &[]), None, 0);
+    for n in super::select::row_counts(depth) {
+        let got = launch(n, Pairing::Half)?;
+        let b = compare_bits(&got, &want[..n * rows]);
+        if b.differing > 0 && first_bad.is_none() {
+            first_bad = Some(n);
+        }
+        bits.compared += b.compared;
+        bits.differing += b.differing;
+        bits.max_abs_diff = bits.max_abs_diff.max(b.max_abs_diff);
+        calls += 1;
+    }
+    let planted = launch(n_max, Pairing::Interleaved)?;
+    let caught = compare_bits(&planted, &want).differing;
+    out.cases.push(CaseResult {
+        op: "fused matmul".into(),
+        case: format!("[q|k|v] {rows}x{cols} Q4_1 with the input norm, RoPE and KV append, {calls} calls (1..=64 rows)"),
+        verdict: match first_bad {
+            None => Ok(Report {
+                max_abs_err: 0.0,
+                max_tol_ratio: 0.0,
+                rows_compared: bits.compared / rows,
+                calls,
+            }),
+            Some(n) => Err(format!(
+                "{} of {} outputs differ from the CPU's norm, matmul and RoPE (first at {n} rows)",
+                bits.differing, bits.compared
+            )),
+        },
+        cpu_bits: Some(bits),
+    });
+    out.controls.push(ControlResult {
+        control: "fused [q|k|v] with RoPE told the other pairing".into(),
+        caught: if caught > 0 {
+            Ok(format!("{caught} outputs differ from the CPU"))
+        } else {
+            Err("every output matched".into())
+        },
+    });
     Ok(())
 }

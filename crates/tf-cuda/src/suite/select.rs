@@ -163,7 +163,11 @@ fn case(
         case: format!(
             "vocab {vocab}, top {SELECT_CAP}, {} calls (1..=64 rows and a subset){}",
             calls,
-            if radix { ", every row by the radix fallback" } else { "" }
+            if radix {
+                ", every row by the radix fallback"
+            } else {
+                ""
+            }
         ),
         verdict,
         cpu_bits: Some(CpuBits {

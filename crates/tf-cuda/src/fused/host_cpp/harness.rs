@@ -88,6 +88,11 @@ pub(super) const FORMATS: [GpuFormat; 14] = GpuFormat::ALL;
 /// The kernel sources for the host: common.cuh (its f16 conversion through the host's),
 /// matmul.cu, fused.cu, quant.cu and moe.cu, then tables of the entries the harness calls.
 pub(super) fn host_source() -> String {
+    format!("{}{MAIN}", host_kernels())
+}
+
+/// [`host_source`] without the harness's `main`.
+pub(crate) fn host_kernels() -> String {
     let common = include_str!("../../../kernels/common.cuh").replace(
         r#"asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));"#,
         "f = tf_host_f16(h);",
@@ -152,7 +157,7 @@ pub(super) fn host_source() -> String {
                 TF_MATMUL_REF_ENTRY(tf_ref_matmul_q4_0, FMT_Q4_0)\n\
                 TF_MATMUL_REF_ENTRY(tf_ref_matmul_mlx4, FMT_MLX4)\n";
     format!(
-        "{PRELUDE}{common}\n{}\n{fused}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n{MAIN}",
+        "{PRELUDE}{common}\n{}\n{fused}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n",
         include_str!("../../../kernels/matmul.cu"),
         include_str!("../../../kernels/quant.cu"),
         moe_part,
