@@ -85,7 +85,11 @@ fn rope_as_the_projection_epilogue_gives_the_separate_launches_bits() {
     let (slot, pos) = ([0i32, 1, 0, 1, 0, 1], [2i32, 0, 3, 1, 4, 2]);
     let n = slot.len();
     let mut failures = Vec::new();
-    for (fmt, format, cols) in [(0, GpuFormat::Q4_1, 3648usize), (1, GpuFormat::Bf16, 1000)] {
+    for (fmt, format, cols) in [
+        (0, GpuFormat::Q4_1, 576usize),
+        (0, GpuFormat::Q4_1, 3648),
+        (1, GpuFormat::Bf16, 1000),
+    ] {
         for pairing in [0i32, 1] {
             let rows = (heads + 2 * kv) * hd;
             let (_, bytes) = weights(format, rows, cols, &mut rng);
