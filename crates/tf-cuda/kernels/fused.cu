@@ -139,6 +139,25 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         int delta, nv;
         tf_mmv_window<FMT>(row, rb, 0, &a0, &delta, &nv);
         tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+        // EP_ROPE: lane r < nt takes the tile's row r in the epilogue; what it needs from device
+        // memory (its angles, its cache entry) is loaded now, behind the product.
+        float rp_cos = 0.0f, rp_sin = 0.0f;
+        size_t rp_dst = 0;
+        // EP_ADD: lane r < nt reads the y its row's sum is added to, behind the product too.
+        float y0 = 0.0f;
+        if (EP == EP_ADD && active && lane < nt) y0 = y[(size_t)(i0 + lane) * rows + j];
+        if constexpr (EP == EP_ROPE) {
+            if (active && lane < nt) {
+                const int pp = p - rp_head * rhalf;
+                const float* c = rp.cs + (size_t)(i0 + lane) * 2 * rhalf;
+                if (rp_pair_block && hw >= half) {
+                    rp_cos = c[pp];
+                    rp_sin = c[rhalf + pp];
+                }
+                if (!rp_pair_block || (hw >= half && rp_head >= rp.heads))
+                    rp_dst = tf_rope_dst(rp, i0 + lane);
+            }
+        }
         if (XF == XF_NORM) {
             // Rows that fit the staging area are loaded there by the whole block, their loads
             // in flight together, and the sums read shared memory; longer rows are read by
@@ -189,36 +208,27 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         }
         if constexpr (EP == EP_ROPE) {
             __shared__ float first[MM_RT][MMF_ROWS / 2];
-            float s[MM_RT];
+            // Lane r < nt takes row r's sum (the folds end in lane 0).
+            float mine = 0.0f;
 #pragma unroll
-            for (int r = 0; r < MM_RT; r++) s[r] = tf_fold16_sum(acc[r]);
+            for (int r = 0; r < MM_RT; r++) {
+                const float t = __shfl_sync(TF_FULL_MASK, tf_fold16_sum(acc[r]), 0, 16);
+                if (lane == r) mine = t;
+            }
             if (rp_pair_block) {
-                if (lane == 0 && hw < half)
-                    for (int r = 0; r < nt; r++) first[r][hw] = s[r];
+                if (lane < nt && hw < half) first[lane][hw] = mine;
                 __syncthreads();
-                if (active && lane == 0 && hw >= half) {
-                    const int pp = p - rp_head * rhalf;
-                    for (int r = 0; r < nt; r++) {
-                        const int i = i0 + r;
-                        const float* c = rp.cs + (size_t)i * 2 * rhalf;
-                        const float cc = c[pp], sn = c[rhalf + pp];
-                        const float a = first[r][hw - half], b = s[r];
-                        const float oa = a * cc - b * sn, ob = b * cc + a * sn;
-                        if (rp_head < rp.heads) {
-                            float* q = y + (size_t)i * rows + (size_t)rp_head * rp.head_dim;
-                            q[rp_ia] = oa;
-                            q[rp_ib] = ob;
-                        } else {
-                            float* k = rp.kpool + tf_rope_dst(rp, i) +
-                                       (size_t)(rp_head - rp.heads) * rp.head_dim;
-                            k[rp_ia] = oa;
-                            k[rp_ib] = ob;
-                        }
-                    }
+                if (active && lane < nt && hw >= half) {
+                    const float a = first[lane][hw - half], b = mine;
+                    const float oa = a * rp_cos - b * rp_sin, ob = b * rp_cos + a * rp_sin;
+                    float* o = rp_head < rp.heads
+                                   ? y + (size_t)(i0 + lane) * rows + (size_t)rp_head * rp.head_dim
+                                   : rp.kpool + rp_dst + (size_t)(rp_head - rp.heads) * rp.head_dim;
+                    o[rp_ia] = oa;
+                    o[rp_ib] = ob;
                 }
-            } else if (active && lane == 0) {
-                for (int r = 0; r < nt; r++)
-                    rp.vpool[tf_rope_dst(rp, i0 + r) + (j - qk_rows)] = s[r];
+            } else if (active && lane < nt) {
+                rp.vpool[rp_dst + (j - qk_rows)] = mine;
             }
         } else if constexpr (EP == EP_SWIGLU) {
             __shared__ float gate[MM_RT][MMF_ROWS / 2];
@@ -232,14 +242,15 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
                 for (int r = 0; r < nt; r++)
                     y[(size_t)(i0 + r) * h + p] = tf_silu(gate[r][hw - half]) * s[r];
         } else {
+            // Lane r < nt takes row r's sum (the folds end in lane 0) and its y, read before
+            // the product for the add.
+            float mine = 0.0f;
 #pragma unroll
             for (int r = 0; r < MM_RT; r++) {
-                const float s = tf_fold16_sum(acc[r]);
-                if (active && lane == 0 && r < nt) {
-                    float* o = y + (size_t)(i0 + r) * rows + j;
-                    *o = EP == EP_ADD ? *o + s : s;
-                }
+                const float t = __shfl_sync(TF_FULL_MASK, tf_fold16_sum(acc[r]), 0, 16);
+                if (lane == r) mine = t;
             }
+            if (active && lane < nt) y[(size_t)(i0 + lane) * rows + j] = EP == EP_ADD ? y0 + mine : mine;
         }
     }
 }

@@ -200,7 +200,26 @@ template <int FMT, int NT>
 __device__ __forceinline__ void tf_mmv_chunk(const u8* srow, const float* __restrict__ xk,
                                              int cols, int len, bool rev, int lane,
                                              float* acc) {
-    if (FMT >= FMT_Q4_0) {
+    if constexpr (FMT == FMT_MLX4) {
+        // tf_mmv_decode's arithmetic with the unit's scale and bias read once for both of the
+        // lane's elements (k = l and l + 16: byte l / 2 and 8 + l / 2, the same nibble).
+        const int nb = len >> 5;
+        const int byte = lane >> 1, sh = (lane & 1) << 2;
+#pragma unroll 2
+        for (int bi = 0; bi < nb; bi++) {
+            const int b = rev ? nb - 1 - bi : bi;
+            const u8* pu = srow + (size_t)b * 24;
+            const float sc = *(const float*)(pu + 16), bs = *(const float*)(pu + 20);
+            const float w0 = sc * tf_small_int(((u32)pu[byte] >> sh) & 15u) + bs;
+            const float w1 = sc * tf_small_int(((u32)pu[8 + byte] >> sh) & 15u) + bs;
+            const int kl = (b << 5) + lane;
+#pragma unroll
+            for (int r = 0; r < NT; r++) {
+                acc[r] = fmaf(xk[(size_t)r * cols + kl], w0, acc[r]);
+                acc[r] = fmaf(xk[(size_t)r * cols + kl + 16], w1, acc[r]);
+            }
+        }
+    } else if (FMT >= FMT_Q4_0) {
         const int nb = len >> 5;
 #pragma unroll 2
         for (int bi = 0; bi < nb; bi++) {

@@ -17,6 +17,7 @@
 #define TF_SELECT_THREADS 512
 #define TF_SELECT_CAP 256
 #define TF_SELECT_POOL 2048  // entries the fast path sorts in shared memory
+#define TF_SELECT_BATCH 16   // a thread's loads in flight together
 
 // Order-preserving key of a non-NaN float: a < b in total order iff key(a) < key(b).
 __device__ __forceinline__ u32 tf_select_key(float v) {
@@ -81,13 +82,23 @@ extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
         s_fill = 0;
         s_take = 0;
     }
-    // The fast path: each thread's largest key (0: none; non-NaN keys are >= 0x007fffff).
+    // The fast path: each thread's largest key (0: none; non-NaN keys are >= 0x007fffff), its
+    // entries read TF_SELECT_BATCH at a time so their loads are in flight together.
+    const float nan = __int_as_float(0x7fc00000);
     u32 best = 0, nonnan = 0;
-    for (int i = t; i < vocab; i += T) {
-        const float v = row[i];
-        if (isnan(v)) continue;
-        nonnan++;
-        best = max(best, tf_select_key(v));
+    for (int b0 = 0; b0 < vocab; b0 += TF_SELECT_BATCH * T) {
+        float v[TF_SELECT_BATCH];
+#pragma unroll
+        for (int u = 0; u < TF_SELECT_BATCH; u++) {
+            const int i = b0 + u * T + t;
+            v[u] = i < vocab ? row[i] : nan;
+        }
+#pragma unroll
+        for (int u = 0; u < TF_SELECT_BATCH; u++) {
+            if (isnan(v[u])) continue;
+            nonnan++;
+            best = max(best, tf_select_key(v[u]));
+        }
     }
     const int pt = tf_select_pow2(T);
     for (int i = t; i < pt; i += T) pool[i] = 0ull;
@@ -99,17 +110,25 @@ extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
     const u32 L = cap <= T ? (u32)(pool[cap - 1] >> 32) : 0u;
     __syncthreads();
     // Every entry with a key >= L into the pool (a warp's takers counted by one atomic).
-    for (int i0 = 0; i0 < vocab && !radix; i0 += T) {
-        const int i = i0 + t;
-        const float v = i < vocab ? row[i] : __int_as_float(0x7fc00000);
-        const u32 k = isnan(v) ? 0u : tf_select_key(v);
-        const bool take = !isnan(v) && k >= L;
-        const u32 takers = __ballot_sync(TF_FULL_MASK, take);
-        u32 base = 0;
-        if ((t & 31) == 0 && takers) base = atomicAdd(&s_take, (u32)__popc(takers));
-        base = __shfl_sync(TF_FULL_MASK, base, 0);
-        const u32 at = base + (u32)__popc(takers & ((1u << (t & 31)) - 1u));
-        if (take && at < TF_SELECT_POOL) pool[at] = tf_select_entry(k, (u32)i, plant);
+    for (int b0 = 0; b0 < vocab && !radix; b0 += TF_SELECT_BATCH * T) {
+        float v[TF_SELECT_BATCH];
+#pragma unroll
+        for (int u = 0; u < TF_SELECT_BATCH; u++) {
+            const int i = b0 + u * T + t;
+            v[u] = i < vocab ? row[i] : nan;
+        }
+#pragma unroll
+        for (int u = 0; u < TF_SELECT_BATCH; u++) {
+            const u32 k = isnan(v[u]) ? 0u : tf_select_key(v[u]);
+            const bool take = !isnan(v[u]) && k >= L;
+            const u32 takers = __ballot_sync(TF_FULL_MASK, take);
+            u32 base = 0;
+            if ((t & 31) == 0 && takers) base = atomicAdd(&s_take, (u32)__popc(takers));
+            base = __shfl_sync(TF_FULL_MASK, base, 0);
+            const u32 at = base + (u32)__popc(takers & ((1u << (t & 31)) - 1u));
+            if (take && at < TF_SELECT_POOL)
+                pool[at] = tf_select_entry(k, (u32)(b0 + u * T + t), plant);
+        }
     }
     __syncthreads();
     const u32 taken = s_take;
