@@ -1,8 +1,10 @@
 //! One stream, start to finish: chunked prefill, then keyed sampling token by token.
 
-use crate::sampler::{sample, PenaltyHistory, SamplingParams};
+use crate::sampler::{
+    candidates_may_decide, penalised_ids, sample, sample_candidates, PenaltyHistory, SamplingParams,
+};
 use std::time::{Duration, Instant};
-use tf_models::{Model, ModelError, Row};
+use tf_models::{Model, ModelError, Row, RowCandidates, RowWant};
 
 /// Prompt rows per prefill round: a fixed grid, so a prompt's chunk plan depends only on its
 /// tokens.
@@ -51,6 +53,9 @@ pub enum GenerateError {
 }
 
 /// Generates a reply; `on_token` sees each token and returns false to stop (finish: Stop).
+/// Decode rounds of a model with a candidate selection ([`Model::candidate_capacity`]) take
+/// their draws from the candidates where these decide them, as the scheduler does (the same
+/// tokens), and read the whole row only where they do not.
 pub fn generate(
     model: &mut dyn Model,
     req: &GenerateRequest,
@@ -88,13 +93,30 @@ pub fn generate(
     let start = Instant::now();
     let mut generated = Vec::new();
     let mut finish = FinishReason::Length;
+    let cap = model.candidate_capacity();
+    let by_candidates = cap > 0 && candidates_may_decide(&req.params, cap);
+    // The latest decode round's candidates (None: the draw reads `logits`).
+    let mut candidates: Vec<RowCandidates> = Vec::new();
+    let mut from_candidates = false;
     while generated.len() < req.max_tokens {
         let pos = req.prompt.len() + generated.len();
         let history = PenaltyHistory {
             prompt: &req.prompt,
             generated: &generated,
         };
-        let token = sample(&mut logits[..vocab], &req.params, history, pos as u64).token;
+        let drawn = candidates
+            .first()
+            .filter(|_| from_candidates)
+            .and_then(|c| sample_candidates(c, &c.extra, vocab, &req.params, history, pos as u64));
+        let token = match drawn {
+            Some(t) => t,
+            None => {
+                if from_candidates {
+                    model.candidate_row(0, &mut logits)?;
+                }
+                sample(&mut logits[..vocab], &req.params, history, pos as u64).token
+            }
+        };
         if req.stop_ids.contains(&token) {
             finish = FinishReason::Stop;
             break;
@@ -113,7 +135,21 @@ pub fn generate(
             token,
             logits: true,
         };
-        model.forward(&[row], &mut [&mut state], &mut logits)?;
+        if by_candidates {
+            // What the next draw needs besides the candidates: its penalised tokens' logits.
+            let history = PenaltyHistory {
+                prompt: &req.prompt,
+                generated: &generated,
+            };
+            let want = RowWant {
+                extra: penalised_ids(&req.params, history, vocab),
+                whole: false,
+            };
+            model.forward_candidates(&[row], &mut [&mut state], &[want], &mut candidates)?;
+            from_candidates = true;
+        } else {
+            model.forward(&[row], &mut [&mut state], &mut logits)?;
+        }
     }
     Ok(GenerateOutput {
         generated,

@@ -3,7 +3,8 @@
 //! min-p, penalties that lower and raise logits, top-p and plain temperature (refused by the
 //! candidates, so read from the whole row), logprob requests, concurrent streams and verified
 //! drafts, on the default model; with a capacity of 256 and of 1 (more whole-row reads). A
-//! planted control (each row handed the next row's candidates) must change some stream.
+//! planted control (each row handed the next row's candidates) must change some stream. The
+//! same for one-stream `generate`, with its own planted control (the best candidate left out).
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
@@ -38,6 +39,8 @@ struct Selecting {
     /// Planted control: wanted row k gets the candidates of wanted row k + 1 (a row-indexing
     /// slip), when the round has several.
     plant_other_row: bool,
+    /// Planted control: every row's best candidate left out.
+    plant_drop_best: bool,
     last: Vec<f32>,
     stats: Arc<Stats>,
 }
@@ -94,6 +97,9 @@ impl Model for Selecting {
             if self.plant_other_row {
                 let o = (k + 1) % n;
                 c.top = RowCandidates::of_row(&self.last[o * v..(o + 1) * v], self.cap).top;
+            }
+            if self.plant_drop_best && !c.top.is_empty() {
+                c.top.remove(0);
             }
             let want = wants.get(k).cloned().unwrap_or_default();
             c.extra = want.extra.iter().map(|&i| (i, r[i as usize])).collect();
@@ -216,6 +222,7 @@ fn selecting(path: &std::path::Path, cap: usize, plant: bool) -> (Box<dyn Model>
         inner: load(path),
         cap,
         plant_other_row: plant,
+        plant_drop_best: false,
         last: Vec::new(),
         stats: stats.clone(),
     };
@@ -259,5 +266,57 @@ fn candidates_give_the_whole_row_tokens_and_logprobs() {
         run(model, false),
         reference,
         "the planted row slip went unnoticed"
+    );
+}
+
+/// The tokens `generate` gives for each of the requests' prompts and settings (stop at none).
+fn generated(model: &mut dyn Model) -> Vec<Vec<u32>> {
+    requests(false)
+        .into_iter()
+        .map(|r| {
+            let req = tf_engine::generate::GenerateRequest {
+                prompt: r.prompt,
+                params: r.params,
+                max_tokens: MAX_TOKENS,
+                stop_ids: vec![],
+            };
+            tf_engine::generate::generate(model, &req, |_| true)
+                .expect("generate")
+                .generated
+        })
+        .collect()
+}
+
+#[test]
+fn generate_from_candidates_gives_the_whole_row_tokens() {
+    let Some(path) = default_model() else { return };
+    let reference = generated(load(&path).as_mut());
+    assert!(reference.iter().all(|g| g.len() == MAX_TOKENS));
+    for cap in [256, 1] {
+        let (mut model, stats) = selecting(&path, cap, false);
+        assert_eq!(generated(model.as_mut()), reference, "cap {cap}");
+        // Draws came from candidates, and (cap 1: undecided greedy rows) from rows read back.
+        let (rows, whole) = (stats.rows.load(Relaxed), stats.whole.load(Relaxed));
+        assert!(
+            rows > 0 && stats.extra.load(Relaxed) > 0,
+            "cap {cap}: {rows} candidate rows"
+        );
+        if cap == 1 {
+            assert!(whole > 0, "cap 1: no row was read back whole");
+        }
+    }
+    // Planted control: candidates that leave out the row's best logit.
+    let mut model = Selecting {
+        inner: load(&path),
+        cap: 256,
+        plant_other_row: false,
+        plant_drop_best: true,
+        last: Vec::new(),
+        stats: Arc::default(),
+    };
+    assert_ne!(
+        generated(&mut model),
+        reference,
+        "the planted missing candidate went unnoticed"
     );
 }
