@@ -10,8 +10,7 @@
 // columns after an optional transform:
 //   xf none: x as is
 //   xf norm: RMSNorm, r = 1 / sqrt(dot16(x, x) / cols + eps) per row (a half-warp's fold over
-//            the whole row, as in tf_rms_norm, before the first chunk; rows of one chunk or
-//            less staged first by the whole block), then g[k] * (x[k] * r)
+//            the whole row, as in tf_rms_norm, before the first chunk), then g[k] * (x[k] * r)
 //   xf silu: SwiGLU of a fused [gate | up] row of width 2 * cols: silu(gate[k]) * up[k]
 // and each half-warp continues its row's 16-lane fmaf chains over the chunk (lane l still takes
 // k = l (mod 16) in ascending k, the accumulators living across chunks), then the fixed fold
@@ -158,26 +157,15 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
                     rp_dst = tf_rope_dst(rp, i0 + lane);
             }
         }
-        if (XF == XF_NORM) {
-            // Rows that fit the staging area are loaded there by the whole block, their loads
-            // in flight together, and the sums read shared memory; longer rows are read by
-            // their half-warp. The same chains either way.
-            const bool staged = cols <= cc;
-            if (staged) {
-                __syncthreads();  // the previous tile's last chunk consumed
-                tf_stage_cols<XF_NONE>(x, g, rs, xs, nt, cols, 0, cols, cc, i0, x_stride);
-                __syncthreads();
-            }
-            if (hw < MM_RT) {  // threads 0..63: two whole warps
-                float acc = 0.0f;
-                if (hw < nt) {
-                    const float* xr = staged ? xs + (size_t)hw * cc : x + (size_t)(i0 + hw) * x_stride;
+        if (XF == XF_NORM && hw < MM_RT) {  // threads 0..63: two whole warps
+            float acc = 0.0f;
+            if (hw < nt) {
+                const float* xr = x + (size_t)(i0 + hw) * x_stride;
 #pragma unroll 8
-                    for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
-                }
-                const float ss = tf_fold16_sum(acc);
-                if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
+                for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
             }
+            const float ss = tf_fold16_sum(acc);
+            if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
         }
         float acc[MM_RT];
 #pragma unroll

@@ -327,7 +327,7 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     for (i, f) in FORMATS.iter().copied().enumerate() {
         let (rows, n) = (10usize, if i % 2 == 0 { 3 } else { 6 });
         let cols = match f {
-            // Odd formats also take rows of one chunk or less (the norm's staged rows).
+            // Odd formats also take rows of one chunk or less.
             GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 if i % 2 == 1 => 200,
             GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 => 2100,
             GpuFormat::Q4K | GpuFormat::Q6K => 2304,
