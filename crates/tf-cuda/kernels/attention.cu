@@ -104,15 +104,15 @@ __device__ __forceinline__ void tf_att_scores(float* __restrict__ s, const float
 
 // The fmaf chains over the `tn` weights s[0..tn) and value rows from `vb` (rows `row_w` apart),
 // continuing `acc` (thread d < head_dim holds dimension d): chunks of value rows in two shared
-// buffers `vs`, the next staged while the current one is consumed (the first one already, when
-// `first_staged`). Every thread of the block must call it; it ends with a barrier.
+// buffers `vs`, the next staged while the current one is consumed. Every thread of the block
+// must call it; it ends with a barrier.
 __device__ __forceinline__ float tf_att_values(float acc, const float* __restrict__ s,
                                                float* __restrict__ vs, const float* __restrict__ vb,
-                                               int tn, int head_dim, int row_w, bool first_staged) {
+                                               int tn, int head_dim, int row_w) {
     const int d = threadIdx.x;
     const int nchunks = (tn + ATT_CHUNK - 1) / ATT_CHUNK;
     const int chunk_w = ATT_CHUNK * head_dim;
-    if (!first_staged) tf_stage_values(vs, vb, min(ATT_CHUNK, tn), head_dim, row_w, 0);
+    tf_stage_values(vs, vb, min(ATT_CHUNK, tn), head_dim, row_w, 0);
     __syncthreads();
     for (int c = 0; c < nchunks; c++) {
         const float* vc = vs + (c & 1) * chunk_w;
@@ -159,11 +159,9 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
     const float* kb = kpool + base;
     const float* vb = vpool + base;
     const float* qh = q + (size_t)i * q_stride + (size_t)h * head_dim;
-    const bool one_tile = n_keys <= tile;
-    // One tile: the first chunk of values is staged now, its loads in flight with the scores'.
-    if (one_tile) tf_stage_values(vs, vb, min(ATT_CHUNK, n_keys), head_dim, row_w, 0);
     for (int d = threadIdx.x; d < head_dim; d += ATT_THREADS) qs[d] = qh[d];
     __syncthreads();
+    const bool one_tile = n_keys <= tile;
 
     // Pass 1: scores tile by tile; lane j < 16 keeps the max of its keys t = j (mod 16). The
     // first key of the tile at t0 that lane j takes is (j - t0) mod 16.
@@ -201,7 +199,7 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
             for (int t = (threadIdx.x - t0) & 15; t < tn; t += 16) part = part + s[t];
             lsum = PLANT == 2 ? lsum + part : part;
         }
-        acc = tf_att_values(acc, s, vs, vb + (size_t)t0 * row_w, tn, head_dim, row_w, one_tile);
+        acc = tf_att_values(acc, s, vs, vb + (size_t)t0 * row_w, tn, head_dim, row_w);
     }
     if (threadIdx.x < 32) {
         lsum = tf_fold16_sum(lsum);

@@ -200,9 +200,10 @@ template <int FMT, int NT>
 __device__ __forceinline__ void tf_mmv_chunk(const u8* srow, const float* __restrict__ xk,
                                              int cols, int len, bool rev, int lane,
                                              float* acc) {
-    if constexpr (FMT == FMT_MLX4) {
-        // tf_mmv_decode's arithmetic with the unit's scale and bias read once for both of the
-        // lane's elements (k = l and l + 16: byte l / 2 and 8 + l / 2, the same nibble).
+    if constexpr (FMT == FMT_MLX4 && NT == 1) {
+        // One activation row: tf_mmv_decode's arithmetic with the unit's scale and bias read
+        // once for both of the lane's elements (k = l and l + 16: byte l / 2 and 8 + l / 2, the
+        // same nibble). (With more rows this loop made the kernel slower: docs/perf.md.)
         const int nb = len >> 5;
         const int byte = lane >> 1, sh = (lane & 1) << 2;
 #pragma unroll 2
