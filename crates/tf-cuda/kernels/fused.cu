@@ -89,6 +89,18 @@ __device__ __forceinline__ size_t tf_rope_dst(const TfRope& rp, int i) {
            row_w;
 }
 
+// Lane r < MM_RT of a half-warp gets the sum of tile row r (the fixed fold of the row's 16
+// chains, which ends in lane 0); the other lanes get 0. Every lane must call it.
+__device__ __forceinline__ float tf_tile_row_sum(const float* acc, int lane) {
+    float mine = 0.0f;
+#pragma unroll
+    for (int r = 0; r < MM_RT; r++) {
+        const float t = __shfl_sync(TF_FULL_MASK, tf_fold16_sum(acc[r]), 0, 16);
+        if (lane == r) mine = t;
+    }
+    return mine;
+}
+
 template <int FMT, int XF, int EP>
 __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __restrict__ x,
                                        const float* __restrict__ g, float eps, float* y, int n,
@@ -196,13 +208,7 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         }
         if constexpr (EP == EP_ROPE) {
             __shared__ float first[MM_RT][MMF_ROWS / 2];
-            // Lane r < nt takes row r's sum (the folds end in lane 0).
-            float mine = 0.0f;
-#pragma unroll
-            for (int r = 0; r < MM_RT; r++) {
-                const float t = __shfl_sync(TF_FULL_MASK, tf_fold16_sum(acc[r]), 0, 16);
-                if (lane == r) mine = t;
-            }
+            const float mine = tf_tile_row_sum(acc, lane);
             if (rp_pair_block) {
                 if (lane < nt && hw < half) first[lane][hw] = mine;
                 __syncthreads();
@@ -230,15 +236,10 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
                 for (int r = 0; r < nt; r++)
                     y[(size_t)(i0 + r) * h + p] = tf_silu(gate[r][hw - half]) * s[r];
         } else {
-            // Lane r < nt takes row r's sum (the folds end in lane 0) and its y, read before
-            // the product for the add.
-            float mine = 0.0f;
-#pragma unroll
-            for (int r = 0; r < MM_RT; r++) {
-                const float t = __shfl_sync(TF_FULL_MASK, tf_fold16_sum(acc[r]), 0, 16);
-                if (lane == r) mine = t;
-            }
-            if (active && lane < nt) y[(size_t)(i0 + lane) * rows + j] = EP == EP_ADD ? y0 + mine : mine;
+            // Lane r < nt writes row r (for the add, onto the y it read before the product).
+            const float mine = tf_tile_row_sum(acc, lane);
+            if (active && lane < nt)
+                y[(size_t)(i0 + lane) * rows + j] = EP == EP_ADD ? y0 + mine : mine;
         }
     }
 }

@@ -309,8 +309,8 @@ __device__ __forceinline__ void tf_mmv(u8* mmv_smem, const u8* __restrict__ W,
 // thread four of a row's 16 lanes, l = 4q .. 4q + 3 (q = threadIdx.x & 3; four threads a row,
 // MMQ_ROWS rows a 128-thread block): fewer loads and decode instructions a weight, but a quarter
 // of the threads, so it pays only where a matrix has rows enough to keep the GPU busy (the
-// launcher's choice, docs/perf.md). A chunk's four elements of those lanes are consecutive, so the thread reads their x as
-// one float4 and their codes in one 32-bit word. acc[r][i] is lane 4q + i's chain, fed in
+// launcher's choice, docs/perf.md). A chunk's four elements of those lanes are consecutive, so
+// the thread reads their x as one float4 and their codes in one 32-bit word. acc[r][i] is lane 4q + i's chain, fed in
 // ascending k as in tf_matmul; the fold is the same tree: (l, l + 8) across threads q and q + 2,
 // (l, l + 4) across q and q + 1, then (l, l + 2) and (0, 1) inside thread q = 0 (tf_fold_quad).
 // The four threads of a row stream it as tf_mmv's half-warp does (16-byte loads into shared

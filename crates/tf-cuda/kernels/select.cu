@@ -56,6 +56,17 @@ __device__ __forceinline__ int tf_select_pow2(int n) {
     return p;
 }
 
+// Entries b0 + u * T + t (u < TF_SELECT_BATCH) of a row into v, NaN past its end: thread t's
+// next entries, their loads in flight together.
+__device__ __forceinline__ void tf_select_batch(float* v, const float* __restrict__ row, int vocab,
+                                                int b0, int t, int T) {
+#pragma unroll
+    for (int u = 0; u < TF_SELECT_BATCH; u++) {
+        const int i = b0 + u * T + t;
+        v[u] = i < vocab ? row[i] : __int_as_float(0x7fc00000);
+    }
+}
+
 // logits [*, vocab]; rows [m] (row indices into logits; grid m blocks of at most
 // TF_SELECT_THREADS threads, a multiple of 32); out [m, 2 + 2 * cap] (one download): per slot
 // the entries written, the row's non-NaN logits, cap ids, then cap value bits. 1 <= cap <=
@@ -82,17 +93,11 @@ extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
         s_fill = 0;
         s_take = 0;
     }
-    // The fast path: each thread's largest key (0: none; non-NaN keys are >= 0x007fffff), its
-    // entries read TF_SELECT_BATCH at a time so their loads are in flight together.
-    const float nan = __int_as_float(0x7fc00000);
+    // The fast path: each thread's largest key (0: none; non-NaN keys are >= 0x007fffff).
     u32 best = 0, nonnan = 0;
     for (int b0 = 0; b0 < vocab; b0 += TF_SELECT_BATCH * T) {
         float v[TF_SELECT_BATCH];
-#pragma unroll
-        for (int u = 0; u < TF_SELECT_BATCH; u++) {
-            const int i = b0 + u * T + t;
-            v[u] = i < vocab ? row[i] : nan;
-        }
+        tf_select_batch(v, row, vocab, b0, t, T);
 #pragma unroll
         for (int u = 0; u < TF_SELECT_BATCH; u++) {
             if (isnan(v[u])) continue;
@@ -112,11 +117,7 @@ extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
     // Every entry with a key >= L into the pool (a warp's takers counted by one atomic).
     for (int b0 = 0; b0 < vocab && !radix; b0 += TF_SELECT_BATCH * T) {
         float v[TF_SELECT_BATCH];
-#pragma unroll
-        for (int u = 0; u < TF_SELECT_BATCH; u++) {
-            const int i = b0 + u * T + t;
-            v[u] = i < vocab ? row[i] : nan;
-        }
+        tf_select_batch(v, row, vocab, b0, t, T);
 #pragma unroll
         for (int u = 0; u < TF_SELECT_BATCH; u++) {
             const u32 k = isnan(v[u]) ? 0u : tf_select_key(v[u]);

@@ -154,8 +154,8 @@ pub fn select_with(
         .arg(&plant)
         .arg(&radix)
         .arg(&mut out.out);
-    // SAFETY: (f32*, i32*, i32, i32, i32, i32, i32*); every row index is below the rows logits hold
-    // (checked above), the output holds out.rows >= m rows of 2 + 2 * cap, and cap is
+    // SAFETY: (f32*, i32*, i32, i32, i32, i32, i32*); every row index is below the rows logits
+    // hold (checked above), the output holds out.rows >= m rows of 2 + 2 * cap, and cap is
     // 1..=TF_SELECT_CAP (GpuCandidates::new).
     unsafe { b.go(cfg, "launching the candidate selection") }
 }

@@ -95,9 +95,8 @@ pub fn generate(
     let mut finish = FinishReason::Length;
     let cap = model.candidate_capacity();
     let by_candidates = cap > 0 && candidates_may_decide(&req.params, cap);
-    // The latest decode round's candidates (None: the draw reads `logits`).
+    // The latest decode round's candidates (empty: the draw reads `logits`).
     let mut candidates: Vec<RowCandidates> = Vec::new();
-    let mut from_candidates = false;
     while generated.len() < req.max_tokens {
         let pos = req.prompt.len() + generated.len();
         let history = PenaltyHistory {
@@ -106,12 +105,11 @@ pub fn generate(
         };
         let drawn = candidates
             .first()
-            .filter(|_| from_candidates)
             .and_then(|c| sample_candidates(c, &c.extra, vocab, &req.params, history, pos as u64));
         let token = match drawn {
             Some(t) => t,
             None => {
-                if from_candidates {
+                if !candidates.is_empty() {
                     model.candidate_row(0, &mut logits)?;
                 }
                 sample(&mut logits[..vocab], &req.params, history, pos as u64).token
@@ -146,7 +144,6 @@ pub fn generate(
                 whole: false,
             };
             model.forward_candidates(&[row], &mut [&mut state], &[want], &mut candidates)?;
-            from_candidates = true;
         } else {
             model.forward(&[row], &mut [&mut state], &mut logits)?;
         }
