@@ -44,15 +44,6 @@ fn bits_equal(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
-    GpuRow {
-        slot,
-        pos,
-        token,
-        logits: true,
-    }
-}
-
 /// Whether every row's logits (`vocab` each, in order) equal the serial ones at its position.
 fn rows_match(rows: &[GpuRow], logits: &[f32], serial: &[Vec<f32>], vocab: usize) -> bool {
     logits.len() == rows.len() * vocab
@@ -157,7 +148,7 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
             logits: true,
         };
         cpu.forward(&[r], &mut [&mut state], &mut cl)?;
-        g.forward(&[row(0, pos, tok)], &mut gl)?;
+        g.forward(&[GpuRow::wanted(0, pos, tok)], &mut gl)?;
         let d = cl
             .iter()
             .zip(&gl)
@@ -187,18 +178,20 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
     ok &= identical == n && top1 == n && kv_same;
 
     // 2a. Chunked == serial: the prompt as one round (slot 1) and in chunks of 5 (slot 2).
-    let one: Vec<GpuRow> = (0..PROMPT.len()).map(|p| row(1, p, seq[p])).collect();
+    let one: Vec<GpuRow> = (0..PROMPT.len())
+        .map(|p| GpuRow::wanted(1, p, seq[p]))
+        .collect();
     g.forward(&one, &mut gl)?;
     let mut chunked = rows_match(&one, &gl, &serial, vocab);
     for c in (0..n).collect::<Vec<_>>().chunks(5) {
-        let rows: Vec<GpuRow> = c.iter().map(|&p| row(2, p, seq[p])).collect();
+        let rows: Vec<GpuRow> = c.iter().map(|&p| GpuRow::wanted(2, p, seq[p])).collect();
         g.forward(&rows, &mut gl)?;
         chunked &= rows_match(&rows, &gl, &serial, vocab);
     }
     // 2b. Concurrent == solo: slots 3..7 together at every position.
     let mut concurrent = true;
     for (p, &t) in seq.iter().enumerate() {
-        let rows: Vec<GpuRow> = (3..7).map(|s| row(s, p, t)).collect();
+        let rows: Vec<GpuRow> = (3..7).map(|s| GpuRow::wanted(s, p, t)).collect();
         g.forward(&rows, &mut gl)?;
         concurrent &= rows_match(&rows, &gl, &serial, vocab);
     }
@@ -208,12 +201,12 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
     while p7 < n || p8 < n {
         let mut rows = Vec::new();
         if p7 < n {
-            rows.push(row(7, p7, seq[p7]));
+            rows.push(GpuRow::wanted(7, p7, seq[p7]));
             p7 += 1;
         }
         for _ in 0..3 {
             if p8 < n {
-                rows.push(row(8, p8, seq[p8]));
+                rows.push(GpuRow::wanted(8, p8, seq[p8]));
                 p8 += 1;
             }
         }
@@ -224,13 +217,17 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
     // 3-row rounds through the graph.
     let mut graphed = true;
     for (p, &t) in seq.iter().enumerate() {
-        let rows = [row(9, p, t)];
+        let rows = [GpuRow::wanted(9, p, t)];
         g.forward_graphed(&rows, &mut gl)?;
         graphed &= rows_match(&rows, &gl, &serial, vocab);
     }
     g.reset_slot(9);
     for (p, &t) in seq.iter().enumerate() {
-        let rows = [row(9, p, t), row(10, p, t), row(11, p, t)];
+        let rows = [
+            GpuRow::wanted(9, p, t),
+            GpuRow::wanted(10, p, t),
+            GpuRow::wanted(11, p, t),
+        ];
         g.forward_graphed(&rows, &mut gl)?;
         graphed &= rows_match(&rows, &gl, &serial, vocab);
     }
@@ -244,7 +241,7 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
     g.set_slot_len(12, half)?;
     let mut restored = true;
     for (p, &t) in seq.iter().enumerate().skip(half) {
-        let rows = [row(12, p, t)];
+        let rows = [GpuRow::wanted(12, p, t)];
         g.forward(&rows, &mut gl)?;
         restored &= rows_match(&rows, &gl, &serial, vocab);
     }

@@ -85,15 +85,6 @@ fn prompt(dir: &Path) -> Res<Vec<u32>> {
     Ok(ids)
 }
 
-fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
-    GpuRow {
-        slot,
-        pos,
-        token,
-        logits: true,
-    }
-}
-
 /// Resets `slot` and feeds it `seq` from position 0 in rounds of `chunk` rows; returns each
 /// position's logits.
 fn feed(
@@ -111,7 +102,7 @@ fn feed(
         let rows: Vec<GpuRow> = part
             .iter()
             .enumerate()
-            .map(|(i, &t)| row(slot, c * chunk + i, t))
+            .map(|(i, &t)| GpuRow::wanted(slot, c * chunk + i, t))
             .collect();
         if graphed {
             g.forward_graphed(&rows, &mut gl)?;
@@ -194,7 +185,7 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<Outcome>> {
             logits: true,
         };
         cpu.forward(&[cpu_row], &mut [&mut state], &mut cl)?;
-        g.forward(&[row(0, pos, tok)], &mut gl)?;
+        g.forward(&[GpuRow::wanted(0, pos, tok)], &mut gl)?;
         let d = cl
             .iter()
             .zip(&gl)
@@ -232,7 +223,7 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<Outcome>> {
                 for _ in 0..take {
                     let p = got[k].len() + who.iter().filter(|&&w| w == k).count();
                     if p < n {
-                        rows.push(row(slots[k], p, seq[p]));
+                        rows.push(GpuRow::wanted(slots[k], p, seq[p]));
                         who.push(k);
                     }
                 }
@@ -254,7 +245,11 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<Outcome>> {
     }
     let mut graphed3 = true;
     for (p, &t) in seq.iter().enumerate() {
-        let rows = [row(6, p, t), row(7, p, t), row(1, p, t)];
+        let rows = [
+            GpuRow::wanted(6, p, t),
+            GpuRow::wanted(7, p, t),
+            GpuRow::wanted(1, p, t),
+        ];
         g.forward_graphed(&rows, &mut gl)?;
         graphed3 &= (0..3).all(|j| bits_equal(&gl[j * vocab..(j + 1) * vocab], &serial[p]));
     }
@@ -279,7 +274,7 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<Outcome>> {
     g.set_slot_len(7, half)?;
     let mut resumed = true;
     for (p, &t) in seq.iter().enumerate().skip(half) {
-        g.forward(&[row(7, p, t)], &mut gl)?;
+        g.forward(&[GpuRow::wanted(7, p, t)], &mut gl)?;
         resumed &= bits_equal(&gl, &serial[p]);
     }
     println!("chunked == serial: one round {one_round}, chunks of 5 {chunks5}; 3 staggered slots in shared rounds == solo: {concurrent}; graphed == eager: 1 row {graphed1}, 3-row rounds {graphed3}; truncated slot restarts == fresh: {reset}; resumed from a host copy at {half} == fresh: {resumed}");
@@ -323,14 +318,16 @@ fn bench_synthetic(spec: &str, steps: usize) -> Res<()> {
     println!("| streams | tok/s (aggregate) | us per round |\n| ---: | ---: | ---: |");
     let mut gl = Vec::new();
     for streams in [1usize, 4, 16, 64] {
-        let first: Vec<GpuRow> = (0..streams).map(|s| row(s, 0, 1)).collect();
+        let first: Vec<GpuRow> = (0..streams).map(|s| GpuRow::wanted(s, 0, 1)).collect();
         for s in 0..streams {
             g.reset_slot(s);
         }
         g.forward_graphed(&first, &mut gl)?;
         let t = Instant::now();
         for p in 1..=steps {
-            let rows: Vec<GpuRow> = (0..streams).map(|s| row(s, p, (p % 7) as u32)).collect();
+            let rows: Vec<GpuRow> = (0..streams)
+                .map(|s| GpuRow::wanted(s, p, (p % 7) as u32))
+                .collect();
             g.forward_graphed(&rows, &mut gl)?;
         }
         let dt = t.elapsed().as_secs_f64() / steps.max(1) as f64;

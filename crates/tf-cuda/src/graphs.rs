@@ -169,35 +169,26 @@ fn download_rows_into(
 mod tests {
     use super::*;
 
-    fn row(slot: usize, pos: usize, token: u32) -> GpuRow {
-        GpuRow {
-            slot,
-            pos,
-            token,
-            logits: true,
-        }
-    }
-
     #[test]
     fn rows_must_continue_their_slots_in_order() {
         let lens = [0usize, 3, 7];
         // Several rows of one slot, in ascending position, beside other slots: accepted.
         let ok = [
-            row(1, 3, 5),
-            row(0, 0, 1),
-            row(1, 4, 6),
-            row(1, 5, 0),
-            row(2, 7, 95),
+            GpuRow::wanted(1, 3, 5),
+            GpuRow::wanted(0, 0, 1),
+            GpuRow::wanted(1, 4, 6),
+            GpuRow::wanted(1, 5, 0),
+            GpuRow::wanted(2, 7, 95),
         ];
         check_rows("test round", &lens, &ok, 8, 96).unwrap();
         // Refused: a gap, a repeat, rows of a slot out of order, an unknown slot, a token beyond
         // the vocabulary, no rows, too many rows.
         let bad: [&[GpuRow]; 6] = [
-            &[row(1, 4, 0)],
-            &[row(1, 3, 0), row(1, 3, 0)],
-            &[row(1, 4, 0), row(1, 3, 0)],
-            &[row(3, 0, 0)],
-            &[row(0, 0, 96)],
+            &[GpuRow::wanted(1, 4, 0)],
+            &[GpuRow::wanted(1, 3, 0), GpuRow::wanted(1, 3, 0)],
+            &[GpuRow::wanted(1, 4, 0), GpuRow::wanted(1, 3, 0)],
+            &[GpuRow::wanted(3, 0, 0)],
+            &[GpuRow::wanted(0, 0, 96)],
             &[],
         ];
         for rows in bad {
@@ -206,7 +197,7 @@ mod tests {
                 "{rows:?} accepted"
             );
         }
-        let many: Vec<GpuRow> = (0..9).map(|p| row(0, p, 0)).collect();
+        let many: Vec<GpuRow> = (0..9).map(|p| GpuRow::wanted(0, p, 0)).collect();
         assert!(check_rows("test round", &lens, &many, 8, 96).is_err());
         check_rows("test round", &lens, &many[..8], 8, 96).unwrap();
     }

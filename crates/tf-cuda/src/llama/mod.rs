@@ -77,6 +77,18 @@ pub struct GpuRow {
     pub logits: bool,
 }
 
+impl GpuRow {
+    /// Token `token` of slot `slot` at position `pos`, its logits wanted.
+    pub fn wanted(slot: usize, pos: usize, token: u32) -> GpuRow {
+        GpuRow {
+            slot,
+            pos,
+            token,
+            logits: true,
+        }
+    }
+}
+
 struct Layer {
     attn_norm: CudaSlice<f32>,
     /// `[q | k | v]` rows in one matrix.
