@@ -16,7 +16,7 @@
 //! Prints PASS/FAIL last; exits non-zero on any mismatch or error.
 
 use std::process::ExitCode;
-use tf_cuda::fused::{matmul_fused, Epilogue, XForm};
+use tf_cuda::fused::{matmul_fused, set_tiled_from_rows, Epilogue, XForm, MMG_MIN_ROWS};
 use tf_cuda::weights::geometry_kernel;
 use tf_cuda::{ops, Gpu, GpuFormat, GpuMatrix};
 use tf_formats::gguf::GgmlType;
@@ -145,6 +145,10 @@ fn shapes(quick: bool) -> Vec<(&'static str, Layout, usize, usize, bool)> {
         ("bolt shared up", Mlx(4), 5376, 4096, false),
         ("bolt mamba out", Mlx(4), 4096, 8192, false),
         ("bolt shared down", Mlx(4), 4096, 5376, false),
+        ("smollm2 qkv", Gguf(GgmlType::Q4_1), 960, 576, true),
+        ("smollm2 gate_up", Gguf(GgmlType::Q4_1), 3072, 576, true),
+        ("smollm2 down", Gguf(GgmlType::Q4_1), 576, 1536, true),
+        ("smollm2 head", Gguf(GgmlType::Q8_0), 49152, 576, true),
     ];
     if !quick {
         v.extend([
@@ -240,12 +244,12 @@ fn run() -> Res<bool> {
         let packed = host.packed()?;
         let w = GpuMatrix::upload(&gpu, &packed)?;
         let bytes = w.storage_bytes();
-        // Check: GPU vs CPU bits at 1 and 5 rows; fused vs plain.
-        let nmax = 16;
+        // Check: GPU vs CPU bits at 1, 5 and 37 rows; fused vs plain (37: the tiled product).
+        let nmax = 64;
         let x_host: Vec<f32> = (0..nmax * cols).map(|_| rng.unit()).collect();
         let x = gpu.upload(&x_host)?;
         let mut y = gpu.zeros::<f32>(nmax * rows)?;
-        for n in [1usize, 5] {
+        for n in [1usize, 5, 37] {
             ops::matmul(&gpu, &w, &x, n, &mut y)?;
             let g = gpu.download(&y, n * rows)?;
             let mut c = vec![0f32; n * rows];
@@ -350,6 +354,36 @@ fn run() -> Res<bool> {
                 "{}",
                 table_row(&name, ws[0].format(), rows, cols, bytes, 1, us, peak)
             );
+            // The fused kernel (norm, store) and its tiled twin at each row count.
+            let gain = gpu.upload(&vec![1.0f32; cols])?;
+            let norm = XForm::Norm {
+                gain: &gain,
+                eps: 1e-5,
+            };
+            for n in [1usize, 2, 4, 8, 16, 32, 64] {
+                for (kernel, from) in [("mmf", usize::MAX), ("mmg", 1)] {
+                    set_tiled_from_rows(from);
+                    let ep = Epilogue::Store;
+                    let us = time_us(&gpu, iters, |i| {
+                        Ok(matmul_fused(
+                            &gpu,
+                            &ws[i % copies],
+                            &x,
+                            cols,
+                            norm,
+                            ep,
+                            n,
+                            &mut y,
+                        )?)
+                    })?;
+                    let name = format!("{label} (fused norm/store, {kernel})");
+                    println!(
+                        "{}",
+                        table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)
+                    );
+                }
+            }
+            set_tiled_from_rows(MMG_MIN_ROWS);
         }
     }
     Ok(ok)

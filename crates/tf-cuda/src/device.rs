@@ -71,10 +71,17 @@ pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_
 pub const FUSED_XFORMS: [&str; 3] = ["none", "norm", "silu"];
 /// Epilogues of the fused matmul kernels with every transform (`swiglu` comes with `norm` only).
 pub const FUSED_EPILOGUES: [&str; 2] = ["store", "add"];
+/// Formats with many-row matmul entries (kernels/mmg.cu).
+pub const MMG_FORMATS: [&str; 7] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0", "mlx4"];
 
 /// The fused matmul kernel for (format, transform, epilogue) names.
 pub fn fused_kernel_name(format: &str, xform: &str, epilogue: &str) -> String {
     format!("tf_mmf_{format}_{xform}_{epilogue}")
+}
+
+/// The many-row twin of [`fused_kernel_name`] (kernels/mmg.cu).
+pub fn mmg_kernel_name(format: &str, xform: &str, epilogue: &str) -> String {
+    format!("tf_mmg_{format}_{xform}_{epilogue}")
 }
 
 /// Every kernel entry point the program must contain.
@@ -104,6 +111,15 @@ pub fn all_kernel_names() -> Vec<String> {
         v.push(fused_kernel_name(f, "norm", "swiglu"));
         v.push(fused_kernel_name(f, "norm", "rope"));
     }
+    for f in MMG_FORMATS {
+        for x in FUSED_XFORMS {
+            for e in FUSED_EPILOGUES {
+                v.push(mmg_kernel_name(f, x, e));
+            }
+        }
+        v.push(mmg_kernel_name(f, "norm", "swiglu"));
+    }
+    v.push("tf_plant_mmg_q4_1_none_store".into());
     v
 }
 

@@ -2,12 +2,13 @@
 //! transform (none, RMSNorm, SwiGLU) and epilogue (store, residual add, SwiGLU), the `[q|k|v]`
 //! projection with RoPE and the KV append, and RoPE + KV append alone.
 
-use crate::device::{fused_kernel_name, Gpu};
+use crate::device::{fused_kernel_name, mmg_kernel_name, Gpu, MMG_FORMATS};
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::ops::{i32_of, need, GpuRows, Pairing};
 use crate::weights::{GpuFormat, GpuMatrix};
 use cudarc::driver::{CudaSlice, LaunchConfig};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Weight rows per block of the fused matmul (kernels/fused.cu `MMF_ROWS`).
 const MMF_ROWS: usize = 8;
@@ -15,6 +16,28 @@ const MMF_ROWS: usize = 8;
 const MMF_THREADS: u32 = 128;
 /// Activation rows per tile (kernels/matmul.cu `MM_RT`).
 const MM_RT: usize = 4;
+/// Activation rows from which the fused matmuls run as tiled products (kernels/mmg.cu, the
+/// same bits; docs/perf.md has the measurement behind it).
+pub const MMG_MIN_ROWS: usize = 8;
+/// The row count in force ([`set_tiled_from_rows`]).
+static TILED_FROM: AtomicUsize = AtomicUsize::new(MMG_MIN_ROWS);
+
+/// Runs the fused matmuls as tiled products from `n` activation rows on (1: always,
+/// `usize::MAX`: never) instead of [`MMG_MIN_ROWS`]: how the contract suite checks both kernels
+/// at every row count and mmbench times them. Both give the same bits.
+pub fn set_tiled_from_rows(n: usize) {
+    TILED_FROM.store(n, Ordering::Relaxed);
+}
+
+/// Whether a fused matmul of `n` rows of `format` runs as a tiled product.
+fn tiled(format: GpuFormat, n: usize) -> bool {
+    n >= TILED_FROM.load(Ordering::Relaxed) && MMG_FORMATS.contains(&format.kernel_tag())
+}
+/// Activation rows and weight rows per block of the tiled product (kernels/mmg.cu).
+const MMG_I: usize = 32;
+const MMG_J: usize = 32;
+/// Threads per block of the tiled product.
+const MMG_THREADS: u32 = 256;
 
 /// What the fused matmul does to its input rows before the product.
 #[derive(Clone, Copy)]
@@ -133,7 +156,13 @@ pub fn matmul_fused(
         Epilogue::Add => "add",
         Epilogue::SwiGlu => "swiglu",
     };
-    let name = fused_kernel_name(w.format().kernel_tag(), xname, ename);
+    let tag = w.format().kernel_tag();
+    let many = tiled(w.format(), n);
+    let name = if many {
+        mmg_kernel_name(tag, xname, ename)
+    } else {
+        fused_kernel_name(tag, xname, ename)
+    };
     let (n_, r_, c_, s_) = (
         i32_of(OP, "n", n)?,
         rows as i32,
@@ -148,11 +177,28 @@ pub fn matmul_fused(
         None => b.arg(x),
     };
     b.arg(&eps).arg(y).arg(&n_).arg(&r_).arg(&c_).arg(&s_);
-    let cfg = LaunchConfig {
+    let cfg = if many {
+        // Blocks of MMG_I activation rows by MMG_J weight rows (SwiGLU: half gate, half up).
+        LaunchConfig {
+            grid_dim: (
+                n_out_rows(epilogue, rows, MMG_J).div_ceil(MMG_J) as u32,
+                n.div_ceil(MMG_I) as u32,
+                1,
+            ),
+            block_dim: (MMG_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    } else {
         // SwiGLU: a block pairs MMF_ROWS / 2 gate rows with their up rows.
-        grid_dim: ((n_out_rows(epilogue, rows)).div_ceil(MMF_ROWS) as u32, 1, 1),
-        block_dim: (MMF_THREADS, 1, 1),
-        shared_mem_bytes: smem as u32,
+        LaunchConfig {
+            grid_dim: (
+                n_out_rows(epilogue, rows, MMF_ROWS).div_ceil(MMF_ROWS) as u32,
+                1,
+                1,
+            ),
+            block_dim: (MMF_THREADS, 1, 1),
+            shared_mem_bytes: smem as u32,
+        }
     };
     // SAFETY: (u8*, f32*, f32*, f32, f32*, i32 x4) as the kernel declares; buffer lengths and
     // the shared memory size were checked above.
@@ -160,11 +206,11 @@ pub fn matmul_fused(
     Ok(())
 }
 
-/// Weight rows the grid covers, in blocks of `MMF_ROWS`: all of them, or for SwiGLU twice the
+/// Weight rows the grid covers, in blocks of `block` rows: all of them, or for SwiGLU twice the
 /// output columns (each block's gate rows and their up rows).
-fn n_out_rows(epilogue: Epilogue, rows: usize) -> usize {
+fn n_out_rows(epilogue: Epilogue, rows: usize, block: usize) -> usize {
     match epilogue {
-        Epilogue::SwiGlu => (rows / 2).div_ceil(MMF_ROWS / 2) * MMF_ROWS,
+        Epilogue::SwiGlu => (rows / 2).div_ceil(block / 2) * block,
         _ => rows,
     }
 }
@@ -186,8 +232,9 @@ pub struct RopeAppend<'a> {
 }
 
 /// The `[q | k | v]` projection with its input norm, RoPE (full rotary) and the KV append in one
-/// launch: the rotated q rows go to `q` (`[n, w.rows()]`, only q's columns written), k and v to
-/// the cache. The same bits as [`matmul_fused`] (norm, store) then [`rope_append`].
+/// launch: the rotated q rows go to `q` (`[n, w.rows()]`; its k and v columns are scratch), k
+/// and v to the cache. The same bits as [`matmul_fused`] (norm, store) then [`rope_append`],
+/// which is what it launches where the matmul is a tiled product.
 pub fn matmul_norm_rope_append(
     gpu: &Gpu,
     w: &GpuMatrix,
@@ -237,6 +284,19 @@ pub fn matmul_norm_rope_append(
     }
     if n == 0 {
         return Ok(());
+    }
+    if tiled(w.format(), n) {
+        // Many rows: the tiled product, then RoPE and the append as their own launch.
+        matmul_fused(gpu, w, x, cols, norm, Epilogue::Store, n, q)?;
+        let RopeAppend {
+            cs,
+            kv,
+            rows,
+            layer,
+            heads,
+            pairing,
+        } = at;
+        return rope_append(gpu, q, cs, kv, rows, layer, heads, head_dim, pairing);
     }
     let mut ints = [0i32; 10];
     let args = [

@@ -97,6 +97,10 @@ static inline float __shfl_down_sync(unsigned, float v, int delta, int width = 3
     const int lane = threadIdx.x & 31;
     return tf_from_lane(v, (lane % width) + delta < width ? lane + delta : lane);
 }
+static inline float __shfl_xor_sync(unsigned, float v, int mask, int width = 32) {
+    const int lane = threadIdx.x & 31;
+    return tf_from_lane(v, (lane / width) * width + ((lane % width) ^ mask) % width);
+}
 static inline float __shfl_sync(unsigned, float v, int src, int width = 32) {
     const int lane = threadIdx.x & 31;
     return tf_from_lane(v, (lane / width) * width + src % width);

@@ -21,7 +21,7 @@ use packed::HostWeights;
 
 mod harness;
 mod rope;
-use harness::{host_source, FORMATS};
+use harness::{host_source, FORMATS, MMG_CASES};
 
 /// One emulated launch and the bits it must (or, for a planted control, must not) give.
 struct Case {
@@ -73,7 +73,7 @@ impl Case {
                 .for_each(|f| out.extend_from_slice(&f.to_le_bytes()))
         };
         floats(out, &self.x);
-        if self.kind == 2 {
+        if self.kind >= 2 {
             floats(out, &self.gain);
             floats(out, &[self.eps]);
             floats(out, &self.y0);
@@ -405,6 +405,88 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     cases
 }
 
+/// The many-row twins (kind 3) over two blocks of activation rows and of weight rows, each
+/// transform and epilogue against the CPU's; the planted control walks the chunks backwards.
+fn mmg_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
+    use tf_kernels::ops::{rms_norm, silu_mul, silu_mul_fused};
+    let mut cases = Vec::new();
+    let eps = 1e-5f32;
+    let (rows, n) = (40usize, 37usize);
+    let formats = FORMATS
+        .iter()
+        .copied()
+        .filter(|f| crate::device::MMG_FORMATS.contains(&f.kernel_tag()));
+    for (i, f) in formats.enumerate() {
+        // Floats end in a partial chunk; the quantized rows span several chunks.
+        let cols = match f {
+            GpuFormat::F32 | GpuFormat::F16 | GpuFormat::Bf16 => 200,
+            _ if i % 2 == 1 => 576,
+            _ => 1088,
+        };
+        let (w, bytes) = weights(f, rows, cols, rng);
+        let mut pairs: Vec<(&str, &str, bool)> =
+            MMG_CASES.iter().map(|&(x, e)| (x, e, false)).collect();
+        if f == GpuFormat::Q4_1 {
+            pairs.push(("none", "store", true));
+        }
+        for (xf, ep, plant) in pairs {
+            let in_w = if xf == "silu" { 2 * cols } else { cols };
+            let x_stride = in_w + 4;
+            let x = rng.vec_uniform(n * x_stride, -1.5, 1.5);
+            let gain = rng.vec_uniform(cols, 0.5, 1.5);
+            let rows_in = |off: usize| -> Vec<f32> {
+                (0..n)
+                    .flat_map(|r| x[r * x_stride + off..][..cols].to_vec())
+                    .collect()
+            };
+            let mut t = vec![0f32; n * cols];
+            match xf {
+                "none" => t = rows_in(0),
+                "norm" => rms_norm(&rows_in(0), &gain, eps, n, &mut t).expect("cpu rms_norm"),
+                _ => silu_mul(&rows_in(0), &rows_in(cols), &mut t).expect("cpu silu_mul"),
+            }
+            let s = cpu(&w, &t, n, pool);
+            let y0 = rng.vec_uniform(n * rows, -1.0, 1.0);
+            let want: Vec<f32> = match ep {
+                "add" => y0.iter().zip(&s).map(|(a, b)| a + b).collect(),
+                "swiglu" => {
+                    let mut o = y0.clone();
+                    silu_mul_fused(&s, rows / 2, n, &mut o[..n * rows / 2]).expect("cpu swiglu");
+                    o
+                }
+                _ => s,
+            };
+            let name = if plant {
+                "tf_plant_mmg_q4_1_none_store".to_string()
+            } else {
+                format!("tf_mmg_{}_{xf}_{ep}", f.kernel_tag())
+            };
+            cases.push(Case {
+                label: format!("{f:?} {name}"),
+                name,
+                kind: 3,
+                tpr: 16,
+                rows,
+                cols,
+                n,
+                experts: 0,
+                x_stride,
+                bytes: bytes.clone(),
+                off: 0,
+                offsets: vec![],
+                x,
+                gain,
+                eps,
+                y0,
+                smem: 0,
+                want,
+                must_match: !plant,
+            });
+        }
+    }
+    cases
+}
+
 #[test]
 fn staged_and_fused_matmuls_compiled_for_the_host_give_the_cpu_bits() {
     let Some(cxx) = crate::host_cxx::compiler() else {
@@ -416,6 +498,7 @@ fn staged_and_fused_matmuls_compiled_for_the_host_give_the_cpu_bits() {
     let mut cases = plain_cases(&mut rng, &pool);
     cases.extend(moe_cases(&mut rng, &pool));
     cases.extend(fused_cases(&mut rng, &pool));
+    cases.extend(mmg_cases(&mut rng, &pool));
     let mut data = Vec::new();
     cases.iter().for_each(|c| c.write(&mut data));
     let out = crate::host_cxx::run(&dir, &exe, "cases", &data);

@@ -10,7 +10,8 @@ const PRELUDE: &str = crate::host_cxx::SIMT_PRELUDE;
 /// (u32 length + bytes), then i32 kind, threads per weight row, rows, cols, n, experts, x_stride, byte length,
 /// offset; the weight bytes; x (n * x_stride floats; kind 2: experts + 1 offsets first); for
 /// fused kinds the gain (cols floats), eps and the y it starts from (n * rows floats).
-/// kind 0: plain matmul, 1: grouped expert matmul, 2: fused (name picks the variant).
+/// kind 0: plain matmul, 1: grouped expert matmul, 2: fused (name picks the variant), 3: the
+/// fused kernels' many-row twins (tf_mmg_*, the same arguments, their own grid).
 const MAIN: &str = r#"
 typedef void (*MmFn)(const u8*, const float*, float*, int, int, int);
 typedef void (*MoeFn)(const u8*, const float*, float*, const int*, int, int, int);
@@ -71,7 +72,11 @@ int main(int argc, char** argv) {
             const float eps = in.f();
             y = in.vf((size_t)n * rows);
             const int smem = in.i();
-            tf_launch(D3{(unsigned)((rows + MMF_ROWS - 1) / MMF_ROWS), 1, 1}, MMF_THREADS, smem, [&] {
+            const bool swiglu = name.size() > 7 && name.compare(name.size() - 7, 7, "_swiglu") == 0;
+            const D3 grid = kind == 2 ? D3{(unsigned)((rows + MMF_ROWS - 1) / MMF_ROWS), 1, 1}
+                : D3{(unsigned)(swiglu ? (rows / 2 + MMG_J / 2 - 1) / (MMG_J / 2) : (rows + MMG_J - 1) / MMG_J),
+                     (unsigned)((n + MMG_I - 1) / MMG_I), 1};
+            tf_launch(grid, kind == 2 ? MMF_THREADS : MMG_THREADS, smem, [&] {
                 it->second(W, x.data(), g.data(), eps, y.data(), n, rows, cols, xs);
             });
         }
@@ -81,6 +86,17 @@ int main(int argc, char** argv) {
     return 0;
 }
 "#;
+
+/// The (transform, epilogue) pairs of the many-row entries the host build calls.
+pub(super) const MMG_CASES: [(&str, &str); 7] = [
+    ("none", "store"),
+    ("none", "add"),
+    ("norm", "store"),
+    ("norm", "add"),
+    ("silu", "store"),
+    ("silu", "add"),
+    ("norm", "swiglu"),
+];
 
 /// Formats, their `FMT_*` ids and kernel tags.
 pub(super) const FORMATS: [GpuFormat; 14] = GpuFormat::ALL;
@@ -132,6 +148,12 @@ pub(crate) fn host_kernels() -> String {
             }
         }
     }
+    for tag in crate::device::MMG_FORMATS {
+        for (xf, ep) in MMG_CASES {
+            mmf.push_str(&format!("MM(tf_mmg_{tag}_{xf}_{ep}) "));
+        }
+    }
+    mmf.push_str("MM(tf_plant_mmg_q4_1_none_store) ");
     for p in [
         "tf_plant_matmul_q4_1_rowvar",
         "tf_plant_matmul_mlx4_fma",
@@ -157,8 +179,9 @@ pub(crate) fn host_kernels() -> String {
                 TF_MATMUL_REF_ENTRY(tf_ref_matmul_q4_0, FMT_Q4_0)\n\
                 TF_MATMUL_REF_ENTRY(tf_ref_matmul_mlx4, FMT_MLX4)\n";
     format!(
-        "{PRELUDE}{common}\n{}\n{fused}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n",
+        "{PRELUDE}{common}\n{}\n{fused}\n{}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n",
         include_str!("../../../kernels/matmul.cu"),
+        include_str!("../../../kernels/mmg.cu"),
         include_str!("../../../kernels/quant.cu"),
         moe_part,
     )
