@@ -20,6 +20,7 @@
 #define MMG_K 64          // columns a chunk
 #define MMG_LD 36         // floats a staged column (32 + 4: conflict-free float4 reads)
 #define MMG_THREADS 256   // 16 lanes x 16 tiles of 8 x 8 (4 along i, 4 along j)
+#define MMG_STAGE (MMG_I * MMG_K / MMG_THREADS)  // inputs (and weights) a thread stages a chunk
 
 // Weight row of the block's tile row jj, or -1 past the matrix. EP_SWIGLU: tile rows
 // 0..MMG_J/2-1 are gate rows p, the rest their up rows h + p (rows = 2 h).
@@ -85,6 +86,7 @@ __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __
             const float ss = tf_fold16_sum(acc);
             if (lane == 0) rs[rr] = 1.0f / sqrtf(ss / (float)cols + eps);
         }
+        __syncthreads();  // rs written
     }
     float acc[64];
 #pragma unroll
@@ -93,22 +95,30 @@ __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __
     for (int ci = 0; ci < nchunks; ci++) {
         const int c0 = (PLANT == 1 ? nchunks - 1 - ci : ci) * MMG_K;
         const int kn = min(MMG_K, cols - c0);
-        __syncthreads();  // the previous chunk consumed; rs written
-        // Stage: element e is column kk = e % MMG_K of tile row e / MMG_K (a warp reads along
-        // a row), stored column-major.
-#pragma unroll 4
-        for (int e = t; e < MMG_I * MMG_K; e += MMG_THREADS) {
-            const int rr = e / MMG_K, kk = e % MMG_K, k = c0 + kk;
-            float v = 0.0f;
+        // Stage: element e = t + u MMG_THREADS is column kk = e % MMG_K of tile row e / MMG_K
+        // (a warp reads along a row), stored column-major. All eight values are fetched into
+        // registers first, so their loads are in flight together (and a warp done with the
+        // previous chunk fetches while the others still read it).
+        float sx[MMG_STAGE], sw[MMG_STAGE];
+#pragma unroll
+        for (int u = 0; u < MMG_STAGE; u++) {
+            const int e = t + u * MMG_THREADS, rr = e / MMG_K, kk = e % MMG_K, k = c0 + kk;
+            sx[u] = 0.0f;
             if (i0 + rr < n && kk < kn) {
                 const float* xr = x + (size_t)(i0 + rr) * x_stride;
-                if (XF == XF_NONE) v = xr[k];
-                if (XF == XF_NORM) v = g[k] * (xr[k] * rs[rr]);
-                if (XF == XF_SILU) v = tf_silu(xr[k]) * xr[cols + k];
+                if (XF == XF_NONE) sx[u] = xr[k];
+                if (XF == XF_NORM) sx[u] = g[k] * (xr[k] * rs[rr]);
+                if (XF == XF_SILU) sx[u] = tf_silu(xr[k]) * xr[cols + k];
             }
-            xs[kk][rr] = v;
             const int j = tf_mmg_row<EP>(jb, rr, rows);
-            ws[kk][rr] = j >= 0 && kk < kn ? tf_decode<FMT>(W + (size_t)j * rb, k) : 0.0f;
+            sw[u] = j >= 0 && kk < kn ? tf_decode<FMT>(W + (size_t)j * rb, k) : 0.0f;
+        }
+        __syncthreads();  // the previous chunk consumed
+#pragma unroll
+        for (int u = 0; u < MMG_STAGE; u++) {
+            const int e = t + u * MMG_THREADS;
+            xs[e % MMG_K][e / MMG_K] = sx[u];
+            ws[e % MMG_K][e / MMG_K] = sw[u];
         }
         __syncthreads();
 #pragma unroll
@@ -154,7 +164,7 @@ __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __
 }
 
 #define TF_MMG_ENTRY(FNAME, FMT, XF, EP, PLANT)                                                 \
-    extern "C" __global__ void __launch_bounds__(MMG_THREADS)                                   \
+    extern "C" __global__ void __launch_bounds__(MMG_THREADS, 2)                                \
         tf_##FNAME(const u8* W, const float* x, const float* g, float eps, float* y, int n,     \
                    int rows, int cols, int x_stride) {                                          \
         tf_mmg<FMT, XF, EP, PLANT>(W, x, g, eps, y, n, rows, cols, x_stride);                   \
