@@ -360,3 +360,30 @@ impl Gpu {
             .map_err(drv("synchronizing the stream"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{all_kernel_names, fused_kernel_name};
+    use crate::weights::GpuFormat;
+
+    #[test]
+    fn every_fused_variant_of_every_format_is_loaded() {
+        // The launchers ask for these by name; a name missing here refuses at run time.
+        let names = all_kernel_names();
+        for f in GpuFormat::ALL {
+            for (x, e) in [
+                ("none", "store"),
+                ("none", "add"),
+                ("norm", "store"),
+                ("norm", "add"),
+                ("silu", "store"),
+                ("silu", "add"),
+                ("norm", "swiglu"),
+                ("norm", "rope"),
+            ] {
+                let n = fused_kernel_name(f.kernel_tag(), x, e);
+                assert!(names.contains(&n), "{n} is not among the loaded kernels");
+            }
+        }
+    }
+}

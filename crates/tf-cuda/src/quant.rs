@@ -22,7 +22,7 @@
 use crate::error::{CudaError, Result};
 use tf_kernels::matmul::{PackedMatrix, WeightData};
 
-/// Expands the kernel names of formats (matmul, embedding, six fused variants each) followed by
+/// Expands the kernel names of formats (matmul, embedding, eight fused variants each) followed by
 /// the planted-control kernels.
 macro_rules! kernel_names {
     ([$($tag:literal),*], [$($plant:literal),*]) => {
@@ -37,6 +37,7 @@ macro_rules! kernel_names {
                 concat!("tf_mmf_", $tag, "_silu_store"),
                 concat!("tf_mmf_", $tag, "_silu_add"),
                 concat!("tf_mmf_", $tag, "_norm_swiglu"),
+                concat!("tf_mmf_", $tag, "_norm_rope"),
             )*
             $($plant,)*
         ]
@@ -335,7 +336,7 @@ mod tests {
 
     #[test]
     fn kernel_names_cover_every_format_and_plant() {
-        assert_eq!(KERNEL_NAMES.len(), 8 * 9 + 4);
+        assert_eq!(KERNEL_NAMES.len(), 8 * 10 + 4);
         for n in [
             "tf_matmul_mlx3",
             "tf_embed_q6_k",
