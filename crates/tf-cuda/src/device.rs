@@ -67,10 +67,17 @@ pub fn mmq_kernels() -> Vec<String> {
 
 /// Format names in the fused matmul kernels' names.
 pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"];
-/// Input transforms of the fused matmul kernels.
-pub const FUSED_XFORMS: [&str; 3] = ["none", "norm", "silu"];
-/// Epilogues of the fused matmul kernels with every transform (`swiglu` comes with `norm` only).
-pub const FUSED_EPILOGUES: [&str; 2] = ["store", "add"];
+/// (input transform, epilogue) of the fused matmul kernels and their tiled twins; `tf_mmf` also
+/// has (`norm`, `rope`).
+pub const FUSED_VARIANTS: [(&str, &str); 7] = [
+    ("none", "store"),
+    ("none", "add"),
+    ("norm", "store"),
+    ("norm", "add"),
+    ("silu", "store"),
+    ("silu", "add"),
+    ("norm", "swiglu"),
+];
 /// Formats with many-row matmul entries (kernels/mmg.cu).
 pub const MMG_FORMATS: [&str; 7] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0", "mlx4"];
 
@@ -103,21 +110,15 @@ pub fn all_kernel_names() -> Vec<String> {
         )
         .collect();
     for f in FUSED_FORMATS {
-        for x in FUSED_XFORMS {
-            for e in FUSED_EPILOGUES {
-                v.push(fused_kernel_name(f, x, e));
-            }
+        for (x, e) in FUSED_VARIANTS {
+            v.push(fused_kernel_name(f, x, e));
         }
-        v.push(fused_kernel_name(f, "norm", "swiglu"));
         v.push(fused_kernel_name(f, "norm", "rope"));
     }
     for f in MMG_FORMATS {
-        for x in FUSED_XFORMS {
-            for e in FUSED_EPILOGUES {
-                v.push(mmg_kernel_name(f, x, e));
-            }
+        for (x, e) in FUSED_VARIANTS {
+            v.push(mmg_kernel_name(f, x, e));
         }
-        v.push(mmg_kernel_name(f, "norm", "swiglu"));
     }
     v.push("tf_plant_mmg_q4_1_none_store".into());
     v
@@ -363,7 +364,7 @@ impl Gpu {
 
 #[cfg(test)]
 mod tests {
-    use super::{all_kernel_names, fused_kernel_name};
+    use super::{all_kernel_names, fused_kernel_name, FUSED_VARIANTS};
     use crate::weights::GpuFormat;
 
     #[test]
@@ -371,16 +372,7 @@ mod tests {
         // The launchers ask for these by name; a name missing here refuses at run time.
         let names = all_kernel_names();
         for f in GpuFormat::ALL {
-            for (x, e) in [
-                ("none", "store"),
-                ("none", "add"),
-                ("norm", "store"),
-                ("norm", "add"),
-                ("silu", "store"),
-                ("silu", "add"),
-                ("norm", "swiglu"),
-                ("norm", "rope"),
-            ] {
+            for (x, e) in FUSED_VARIANTS.into_iter().chain([("norm", "rope")]) {
                 let n = fused_kernel_name(f.kernel_tag(), x, e);
                 assert!(names.contains(&n), "{n} is not among the loaded kernels");
             }

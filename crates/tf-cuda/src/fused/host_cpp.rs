@@ -21,7 +21,7 @@ use packed::HostWeights;
 
 mod harness;
 mod rope;
-use harness::{host_source, FORMATS, MMG_CASES};
+use harness::{host_source, FORMATS};
 
 /// One emulated launch and the bits it must (or, for a planted control, must not) give.
 struct Case {
@@ -318,12 +318,79 @@ fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     cases
 }
 
+/// A launch of a fused kernel (kind 2, `tf_mmf_*`) or its tiled twin (kind 3, `tf_mmg_*`).
+struct Fused<'a> {
+    kind: i32,
+    label: String,
+    name: String,
+    xf: &'a str,
+    ep: &'a str,
+    n: usize,
+    smem: usize,
+    /// Added to the y the kernel starts from (a planted control when not 0).
+    y0_shift: f32,
+    must_match: bool,
+}
+
+impl Fused<'_> {
+    /// The case on `w` (its device `bytes`): fresh input rows (4 floats of padding apart), gain
+    /// and starting y, wanting the CPU's rms_norm / silu_mul, matmul, then add or silu_mul.
+    fn case(self, w: &HostWeights, bytes: &[u8], rng: &mut Rng, pool: &Pool) -> Case {
+        use tf_kernels::ops::{rms_norm, silu_mul, silu_mul_fused};
+        let (rows, cols, n, eps) = (w.rows, w.cols, self.n, 1e-5f32);
+        let x_stride = if self.xf == "silu" { 2 * cols } else { cols } + 4;
+        let x = rng.vec_uniform(n * x_stride, -1.5, 1.5);
+        let gain = rng.vec_uniform(cols, 0.5, 1.5);
+        let rows_in = |off: usize| -> Vec<f32> {
+            (0..n)
+                .flat_map(|r| x[r * x_stride + off..][..cols].to_vec())
+                .collect()
+        };
+        let mut t = vec![0f32; n * cols];
+        match self.xf {
+            "none" => t = rows_in(0),
+            "norm" => rms_norm(&rows_in(0), &gain, eps, n, &mut t).expect("cpu rms_norm"),
+            _ => silu_mul(&rows_in(0), &rows_in(cols), &mut t).expect("cpu silu_mul"),
+        }
+        let s = cpu(w, &t, n, pool);
+        let y0 = rng.vec_uniform(n * rows, -1.0, 1.0);
+        let want: Vec<f32> = match self.ep {
+            "add" => y0.iter().zip(&s).map(|(a, b)| a + b).collect(),
+            "swiglu" => {
+                let mut o = y0.clone();
+                silu_mul_fused(&s, rows / 2, n, &mut o[..n * rows / 2]).expect("cpu swiglu");
+                o
+            }
+            _ => s,
+        };
+        Case {
+            label: self.label,
+            name: self.name,
+            kind: self.kind,
+            tpr: 16,
+            rows,
+            cols,
+            n,
+            experts: 0,
+            x_stride,
+            bytes: bytes.to_vec(),
+            off: 0,
+            offsets: vec![],
+            x,
+            gain,
+            eps,
+            y0: y0.iter().map(|v| v + self.y0_shift).collect(),
+            smem: self.smem,
+            want,
+            must_match: self.must_match,
+        }
+    }
+}
+
 /// The fused kernels over several column chunks: each transform and epilogue against the CPU's
 /// rms_norm / silu_mul, matmul and add; a planted control starts the add from the wrong y.
 fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
-    use tf_kernels::ops::{rms_norm, silu_mul};
     let mut cases = Vec::new();
-    let eps = 1e-5f32;
     for (i, f) in FORMATS.iter().copied().enumerate() {
         let (rows, n) = (10usize, if i % 2 == 0 { 3 } else { 6 });
         let cols = match f {
@@ -344,62 +411,22 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             if !(i % 3 == 0 || (xf, ep) != ("norm", "store")) {
                 continue;
             }
-            let in_w = if xf == "silu" { 2 * cols } else { cols };
-            let x_stride = in_w + 8;
-            let x = rng.vec_uniform(n * x_stride, -1.5, 1.5);
-            let gain = rng.vec_uniform(cols, 0.5, 1.5);
-            let mut t = vec![0f32; n * cols];
-            let rows_in: Vec<f32> = (0..n)
-                .flat_map(|r| x[r * x_stride..][..cols].to_vec())
-                .collect();
-            match xf {
-                "none" => t.copy_from_slice(&rows_in),
-                "norm" => rms_norm(&rows_in, &gain, eps, n, &mut t).expect("cpu rms_norm"),
-                _ => {
-                    let gate = rows_in;
-                    let up: Vec<f32> = (0..n)
-                        .flat_map(|r| x[r * x_stride + cols..][..cols].to_vec())
-                        .collect();
-                    silu_mul(&gate, &up, &mut t).expect("cpu silu_mul");
-                }
-            }
-            let s = cpu(&w, &t, n, pool);
-            let y0 = rng.vec_uniform(n * rows, -1.0, 1.0);
-            let want: Vec<f32> = if ep == "add" {
-                y0.iter().zip(&s).map(|(a, b)| a + b).collect()
-            } else {
-                s
-            };
             let plant = i == 4 && ep == "add";
-            cases.push(Case {
+            let spec = Fused {
+                kind: 2,
                 label: format!(
                     "{f:?} fused {xf} {ep}{}",
                     if plant { " (planted)" } else { "" }
                 ),
                 name: format!("tf_mmf_{}_{xf}_{ep}", f.kernel_tag()),
-                kind: 2,
-                tpr: 16,
-                rows,
-                cols,
+                xf,
+                ep,
                 n,
-                experts: 0,
-                x_stride,
-                bytes: bytes.clone(),
-                off: 0,
-                offsets: vec![],
-                x,
-                gain,
-                eps,
-                // Planted: the add starts from y0 + 1 ulp-ish offsets, so the sums must differ.
-                y0: if plant {
-                    y0.iter().map(|v| v + 0.25).collect()
-                } else {
-                    y0
-                },
                 smem: super::fused_smem_bytes_for(f, cols),
-                want,
+                y0_shift: if plant { 0.25 } else { 0.0 },
                 must_match: !plant,
-            });
+            };
+            cases.push(spec.case(&w, &bytes, rng, pool));
         }
     }
     cases
@@ -408,10 +435,7 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
 /// The many-row twins (kind 3) over two blocks of activation rows and of weight rows, each
 /// transform and epilogue against the CPU's; the planted control walks the chunks backwards.
 fn mmg_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
-    use tf_kernels::ops::{rms_norm, silu_mul, silu_mul_fused};
     let mut cases = Vec::new();
-    let eps = 1e-5f32;
-    let (rows, n) = (40usize, 37usize);
     let formats = FORMATS
         .iter()
         .copied()
@@ -423,65 +447,32 @@ fn mmg_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             _ if i % 2 == 1 => 576,
             _ => 1088,
         };
-        let (w, bytes) = weights(f, rows, cols, rng);
-        let mut pairs: Vec<(&str, &str, bool)> =
-            MMG_CASES.iter().map(|&(x, e)| (x, e, false)).collect();
+        let (w, bytes) = weights(f, 40, cols, rng);
+        let mut variants: Vec<(&str, &str, bool)> = crate::device::FUSED_VARIANTS
+            .iter()
+            .map(|&(x, e)| (x, e, false))
+            .collect();
         if f == GpuFormat::Q4_1 {
-            pairs.push(("none", "store", true));
+            variants.push(("none", "store", true));
         }
-        for (xf, ep, plant) in pairs {
-            let in_w = if xf == "silu" { 2 * cols } else { cols };
-            let x_stride = in_w + 4;
-            let x = rng.vec_uniform(n * x_stride, -1.5, 1.5);
-            let gain = rng.vec_uniform(cols, 0.5, 1.5);
-            let rows_in = |off: usize| -> Vec<f32> {
-                (0..n)
-                    .flat_map(|r| x[r * x_stride + off..][..cols].to_vec())
-                    .collect()
-            };
-            let mut t = vec![0f32; n * cols];
-            match xf {
-                "none" => t = rows_in(0),
-                "norm" => rms_norm(&rows_in(0), &gain, eps, n, &mut t).expect("cpu rms_norm"),
-                _ => silu_mul(&rows_in(0), &rows_in(cols), &mut t).expect("cpu silu_mul"),
-            }
-            let s = cpu(&w, &t, n, pool);
-            let y0 = rng.vec_uniform(n * rows, -1.0, 1.0);
-            let want: Vec<f32> = match ep {
-                "add" => y0.iter().zip(&s).map(|(a, b)| a + b).collect(),
-                "swiglu" => {
-                    let mut o = y0.clone();
-                    silu_mul_fused(&s, rows / 2, n, &mut o[..n * rows / 2]).expect("cpu swiglu");
-                    o
-                }
-                _ => s,
-            };
+        for (xf, ep, plant) in variants {
             let name = if plant {
                 "tf_plant_mmg_q4_1_none_store".to_string()
             } else {
                 format!("tf_mmg_{}_{xf}_{ep}", f.kernel_tag())
             };
-            cases.push(Case {
+            let spec = Fused {
+                kind: 3,
                 label: format!("{f:?} {name}"),
                 name,
-                kind: 3,
-                tpr: 16,
-                rows,
-                cols,
-                n,
-                experts: 0,
-                x_stride,
-                bytes: bytes.clone(),
-                off: 0,
-                offsets: vec![],
-                x,
-                gain,
-                eps,
-                y0,
+                xf,
+                ep,
+                n: 37,
                 smem: 0,
-                want,
+                y0_shift: 0.0,
                 must_match: !plant,
-            });
+            };
+            cases.push(spec.case(&w, &bytes, rng, pool));
         }
     }
     cases

@@ -87,17 +87,6 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// The (transform, epilogue) pairs of the many-row entries the host build calls.
-pub(super) const MMG_CASES: [(&str, &str); 7] = [
-    ("none", "store"),
-    ("none", "add"),
-    ("norm", "store"),
-    ("norm", "add"),
-    ("silu", "store"),
-    ("silu", "add"),
-    ("norm", "swiglu"),
-];
-
 /// Formats, their `FMT_*` ids and kernel tags.
 pub(super) const FORMATS: [GpuFormat; 14] = GpuFormat::ALL;
 
@@ -149,7 +138,7 @@ pub(crate) fn host_kernels() -> String {
         }
     }
     for tag in crate::device::MMG_FORMATS {
-        for (xf, ep) in MMG_CASES {
+        for (xf, ep) in crate::device::FUSED_VARIANTS {
             mmf.push_str(&format!("MM(tf_mmg_{tag}_{xf}_{ep}) "));
         }
     }
