@@ -21,6 +21,8 @@
 #define MMG_LD 36         // floats a staged column (32 + 4: conflict-free float4 reads)
 #define MMG_THREADS 256   // 16 lanes x 16 tiles of 8 x 8 (4 along i, 4 along j)
 #define MMG_STAGE (MMG_I * MMG_K / MMG_THREADS)  // inputs (and weights) a thread stages a chunk
+// The staging pairs input row r with tile weight row r.
+static_assert(MMG_I == MMG_J, "tf_mmg stages as many weight rows as input rows");
 
 // Weight row of the block's tile row jj, or -1 past the matrix. EP_SWIGLU: tile rows
 // 0..MMG_J/2-1 are gate rows p, the rest their up rows h + p (rows = 2 h).

@@ -29,15 +29,16 @@ pub fn set_tiled_from_rows(n: usize) {
     TILED_FROM.store(n, Ordering::Relaxed);
 }
 
-/// Whether a fused matmul of `n` rows of `format` runs as a tiled product.
-fn tiled(format: GpuFormat, n: usize) -> bool {
-    n >= TILED_FROM.load(Ordering::Relaxed) && MMG_FORMATS.contains(&format.kernel_tag())
-}
 /// Activation rows and weight rows per block of the tiled product (kernels/mmg.cu).
 const MMG_I: usize = 32;
 const MMG_J: usize = 32;
 /// Threads per block of the tiled product.
 const MMG_THREADS: u32 = 256;
+
+/// Whether a fused matmul of `n` rows of `format` runs as a tiled product.
+fn tiled(format: GpuFormat, n: usize) -> bool {
+    n >= TILED_FROM.load(Ordering::Relaxed) && MMG_FORMATS.contains(&format.kernel_tag())
+}
 
 /// What the fused matmul does to its input rows before the product.
 #[derive(Clone, Copy)]
