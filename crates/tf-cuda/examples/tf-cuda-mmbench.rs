@@ -1,17 +1,19 @@
 //! `tf-cuda-mmbench [--iters N] [--peak BYTES_PER_S] [--quick] [--only TEXT]`: the matmul kernels
 //! alone at the decode shapes of the synthetic models (Lightning and Bolt MLX 4-bit, Llama-3-8B
-//! Q4_0, and one matrix of every other format; `--only`: the shapes whose label contains TEXT),
-//! checked and timed.
+//! Q4_0, the default model's SmolLM2 matrices, and one matrix of every other format; `--only`:
+//! the shapes whose label contains TEXT), checked and timed.
 //!
 //! For each shape:
-//! 1. Check: `ops::matmul` on the GPU at 1 and 5 rows must give the CPU matmul's bits; the fused
-//!    kernel (no transform, store) must give the plain matmul's bits (Llama shapes: the fused
-//!    kernels must also take the shape, which the whole-row kernels refused). A planted control
-//!    (the row-variant Q4_1 kernel) must differ from the CPU at 5 rows.
+//! 1. Check: `ops::matmul` on the GPU at 1, 5 and 37 rows must give the CPU matmul's bits; the
+//!    fused kernel (no transform, store) must give the plain matmul's bits (at 37 rows as the
+//!    tiled product; Llama shapes: the fused kernels must also take the shape, which the
+//!    whole-row kernels refused). A planted control (the row-variant Q4_1 kernel) must differ
+//!    from the CPU at 5 rows.
 //! 2. Time: back-to-back launches between two CUDA events, cycling over enough copies of the
 //!    weights that none is still in L2 when it is read again; microseconds per call, GB/s of
 //!    weight bytes and the fraction of `--peak` (default 3.97e12 B/s, the synthetic bench's
-//!    roofline) at 1, 4 and 16 rows.
+//!    roofline) at 1, 4 and 16 rows; for the shapes the fused kernels take, also the fused
+//!    matmul (norm, store) at 1 to 64 rows, as `tf_mmf` and as the tiled `tf_mmg`.
 //!
 //! Prints PASS/FAIL last; exits non-zero on any mismatch or error.
 
