@@ -7,7 +7,9 @@
 // MMG_THREADS threads owns MMG_I activation rows by MMG_J weight rows. For each chunk of MMG_K
 // columns it stages the transformed inputs (xf) and the decoded weights (tf_decode) in shared
 // memory, column-major, so each weight is decoded once per block and a thread reads the eight
-// inputs and eight weights of a column as two float4 each, for 64 fmaf.
+// inputs and eight weights of a column as two float4 each, for 64 fmaf. The weights' raw bytes
+// arrive a chunk ahead by asynchronous copies (cp.async) into a second buffer and are decoded
+// from shared memory, so their loads overlap the current chunk's work.
 //
 // The arithmetic of every output is unchanged: thread (lane l, tile t) keeps chain l of its
 // tile's 8 x 8 sums, fed k = l (mod 16) in ascending k (chunks in order, MMG_K a multiple of 16),
@@ -61,6 +63,62 @@ __device__ __forceinline__ void tf_mmg_fold(float* v, int lane) {
     tf_mmg_fold_step<4>(v, lane);
 }
 
+// Asynchronous 16-byte copies from device to shared memory (cp.async, sm_80 on; a plain copy
+// before), committed as a group and waited for by groups.
+__device__ __forceinline__ void tf_cp_async16(void* smem, const void* gmem) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#else
+    *(uint4*)smem = *(const uint4*)gmem;
+#endif
+}
+__device__ __forceinline__ void tf_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void tf_cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// 16-byte vectors of a tile row's raw window for one chunk (its bytes plus the misalignment).
+template <int FMT>
+__host__ __device__ constexpr int tf_mmg_raw_vecs() {
+    return (tf_unit_bytes(FMT) * (MMG_K / tf_unit_elems(FMT)) + 15) / 16 + 1;
+}
+
+// Starts copying the raw bytes of chunk ci's weights (every tile row's window, 16-aligned) into
+// raw (MMG_J rows of tf_mmg_raw_vecs vectors); vectors not wholly inside [lo, hi) are copied
+// byte by byte, synchronously (the matrix's edges). Commits one group (empty past the end).
+template <int FMT, int EP>
+__device__ __forceinline__ void tf_mmg_raw_fetch(uint4* raw, const u8* W, size_t rb, int rows,
+                                                 int jb, int c0, int kn, const u8* lo,
+                                                 const u8* hi) {
+    constexpr int NV = tf_mmg_raw_vecs<FMT>();
+    if (kn > 0) {
+        for (int idx = threadIdx.x; idx < MMG_J * NV; idx += MMG_THREADS) {
+            const int rr = idx / NV, v = idx % NV;
+            const int j = tf_mmg_row<EP>(jb, rr, rows);
+            if (j < 0) continue;
+            const u8* s = W + (size_t)j * rb + tf_row_bytes(FMT, c0);
+            const u8* e = s + tf_row_bytes(FMT, kn);
+            const u8* a0 = (const u8*)((size_t)s & ~(size_t)15);
+            const u8* p = a0 + 16 * v;
+            if (p >= e) continue;
+            if (p >= lo && p + 16 <= hi)
+                tf_cp_async16(&raw[rr * NV + v], p);
+            else
+                raw[rr * NV + v] = tf_mmv_edge(p, lo, hi);
+        }
+    }
+    tf_cp_async_commit();
+}
+
 // PLANT = 1 is a planted control: the chunks in descending order (another chain order).
 template <int FMT, int XF, int EP, int PLANT>
 __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __restrict__ x,
@@ -94,14 +152,25 @@ __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __
 #pragma unroll
     for (int o = 0; o < 64; o++) acc[o] = 0.0f;
     const int nchunks = (cols + MMG_K - 1) / MMG_K;
+    // Chunk ci's first column (descending for the planted control) and width (0 past the end).
+    auto chunk_c0 = [&](int ci) { return (PLANT == 1 ? nchunks - 1 - ci : ci) * MMG_K; };
+    auto chunk_kn = [&](int ci) { return ci < nchunks ? min(MMG_K, cols - chunk_c0(ci)) : 0; };
+    // The weights' raw bytes travel one chunk ahead (asynchronous copies into the other half
+    // of raw), so their loads fly while the current chunk is decoded and multiplied.
+    constexpr int NV = tf_mmg_raw_vecs<FMT>();
+    __shared__ uint4 raw[2][MMG_J * NV];
+    const u8* lo = W;
+    const u8* hi = W + (size_t)rows * rb;
+    tf_mmg_raw_fetch<FMT, EP>(raw[0], W, rb, rows, jb, chunk_c0(0), chunk_kn(0), lo, hi);
     for (int ci = 0; ci < nchunks; ci++) {
-        const int c0 = (PLANT == 1 ? nchunks - 1 - ci : ci) * MMG_K;
-        const int kn = min(MMG_K, cols - c0);
+        const int c0 = chunk_c0(ci), kn = chunk_kn(ci);
+        __syncthreads();  // the previous chunk consumed (its raw half free again)
+        tf_mmg_raw_fetch<FMT, EP>(raw[(ci + 1) & 1], W, rb, rows, jb, chunk_c0(ci + 1),
+                                  chunk_kn(ci + 1), lo, hi);
         // Stage: element e = t + u MMG_THREADS is column kk = e % MMG_K of tile row e / MMG_K
-        // (a warp reads along a row), stored column-major. All eight values are fetched into
-        // registers first, so their loads are in flight together (and a warp done with the
-        // previous chunk fetches while the others still read it).
-        float sx[MMG_STAGE], sw[MMG_STAGE];
+        // (a warp reads along a row), stored column-major; the inputs are fetched into
+        // registers first, so their loads are in flight together.
+        float sx[MMG_STAGE];
 #pragma unroll
         for (int u = 0; u < MMG_STAGE; u++) {
             const int e = t + u * MMG_THREADS, rr = e / MMG_K, kk = e % MMG_K, k = c0 + kk;
@@ -112,15 +181,19 @@ __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __
                 if (XF == XF_NORM) sx[u] = g[k] * (xr[k] * rs[rr]);
                 if (XF == XF_SILU) sx[u] = tf_silu(xr[k]) * xr[cols + k];
             }
-            const int j = tf_mmg_row<EP>(jb, rr, rows);
-            sw[u] = j >= 0 && kk < kn ? tf_decode<FMT>(W + (size_t)j * rb, k) : 0.0f;
         }
-        __syncthreads();  // the previous chunk consumed
+        tf_cp_async_wait<1>();  // this chunk's raw bytes (the next chunk's may still fly)
+        __syncthreads();        // ... every thread's
+        const uint4* rw = raw[ci & 1];
 #pragma unroll
         for (int u = 0; u < MMG_STAGE; u++) {
-            const int e = t + u * MMG_THREADS;
-            xs[e % MMG_K][e / MMG_K] = sx[u];
-            ws[e % MMG_K][e / MMG_K] = sw[u];
+            const int e = t + u * MMG_THREADS, rr = e / MMG_K, kk = e % MMG_K;
+            xs[kk][rr] = sx[u];
+            const int j = tf_mmg_row<EP>(jb, rr, rows);
+            // The row's chunk starts (W + j rb + its byte offset) % 16 bytes into its window.
+            const size_t start = (size_t)(W + (size_t)j * rb + tf_row_bytes(FMT, c0));
+            const u8* srow = (const u8*)(rw + rr * NV) + (start & 15);
+            ws[kk][rr] = j >= 0 && kk < kn ? tf_decode<FMT>(srow, kk) : 0.0f;
         }
         __syncthreads();
 #pragma unroll

@@ -329,6 +329,8 @@ struct Fused<'a> {
     smem: usize,
     /// Added to the y the kernel starts from (a planted control when not 0).
     y0_shift: f32,
+    /// Bytes of garbage before the matrix (rows off 16-byte alignment).
+    off: usize,
     must_match: bool,
 }
 
@@ -374,7 +376,7 @@ impl Fused<'_> {
             experts: 0,
             x_stride,
             bytes: bytes.to_vec(),
-            off: 0,
+            off: self.off,
             offsets: vec![],
             x,
             gain,
@@ -424,6 +426,7 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
                 n,
                 smem: super::fused_smem_bytes_for(f, cols),
                 y0_shift: if plant { 0.25 } else { 0.0 },
+                off: 0,
                 must_match: !plant,
             };
             cases.push(spec.case(&w, &bytes, rng, pool));
@@ -470,6 +473,7 @@ fn mmg_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
                 n: 37,
                 smem: 0,
                 y0_shift: 0.0,
+                off: 4 * (i % 4),
                 must_match: !plant,
             };
             cases.push(spec.case(&w, &bytes, rng, pool));
