@@ -232,17 +232,20 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             label, name, tpr, &w, bytes, 0, x, n, must_match, pool,
         ));
     }
-    // MLX 4/8-bit scales at the edges of tf_mmq's one-rounding s * q (fmaf(s, 2^23 + q,
-    // -s 2^23)): huge (the s * q path), subnormal, and ordinary, on both geometries.
-    for (bits, tpr) in [(4u8, 4usize), (4, 16), (8, 4)] {
-        let (rows, cols, n) = (9, 1024, 3);
+    // MLX 4/8-bit scales at the edges of the one-rounding s * q (fmaf(s, 2^e + q, -s 2^e)):
+    // huge (the plain s * q, for every row of the warp in that staged chunk), subnormal, and
+    // ordinary, on both geometries, at one row (the decode loops) and three.
+    for (bits, tpr, n) in [(4u8, 4usize, 3usize), (4, 16, 3), (8, 4, 3), (4, 4, 1), (4, 16, 1)] {
+        let (rows, cols) = (9, 3648);
         let mut w = HostWeights::random_mlx(bits, 64, FloatType::F32, rows, cols, rng);
         if let Some(p) = w.mlx.as_mut() {
             for (g, s) in p.scales.chunks_exact_mut(4).enumerate() {
                 let v = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-                let v = match g % 4 {
-                    0 => v * 2f32.powi(112),
-                    1 => v * 2f32.powi(-132),
+                // One huge scale (row 0, a middle staged chunk of either geometry; s * 2^23
+                // overflows), the rest ordinary, a quarter of them subnormal.
+                let v = match g {
+                    30 => -1.5 * 2f32.powi(116),
+                    _ if g % 4 == 1 => v * 2f32.powi(-132),
                     _ => v,
                 };
                 s.copy_from_slice(&v.to_le_bytes());
@@ -253,7 +256,7 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             .into_owned();
         let x = rng.vec_uniform(n * cols, -1.0, 1.0);
         let name = format!("tf_matmul_mlx{bits}");
-        let label = format!("{name} huge and subnormal scales, tpr={tpr}");
+        let label = format!("{name} huge and subnormal scales, n={n} tpr={tpr}");
         cases.push(Case::plain(
             label, name, tpr, &w, bytes, 0, x, n, true, pool,
         ));
