@@ -35,29 +35,6 @@ __device__ __forceinline__ float tf_bf16(u16 h) { return __int_as_float(((u32)h)
 // Little-endian u16 at a 2-byte aligned address.
 __device__ __forceinline__ u16 tf_ld16(const u8* p) { return *(const u16*)p; }
 
-// Asynchronous 16-byte copies from device to shared memory (cp.async, sm_80 on; a plain copy
-// before), committed as a group and waited for by groups.
-__device__ __forceinline__ void tf_cp_async16(void* smem, const void* gmem) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-#else
-    *(uint4*)smem = *(const uint4*)gmem;
-#endif
-}
-__device__ __forceinline__ void tf_cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void tf_cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
 // The contract's exp (tf_kernels::ops::simd::portable::exp), bit for bit.
 __device__ __forceinline__ float tf_exp(float x) {
     if (isnan(x)) return x;

@@ -80,7 +80,6 @@ __device__ __forceinline__ void tf_matmul(const u8* __restrict__ W, const float*
 #define MMV_SPAN (16 * 16 * MMV_VEC)     // bytes a half-warp stages per chunk
 #define MMV_STRIDE (MMV_SPAN + 32)       // shared bytes per half-warp (offsets the banks)
 #define MMV_HALVES 8                     // half-warps per block (128 threads)
-#define MMV_STAGES 4                     // staging slots a half-warp cycles through
 
 // Elements of one storage unit of a format (a block, a super-block, or 32 floats).
 __host__ __device__ constexpr int tf_unit_elems(int fmt) {
@@ -288,34 +287,7 @@ __device__ __forceinline__ void tf_mmv_chunk(const u8* srow, const float* __rest
     }
 }
 
-// Starts copying chunk c of a row (its tf_mmv_window, the vectors lane owns) into the staging
-// slot sb by cp.async; vectors not wholly inside [lo, hi) byte by byte. Commits one group, empty
-// when c < 0.
-template <int FMT>
-__device__ __forceinline__ void tf_mmv_fetch_async(u8* sb, const u8* row, size_t rb, int c,
-                                                   const u8* lo, const u8* hi, int lane) {
-    if (c >= 0) {
-        const u8* a0;
-        int delta, nv;
-        tf_mmv_window<FMT>(row, rb, c, &a0, &delta, &nv);
-#pragma unroll
-        for (int u = 0; u < MMV_VEC; u++) {
-            const int i = lane + 16 * u;
-            if (i < nv) {
-                const u8* p = a0 + 16 * i;
-                if (p >= lo && p + 16 <= hi)
-                    tf_cp_async16(sb + 16 * i, p);
-                else
-                    *(uint4*)(sb + 16 * i) = tf_mmv_edge(p, lo, hi);
-            }
-        }
-    }
-    tf_cp_async_commit();
-}
-
-// PLANT = 1: the planted control of tf_matmul (blocks in descending order when n > 1). A
-// half-warp's row arrives through MMV_STAGES staging slots: chunks ci + 1 .. ci + MMV_STAGES - 1
-// are in flight (cp.async) while chunk ci is consumed.
+// PLANT = 1: the planted control of tf_matmul (blocks in descending order when n > 1).
 template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_mmv(u8* mmv_smem, const u8* __restrict__ W,
                                        const float* __restrict__ x, float* __restrict__ y, int n,
@@ -332,34 +304,33 @@ __device__ __forceinline__ void tf_mmv(u8* mmv_smem, const u8* __restrict__ W,
     const u8* hi = W + (size_t)rows * rb;
     const int units = (cols + UE - 1) / UE;
     const int nchunks = (units + NU - 1) / NU;
-    // The chunk read at step ci (-1 past the end) and its staging slot.
-    auto chunk = [&](int ci) { return ci >= nchunks ? -1 : reverse ? nchunks - 1 - ci : ci; };
-    auto slot = [&](int ci) { return sb + (size_t)(ci % MMV_STAGES) * MMV_HALVES * MMV_STRIDE; };
     for (int i0 = 0; i0 < n; i0 += MM_RT) {
         float acc[MM_RT];
 #pragma unroll
         for (int r = 0; r < MM_RT; r++) acc[r] = 0.0f;
         const float* xr = x + (size_t)i0 * cols;
-        __syncwarp();  // the previous tile's chunks are consumed
-        for (int ci = 0; ci < MMV_STAGES - 1; ci++)
-            tf_mmv_fetch_async<FMT>(slot(ci), row, rb, chunk(ci), lo, hi, lane);
+        uint4 v[MMV_VEC];
+        const u8* a0;
+        int delta, nv;
+        tf_mmv_window<FMT>(row, rb, reverse ? nchunks - 1 : 0, &a0, &delta, &nv);
+        tf_mmv_fetch(v, a0, nv, lo, hi, lane);
         for (int ci = 0; ci < nchunks; ci++) {
-            const int c = chunk(ci);
-            __syncwarp();  // the slot of step ci - 1 is consumed
-            const int cn = ci + MMV_STAGES - 1;
-            tf_mmv_fetch_async<FMT>(slot(cn), row, rb, chunk(cn), lo, hi, lane);
-            tf_cp_async_wait<MMV_STAGES - 1>();  // this lane's copies of chunk c
-            __syncwarp();                         // and every lane's
-            const u8* a0;
-            int delta, nv;
-            tf_mmv_window<FMT>(row, rb, c, &a0, &delta, &nv);
-            const u8* srow = slot(ci) + delta;
+            const int c = reverse ? nchunks - 1 - ci : ci;
+            const int cdelta = delta;
+            __syncwarp();  // the previous chunk is consumed
+#pragma unroll
+            for (int u = 0; u < MMV_VEC; u++) ((uint4*)sb)[lane + 16 * u] = v[u];
+            __syncwarp();
+            if (ci + 1 < nchunks) {  // the next chunk's loads fly while this one is consumed
+                tf_mmv_window<FMT>(row, rb, reverse ? c - 1 : c + 1, &a0, &delta, &nv);
+                tf_mmv_fetch(v, a0, nv, lo, hi, lane);
+            }
+            const u8* srow = sb + cdelta;
             const int k_base = c * NU * UE;
             const int len = min(NU * UE, cols - k_base);
             const float* xk = xr + k_base;
             bool ord = false;
-            if constexpr (FMT == FMT_MLX4)
-                ord = tf_mlx_chunk_ordinary<FMT>(srow, len >> 5, active, lane, 16);
+            if constexpr (FMT == FMT_MLX4) ord = tf_mlx_chunk_ordinary<FMT>(srow, len >> 5, active, lane, 16);
             if (active) {
                 // The tile's row count as a constant: no per-row tests in the inner loop.
                 switch (min(MM_RT, n - i0)) {
@@ -640,7 +611,7 @@ __device__ __forceinline__ void tf_matmul_rows(const u8* __restrict__ W,
         __shared__ __align__(16) u8 smem[MMQ_ROWS * MMQ_STRIDE];
         tf_mmq<FMT, PLANT>(smem, W, x, y, n, rows, cols);
     } else {
-        __shared__ __align__(16) u8 smem[MMV_STAGES * MMV_HALVES * MMV_STRIDE];
+        __shared__ __align__(16) u8 smem[MMV_HALVES * MMV_STRIDE];
         tf_mmv<FMT, PLANT>(smem, W, x, y, n, rows, cols);
     }
 }
