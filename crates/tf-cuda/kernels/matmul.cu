@@ -110,34 +110,6 @@ __device__ __forceinline__ float tf_small_int(u32 q) {
     return __int_as_float((int)(0x4b000000u | q)) - 8388608.0f;
 }
 
-// MLX 4- and 8-bit with ordinary scales (finite, |s| < 2^100, so s * 2^23 is exact): s * q can
-// round once through one fmaf, fmaf(s, 2^e + q, -(s * 2^e)) (the exact s * q, rounded once) with
-// 2^e + q an f32 made from the code's bits in place, so no instruction widens the code. A code at
-// bit p of a word becomes 2^(23 - p) + q under the exponent 150 - p (p <= 19). The kernels ask
-// tf_mlx_chunk_ordinary before each staged chunk and take the plain s * q otherwise.
-__host__ __device__ constexpr bool tf_mlx_fmaf_scales(int fmt) {
-    return tf_mlx_bits(fmt) == 4 || tf_mlx_bits(fmt) == 8;
-}
-
-// The 4-bit code at bit p of v as the f32 2^(23 - p) + q, exactly (p a multiple of 4, <= 12).
-__device__ __forceinline__ float tf_code4_at(u32 v, int p) {
-    return __int_as_float((int)((v & (15u << p)) | ((u32)(150 - p) << 23)));
-}
-
-// Whether every unit of a staged chunk (nu units at srow) in every active row of the warp has an
-// ordinary scale; thread t of the tn threads a row checks units t, t + tn, ... Every thread of
-// the warp must call it.
-template <int FMT>
-__device__ __forceinline__ bool tf_mlx_chunk_ordinary(const u8* srow, int nu, bool active, int t,
-                                                      int tn) {
-    constexpr int B = tf_mlx_bits(FMT), UB = tf_unit_bytes(FMT);
-    bool ok = true;
-    if (active)
-        for (int u = t; u < nu; u += tn)
-            ok = ok && fabsf(*(const float*)(srow + u * UB + 4 * B)) < 0x1p100f;
-    return __ballot_sync(TF_FULL_MASK, ok) == TF_FULL_MASK;
-}
-
 // Element k of a row (row points at a unit boundary): tf_decode's value, with the codes of the
 // formats below widened by tf_small_int (exact) instead of a conversion instruction.
 template <int FMT>
@@ -227,29 +199,13 @@ __device__ __forceinline__ void tf_mmv_window(const u8* row, size_t rb, int c, c
 template <int FMT, int NT>
 __device__ __forceinline__ void tf_mmv_chunk(const u8* srow, const float* __restrict__ xk,
                                              int cols, int len, bool rev, int lane,
-                                             float* acc, bool ord = false) {
+                                             float* acc) {
     if constexpr (FMT == FMT_MLX4 && NT == 1) {
         // One activation row: tf_mmv_decode's arithmetic with the unit's scale and bias read
         // once for both of the lane's elements (k = l and l + 16: byte l / 2 and 8 + l / 2, the
         // same nibble). (With more rows this loop made the kernel slower: docs/perf.md.)
         const int nb = len >> 5;
         const int byte = lane >> 1, sh = (lane & 1) << 2;
-        if (ord) {  // ordinary scales: s * q through fmaf, the code in place (tf_code4_at)
-            const float k = sh ? -0x1p19f : -0x1p23f;
-#pragma unroll 4
-            for (int bi = 0; bi < nb; bi++) {
-                const int b = rev ? nb - 1 - bi : bi;
-                const u8* pu = srow + (size_t)b * 24;
-                const float sc = *(const float*)(pu + 16), bs = *(const float*)(pu + 20);
-                const float c = sc * k;
-                const float w0 = fmaf(sc, tf_code4_at(pu[byte], sh), c) + bs;
-                const float w1 = fmaf(sc, tf_code4_at(pu[8 + byte], sh), c) + bs;
-                const int kl = (b << 5) + lane;
-                acc[0] = fmaf(xk[kl], w0, acc[0]);
-                acc[0] = fmaf(xk[kl + 16], w1, acc[0]);
-            }
-            return;
-        }
 #pragma unroll 2
         for (int bi = 0; bi < nb; bi++) {
             const int b = rev ? nb - 1 - bi : bi;
@@ -329,12 +285,10 @@ __device__ __forceinline__ void tf_mmv(u8* mmv_smem, const u8* __restrict__ W,
             const int k_base = c * NU * UE;
             const int len = min(NU * UE, cols - k_base);
             const float* xk = xr + k_base;
-            bool ord = false;
-            if constexpr (FMT == FMT_MLX4) ord = tf_mlx_chunk_ordinary<FMT>(srow, len >> 5, active, lane, 16);
             if (active) {
                 // The tile's row count as a constant: no per-row tests in the inner loop.
                 switch (min(MM_RT, n - i0)) {
-                    case 1: tf_mmv_chunk<FMT, 1>(srow, xk, cols, len, reverse, lane, acc, ord); break;
+                    case 1: tf_mmv_chunk<FMT, 1>(srow, xk, cols, len, reverse, lane, acc); break;
                     case 2: tf_mmv_chunk<FMT, 2>(srow, xk, cols, len, reverse, lane, acc); break;
                     case 3: tf_mmv_chunk<FMT, 3>(srow, xk, cols, len, reverse, lane, acc); break;
                     default: tf_mmv_chunk<FMT, MM_RT>(srow, xk, cols, len, reverse, lane, acc);
@@ -392,9 +346,8 @@ __device__ __forceinline__ float tf_byte_f(u32 v, int i) {
 }
 
 // The eight weights of lanes 4q .. 4q + 3 in a unit at p: w[4c + i] is element 16c + 4q + i,
-// decoded with tf_decode's arithmetic (its PLANT variants included). ORD: the unit's MLX scale
-// is ordinary (tf_mlx_fmaf_scales), so s * q may round once through fmaf.
-template <int FMT, bool ORD>
+// decoded with tf_decode's arithmetic (its PLANT variants included).
+template <int FMT>
 __device__ __forceinline__ void tf_mmq_decode(const u8* p, int q, float* w) {
     constexpr float M23 = 8388608.0f;  // 2^23
     if constexpr (FMT == FMT_Q4_0) {
@@ -419,26 +372,14 @@ __device__ __forceinline__ void tf_mmq_decode(const u8* p, int q, float* w) {
 #pragma unroll
             for (int i = 0; i < 4; i++) w[4 * c + i] = d * (tf_byte_f(v, i) - (M23 + 128.0f));
         }
-    } else if constexpr (tf_mlx_fmaf_scales(FMT)) {
+    } else if constexpr (tf_mlx_bits(FMT) == 4 || tf_mlx_bits(FMT) == 8) {
         // MLX 4- and 8-bit: the four codes of a chunk are 16 or 32 aligned bits of the unit.
+        // s * q rounds once: fmaf(s, 2^23 + q, -(s * 2^23)) is the exact s * q rounded once
+        // (s * 2^23 is exact below |s| = 2^100; larger or non-finite scales take s * q).
         constexpr int B = tf_mlx_bits(FMT);
         const float s = *(const float*)(p + 4 * B);
         const float bias = *(const float*)(p + 4 * B + 4);
-        if constexpr (ORD && B == 4 && FMT != FMT_PLANT_MLX4_FMA) {
-            // Each code in place at bit 4i of its 16 bits (tf_code4_at), one fmaf for s * q.
-            const float c[4] = {s * -0x1p23f, s * -0x1p19f, s * -0x1p15f, s * -0x1p11f};
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const u32 v = tf_ld16(p + 8 * h + 2 * q);
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    // FMT_PLANT_MLX4 takes each byte's other nibble.
-                    const int k = FMT == FMT_PLANT_MLX4 ? i ^ 1 : i;
-                    w[4 * h + i] = fmaf(s, tf_code4_at(v, 4 * k), c[k]) + bias;
-                }
-            }
-            return;
-        }
+        const bool fast = fabsf(s) < 0x1p100f;
         const float ns = -(s * M23);
 #pragma unroll
         for (int c = 0; c < 2; c++) {
@@ -464,7 +405,7 @@ __device__ __forceinline__ void tf_mmq_decode(const u8* p, int q, float* w) {
                 if constexpr (FMT == FMT_PLANT_MLX4_FMA)
                     w[4 * c + i] = fmaf(s, f - M23, bias);
                 else
-                    w[4 * c + i] = (ORD ? fmaf(s, f, ns) : s * (f - M23)) + bias;
+                    w[4 * c + i] = (fast ? fmaf(s, f, ns) : s * (f - M23)) + bias;
             }
         }
     } else {
@@ -487,7 +428,7 @@ __device__ __forceinline__ void tf_mmq_decode(const u8* p, int q, float* w) {
 // One staged chunk (nu units at srow; xk: row 0's x at the chunk's first column) into the chains
 // of NT activation rows: units ascending (descending when rev, the planted control), within a
 // unit its two 16-element chunks in order.
-template <int FMT, int NT, bool ORD>
+template <int FMT, int NT>
 __device__ __forceinline__ void tf_mmq_chunk(const u8* srow, const float* __restrict__ xk,
                                              int cols, int nu, bool rev, int q,
                                              float (*acc)[4]) {
@@ -497,7 +438,7 @@ __device__ __forceinline__ void tf_mmq_chunk(const u8* srow, const float* __rest
     for (int ui = 0; ui < nu; ui++) {
         const int u = rev ? nu - 1 - ui : ui;
         float w[8];
-        tf_mmq_decode<FMT, ORD>(srow + u * UB, q, w);
+        tf_mmq_decode<FMT>(srow + u * UB, q, w);
 #pragma unroll
         for (int c = 0; c < 2; c++)
 #pragma unroll
@@ -508,18 +449,6 @@ __device__ __forceinline__ void tf_mmq_chunk(const u8* srow, const float* __rest
                 acc[r][2] = fmaf(xv.z, w[4 * c + 2], acc[r][2]);
                 acc[r][3] = fmaf(xv.w, w[4 * c + 3], acc[r][3]);
             }
-    }
-}
-
-// tf_mmq_chunk with the tile's row count nt (1..MM_RT) as a constant: no per-row tests inside.
-template <int FMT, bool ORD>
-__device__ __forceinline__ void tf_mmq_rows(int nt, const u8* srow, const float* __restrict__ xk,
-                                            int cols, int nu, bool rev, int q, float (*acc)[4]) {
-    switch (nt) {
-        case 1: tf_mmq_chunk<FMT, 1, ORD>(srow, xk, cols, nu, rev, q, acc); break;
-        case 2: tf_mmq_chunk<FMT, 2, ORD>(srow, xk, cols, nu, rev, q, acc); break;
-        case 3: tf_mmq_chunk<FMT, 3, ORD>(srow, xk, cols, nu, rev, q, acc); break;
-        default: tf_mmq_chunk<FMT, MM_RT, ORD>(srow, xk, cols, nu, rev, q, acc);
     }
 }
 
@@ -578,15 +507,13 @@ __device__ __forceinline__ void tf_mmq(u8* mmq_smem, const u8* __restrict__ W,
             const u8* srow = sb + cdelta;
             const int nu = min(NU, units - c * NU);
             const float* xk = xr + (size_t)c * NU * 32;
-            const int nt = min(MM_RT, n - i0);
-            if constexpr (tf_mlx_fmaf_scales(FMT)) {
-                if (tf_mlx_chunk_ordinary<FMT>(srow, nu, active, q, 4)) {
-                    if (active) tf_mmq_rows<FMT, true>(nt, srow, xk, cols, nu, reverse, q, acc);
-                } else if (active) {
-                    tf_mmq_rows<FMT, false>(nt, srow, xk, cols, nu, reverse, q, acc);
+            if (active) {
+                switch (min(MM_RT, n - i0)) {
+                    case 1: tf_mmq_chunk<FMT, 1>(srow, xk, cols, nu, reverse, q, acc); break;
+                    case 2: tf_mmq_chunk<FMT, 2>(srow, xk, cols, nu, reverse, q, acc); break;
+                    case 3: tf_mmq_chunk<FMT, 3>(srow, xk, cols, nu, reverse, q, acc); break;
+                    default: tf_mmq_chunk<FMT, MM_RT>(srow, xk, cols, nu, reverse, q, acc);
                 }
-            } else if (active) {
-                tf_mmq_rows<FMT, false>(nt, srow, xk, cols, nu, reverse, q, acc);
             }
         }
 #pragma unroll

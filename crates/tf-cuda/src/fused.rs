@@ -18,7 +18,7 @@ const MMF_THREADS: u32 = 128;
 const MM_RT: usize = 4;
 /// Activation rows from which the fused matmuls run as tiled products (kernels/mmg.cu, the
 /// same bits; docs/perf.md has the measurement behind it).
-pub const MMG_MIN_ROWS: usize = 24;
+pub const MMG_MIN_ROWS: usize = 12;
 /// The row count in force ([`set_tiled_from_rows`]).
 static TILED_FROM: AtomicUsize = AtomicUsize::new(MMG_MIN_ROWS);
 

@@ -232,17 +232,17 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             label, name, tpr, &w, bytes, 0, x, n, must_match, pool,
         ));
     }
-    // MLX 4/8-bit scales at the edges of the one-rounding s * q (fmaf(s, 2^e + q, -s 2^e)):
-    // huge (the plain s * q, for every row of the warp in that staged chunk), subnormal, and
-    // ordinary, on both geometries, at one row (the decode loops) and three.
+    // MLX 4/8-bit scales at the edges of tf_mmq's one-rounding s * q (fmaf(s, 2^23 + q,
+    // -s 2^23)): huge (the s * q path), subnormal, and ordinary, on both geometries, at one
+    // activation row (the decode loops) and three.
     for (bits, tpr, n) in [(4u8, 4usize, 3usize), (4, 16, 3), (8, 4, 3), (4, 4, 1), (4, 16, 1)] {
         let (rows, cols) = (9, 3648);
         let mut w = HostWeights::random_mlx(bits, 64, FloatType::F32, rows, cols, rng);
         if let Some(p) = w.mlx.as_mut() {
             for (g, s) in p.scales.chunks_exact_mut(4).enumerate() {
                 let v = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-                // One huge scale (row 0, a middle staged chunk of either geometry; s * 2^23
-                // overflows), the rest ordinary, a quarter of them subnormal.
+                // One huge scale (row 0; s * 2^23 overflows), the rest ordinary, a quarter of
+                // them subnormal.
                 let v = match g {
                     30 => -1.5 * 2f32.powi(116),
                     _ if g % 4 == 1 => v * 2f32.powi(-132),
