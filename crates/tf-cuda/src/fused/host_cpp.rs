@@ -235,7 +235,13 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     // MLX 4/8-bit scales at the edges of tf_mmq's one-rounding s * q (fmaf(s, 2^23 + q,
     // -s 2^23)): huge (the s * q path), subnormal, and ordinary, on both geometries, at one
     // activation row (the decode loops) and three.
-    for (bits, tpr, n) in [(4u8, 4usize, 3usize), (4, 16, 3), (8, 4, 3), (4, 4, 1), (4, 16, 1)] {
+    for (bits, tpr, n) in [
+        (4u8, 4usize, 3usize),
+        (4, 16, 3),
+        (8, 4, 3),
+        (4, 4, 1),
+        (4, 16, 1),
+    ] {
         let (rows, cols) = (9, 3648);
         let mut w = HostWeights::random_mlx(bits, 64, FloatType::F32, rows, cols, rng);
         if let Some(p) = w.mlx.as_mut() {
