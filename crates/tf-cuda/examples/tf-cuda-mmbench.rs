@@ -18,7 +18,7 @@
 //! Prints PASS/FAIL last; exits non-zero on any mismatch or error.
 
 use std::process::ExitCode;
-use tf_cuda::fused::{matmul_fused, set_tiled_from_rows, Epilogue, XForm, MMG_MIN_ROWS};
+use tf_cuda::fused::{matmul_fused, Epilogue, TiledFromRows, XForm};
 use tf_cuda::weights::geometry_kernel;
 use tf_cuda::{ops, Gpu, GpuFormat, GpuMatrix};
 use tf_formats::gguf::GgmlType;
@@ -364,7 +364,7 @@ fn run() -> Res<bool> {
             };
             for n in [1usize, 2, 4, 8, 16, 32, 64] {
                 for (kernel, from) in [("mmf", usize::MAX), ("mmg", 1)] {
-                    set_tiled_from_rows(from);
+                    let _tiled = TiledFromRows::new(from);
                     let ep = Epilogue::Store;
                     let us = time_us(&gpu, iters, |i| {
                         Ok(matmul_fused(
@@ -385,7 +385,6 @@ fn run() -> Res<bool> {
                     );
                 }
             }
-            set_tiled_from_rows(MMG_MIN_ROWS);
         }
     }
     Ok(ok)

@@ -19,14 +19,31 @@ const MM_RT: usize = 4;
 /// Activation rows from which the fused matmuls run as tiled products (kernels/mmg.cu, the
 /// same bits; docs/perf.md has the measurement behind it).
 pub const MMG_MIN_ROWS: usize = 12;
-/// The row count in force ([`set_tiled_from_rows`]).
+/// The row count in force ([`TiledFromRows`]).
 static TILED_FROM: AtomicUsize = AtomicUsize::new(MMG_MIN_ROWS);
 
-/// Runs the fused matmuls as tiled products from `n` activation rows on (1: always,
-/// `usize::MAX`: never) instead of [`MMG_MIN_ROWS`]: how the contract suite checks both kernels
-/// at every row count and mmbench times them. Both give the same bits.
-pub fn set_tiled_from_rows(n: usize) {
-    TILED_FROM.store(n, Ordering::Relaxed);
+/// While alive, the fused matmuls run as tiled products from `n` activation rows on (1: always,
+/// `usize::MAX`: never) instead of [`MMG_MIN_ROWS`]; dropping it restores the count before it.
+/// How the contract suite checks both kernels at every row count and mmbench times them (both
+/// give the same bits).
+#[must_use = "the row count is restored when the guard drops"]
+pub struct TiledFromRows {
+    before: usize,
+}
+
+impl TiledFromRows {
+    /// Tiled products from `n` rows until the guard drops.
+    pub fn new(n: usize) -> TiledFromRows {
+        TiledFromRows {
+            before: TILED_FROM.swap(n, Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for TiledFromRows {
+    fn drop(&mut self) {
+        TILED_FROM.store(self.before, Ordering::Relaxed);
+    }
 }
 
 /// Activation rows and weight rows per block of the tiled product (kernels/mmg.cu).
@@ -432,6 +449,24 @@ mod host_cpp;
 mod tests {
     use super::fused_smem_bytes_for;
     use crate::weights::GpuFormat;
+
+    #[test]
+    fn tiled_row_count_guards_restore_what_was_in_force() {
+        use super::{tiled, TiledFromRows, MMG_MIN_ROWS};
+        let q = GpuFormat::Q4_1;
+        assert!(!tiled(q, MMG_MIN_ROWS - 1) && tiled(q, MMG_MIN_ROWS));
+        let always = TiledFromRows::new(1);
+        assert!(tiled(q, 1));
+        let never = TiledFromRows::new(usize::MAX);
+        assert!(!tiled(q, 64));
+        drop(never);
+        assert!(tiled(q, 1));
+        drop(always);
+        assert!(!tiled(q, MMG_MIN_ROWS - 1) && tiled(q, MMG_MIN_ROWS));
+        // Formats without a tiled kernel never take it.
+        let _always = TiledFromRows::new(1);
+        assert!(!tiled(GpuFormat::Q6K, 64));
+    }
 
     #[test]
     fn fused_shared_memory_is_bounded_by_the_chunk() {

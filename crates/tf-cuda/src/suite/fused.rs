@@ -9,8 +9,7 @@ use super::{
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::fused::{
-    matmul_fused, matmul_norm_rope_append, rope_append, set_tiled_from_rows, Epilogue, RopeAppend,
-    XForm, MMG_MIN_ROWS,
+    matmul_fused, matmul_norm_rope_append, rope_append, Epilogue, RopeAppend, TiledFromRows, XForm,
 };
 use crate::kv::GpuKv;
 use crate::ops::{GpuRows, Pairing};
@@ -118,8 +117,8 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
         )?;
     }
     // The tiled product (kernels/mmg.cu) at every row count, not only from MMG_MIN_ROWS.
-    set_tiled_from_rows(1);
-    let tiled = [0, 3, 4, 6].into_iter().try_for_each(|i| {
+    let every_row_count = TiledFromRows::new(1);
+    [0, 3, 4, 6].into_iter().try_for_each(|i| {
         let (format, rows, cols, kind, label, _) = cases[i];
         let label = format!("{label} (tiled at every row count)");
         matmul_case(
@@ -135,9 +134,8 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
             out,
             0x1f0 + i as u64,
         )
-    });
-    set_tiled_from_rows(MMG_MIN_ROWS);
-    tiled?;
+    })?;
+    drop(every_row_count);
     rope_append_case(gpu, depth, out)?;
     norm_rope_case(gpu, depth, out)
 }
