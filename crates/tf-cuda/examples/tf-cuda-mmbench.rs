@@ -1,7 +1,8 @@
 //! `tf-cuda-mmbench [--iters N] [--peak BYTES_PER_S] [--quick] [--only TEXT]`: the matmul kernels
-//! alone at the decode shapes of the synthetic models (Lightning and Bolt MLX 4-bit, Llama-3-8B
-//! Q4_0, the default model's SmolLM2 matrices, and one matrix of every other format; `--only`:
-//! the shapes whose label contains TEXT), checked and timed.
+//! alone at the decode shapes of the synthetic models (Lightning and Bolt MLX 4-bit, Bolt's bf16
+//! router and latent projections, Llama-3-8B Q4_0, the default model's SmolLM2 matrices, and one
+//! matrix of every other format; `--only`: the shapes whose label contains TEXT), checked and
+//! timed.
 //!
 //! For each shape:
 //! 1. Check: `ops::matmul` on the GPU at 1, 5 and 37 rows must give the CPU matmul's bits; the
@@ -147,6 +148,21 @@ fn shapes(quick: bool) -> Vec<(&'static str, Layout, usize, usize, bool)> {
         ("bolt shared up", Mlx(4), 5376, 4096, false),
         ("bolt mamba out", Mlx(4), 4096, 8192, false),
         ("bolt shared down", Mlx(4), 4096, 5376, false),
+        (
+            "bolt router (368 experts)",
+            Dense(FloatType::BF16),
+            368,
+            4096,
+            false,
+        ),
+        (
+            "bolt latent down",
+            Dense(FloatType::BF16),
+            1024,
+            4096,
+            false,
+        ),
+        ("bolt latent up", Dense(FloatType::BF16), 4096, 1024, false),
         ("smollm2 qkv", Gguf(GgmlType::Q4_1), 960, 576, true),
         ("smollm2 gate_up", Gguf(GgmlType::Q4_1), 3072, 576, true),
         ("smollm2 down", Gguf(GgmlType::Q4_1), 576, 1536, true),
