@@ -65,8 +65,6 @@ pub fn mmq_kernels() -> Vec<String> {
     v
 }
 
-/// Format names in the fused matmul kernels' names.
-pub const FUSED_FORMATS: [&str; 6] = ["f32", "f16", "bf16", "q4_0", "q4_1", "q8_0"];
 /// (input transform, epilogue) of the fused matmul kernels and their tiled twins; `tf_mmf` also
 /// has (`norm`, `rope`).
 pub const FUSED_VARIANTS: [(&str, &str); 7] = [
@@ -109,11 +107,11 @@ pub fn all_kernel_names() -> Vec<String> {
                 .map(|k| crate::weights::geometry_kernel(k, 4)),
         )
         .collect();
-    for f in FUSED_FORMATS {
-        for (x, e) in FUSED_VARIANTS {
-            v.push(fused_kernel_name(f, x, e));
+    // The fused matmuls of every format (fused.cu, and quant.cu for the K-quants and MLX).
+    for f in crate::weights::GpuFormat::ALL {
+        for (x, e) in FUSED_VARIANTS.into_iter().chain([("norm", "rope")]) {
+            v.push(fused_kernel_name(f.kernel_tag(), x, e));
         }
-        v.push(fused_kernel_name(f, "norm", "rope"));
     }
     for f in MMG_FORMATS {
         for (x, e) in FUSED_VARIANTS {
@@ -359,23 +357,5 @@ impl Gpu {
         self.stream
             .synchronize()
             .map_err(drv("synchronizing the stream"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{all_kernel_names, fused_kernel_name, FUSED_VARIANTS};
-    use crate::weights::GpuFormat;
-
-    #[test]
-    fn every_fused_variant_of_every_format_is_loaded() {
-        // The launchers ask for these by name; a name missing here refuses at run time.
-        let names = all_kernel_names();
-        for f in GpuFormat::ALL {
-            for (x, e) in FUSED_VARIANTS.into_iter().chain([("norm", "rope")]) {
-                let n = fused_kernel_name(f.kernel_tag(), x, e);
-                assert!(names.contains(&n), "{n} is not among the loaded kernels");
-            }
-        }
     }
 }
