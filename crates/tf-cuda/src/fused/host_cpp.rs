@@ -7,6 +7,7 @@
 //! Skipped, with a message, when no C++ compiler is found (`$CXX`, else `c++`);
 //! `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
 
+use crate::device::{fused_kernel_name, mmg_kernel_name, FUSED_VARIANTS, MMG_FORMATS};
 use crate::weights::{device_bytes, GpuFormat};
 use tf_kernels::contract::Rng;
 use tf_kernels::matmul::{matmul as cpu_matmul, FloatType};
@@ -429,7 +430,7 @@ fn fused_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
                     "{f:?} fused {xf} {ep}{}",
                     if plant { " (planted)" } else { "" }
                 ),
-                name: format!("tf_mmf_{}_{xf}_{ep}", f.kernel_tag()),
+                name: fused_kernel_name(f.kernel_tag(), xf, ep),
                 xf,
                 ep,
                 n,
@@ -451,7 +452,7 @@ fn mmg_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     let formats = FORMATS
         .iter()
         .copied()
-        .filter(|f| crate::device::MMG_FORMATS.contains(&f.kernel_tag()));
+        .filter(|f| MMG_FORMATS.contains(&f.kernel_tag()));
     for (i, f) in formats.enumerate() {
         // Floats end in a partial chunk; the quantized rows span several chunks.
         let cols = match f {
@@ -460,10 +461,8 @@ fn mmg_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             _ => 1088,
         };
         let (w, bytes) = weights(f, 40, cols, rng);
-        let mut variants: Vec<(&str, &str, bool)> = crate::device::FUSED_VARIANTS
-            .iter()
-            .map(|&(x, e)| (x, e, false))
-            .collect();
+        let mut variants: Vec<(&str, &str, bool)> =
+            FUSED_VARIANTS.iter().map(|&(x, e)| (x, e, false)).collect();
         if f == GpuFormat::Q4_1 {
             variants.push(("none", "store", true));
         }
@@ -471,7 +470,7 @@ fn mmg_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             let name = if plant {
                 "tf_plant_mmg_q4_1_none_store".to_string()
             } else {
-                format!("tf_mmg_{}_{xf}_{ep}", f.kernel_tag())
+                mmg_kernel_name(f.kernel_tag(), xf, ep)
             };
             let spec = Fused {
                 kind: 3,

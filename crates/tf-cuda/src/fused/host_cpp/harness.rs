@@ -1,6 +1,7 @@
 //! The host build of the staged, grouped and fused matmul kernels: CUDA stand-ins (threads,
 //! barriers, shuffles, votes), the emulated launch, the case reader, and the program text.
 
+use crate::device::{fused_kernel_name, mmg_kernel_name, FUSED_VARIANTS, MMG_FORMATS};
 use crate::weights::GpuFormat;
 
 /// Host stand-ins for the CUDA names the kernels use, and the emulated launch.
@@ -131,15 +132,13 @@ pub(crate) fn host_kernels() -> String {
         let tag = f.kernel_tag();
         mm.push_str(&format!("MM(tf_matmul_{tag}) "));
         moe.push_str(&format!("MM(tf_moe_matmul_{tag}) "));
-        for xf in ["none", "norm", "silu"] {
-            for ep in ["store", "add"] {
-                mmf.push_str(&format!("MM(tf_mmf_{tag}_{xf}_{ep}) "));
-            }
+        for (xf, ep) in FUSED_VARIANTS {
+            mmf.push_str(&format!("MM({}) ", fused_kernel_name(tag, xf, ep)));
         }
     }
-    for tag in crate::device::MMG_FORMATS {
-        for (xf, ep) in crate::device::FUSED_VARIANTS {
-            mmf.push_str(&format!("MM(tf_mmg_{tag}_{xf}_{ep}) "));
+    for tag in MMG_FORMATS {
+        for (xf, ep) in FUSED_VARIANTS {
+            mmf.push_str(&format!("MM({}) ", mmg_kernel_name(tag, xf, ep)));
         }
     }
     mmf.push_str("MM(tf_plant_mmg_q4_1_none_store) ");
