@@ -10,8 +10,9 @@ use std::path::PathBuf;
 pub const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// The kernel sources, `(file name, text)`; each is compiled after [`COMMON`].
-pub const SOURCES: [(&str, &str); 11] = [
+pub const SOURCES: [(&str, &str); 12] = [
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
+    ("slices.cu", include_str!("../kernels/slices.cu")),
     ("fused.cu", include_str!("../kernels/fused.cu")),
     ("mmg.cu", include_str!("../kernels/mmg.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),

@@ -59,6 +59,7 @@ using std::fmaf; using std::fminf; using std::fmaxf; using std::isnan; using std
 using std::log1p; using std::fabs; using std::fmax; using std::min; using std::max;
 using std::tanh;
 struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
 struct float4 { float x, y, z, w; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 template <class T> static inline T __ldg(const T* p) { return *p; }

@@ -28,6 +28,7 @@ pub mod nemotron_h;
 pub mod ops;
 pub mod quant;
 pub mod select;
+pub mod slices;
 pub mod suite;
 pub mod synthetic;
 pub mod weights;

@@ -271,6 +271,93 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     cases
 }
 
+/// `tf_slices` (the GPU's own order): the host reference's bits at 1, 3 and 6 activation rows
+/// (tiles of 4 and 2), an odd row count (the warp's second row clamped), rows with more units
+/// than lanes and with fewer, huge and subnormal MLX scales; its planted controls must differ.
+fn slices_cases(rng: &mut Rng) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut add = |label: String,
+                   name: &str,
+                   w: &HostWeights,
+                   bytes: Vec<u8>,
+                   n: usize,
+                   rng: &mut Rng,
+                   must_match: bool| {
+        let x = rng.vec_uniform(n * w.cols, -1.0, 1.0);
+        let f = if w.mlx.is_some() {
+            GpuFormat::Mlx4
+        } else {
+            GpuFormat::Bf16
+        };
+        let want = crate::slices::reference(f, &bytes, w.rows, w.cols, &x, n);
+        cases.push(Case {
+            label,
+            name: name.to_string(),
+            kind: 0,
+            tpr: 16,
+            rows: w.rows,
+            cols: w.cols,
+            n,
+            experts: 0,
+            x_stride: w.cols,
+            bytes,
+            off: 0,
+            offsets: vec![],
+            want,
+            x,
+            gain: vec![],
+            eps: 0.0,
+            y0: vec![],
+            smem: 0,
+            must_match,
+        });
+    };
+    for (cols, ty) in [(1184usize, FloatType::F32), (96, FloatType::BF16)] {
+        let mut w = HostWeights::random_mlx(4, 32, ty, 9, cols, rng);
+        if let (Some(p), FloatType::F32) = (w.mlx.as_mut(), ty) {
+            for (g, s) in p.scales.chunks_exact_mut(4).enumerate() {
+                let v = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                let v = match g % 7 {
+                    3 => -1.5 * 2f32.powi(110),
+                    5 => v * 2f32.powi(-132),
+                    _ => v,
+                };
+                s.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        let bytes = device_bytes(&w.packed())
+            .expect("device bytes")
+            .into_owned();
+        for n in [1usize, 3, 6] {
+            let label = format!("tf_slices_mlx4 {cols} cols n={n}");
+            add(label, "tf_slices_mlx4", &w, bytes.clone(), n, rng, true);
+        }
+    }
+    let w = HostWeights::random_mlx(4, 32, FloatType::F32, 9, 1184, rng);
+    let bytes = device_bytes(&w.packed())
+        .expect("device bytes")
+        .into_owned();
+    for (name, n) in [
+        (crate::slices::PLANT_ROW_VARIANT, 5),
+        (crate::slices::PLANT_LANE_SUM, 1),
+    ] {
+        add(name.to_string(), name, &w, bytes.clone(), n, rng, false);
+    }
+    let (w, bytes) = weights(GpuFormat::Bf16, 5, 2080, rng);
+    for n in [1usize, 5] {
+        add(
+            format!("tf_slices_bf16 n={n}"),
+            "tf_slices_bf16",
+            &w,
+            bytes.clone(),
+            n,
+            rng,
+            true,
+        );
+    }
+    cases
+}
+
 /// Grouped expert matmuls: 3 experts of 9 rows stacked, one of them without rows.
 fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
     let mut cases = Vec::new();
@@ -502,6 +589,7 @@ fn staged_and_fused_matmuls_compiled_for_the_host_give_the_cpu_bits() {
     cases.extend(moe_cases(&mut rng, &pool));
     cases.extend(fused_cases(&mut rng, &pool));
     cases.extend(mmg_cases(&mut rng, &pool));
+    cases.extend(slices_cases(&mut rng));
     let mut data = Vec::new();
     cases.iter().for_each(|c| c.write(&mut data));
     let out = crate::host_cxx::run(&dir, &exe, "cases", &data);

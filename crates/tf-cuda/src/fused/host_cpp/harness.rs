@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
 pub(super) const FORMATS: [GpuFormat; 14] = GpuFormat::ALL;
 
 /// The kernel sources for the host: common.cuh (its f16 conversion through the host's),
-/// matmul.cu, fused.cu, quant.cu and moe.cu, then tables of the entries the harness calls.
+/// matmul.cu, slices.cu, fused.cu, quant.cu and moe.cu, then tables of the entries the harness calls.
 pub(super) fn host_source() -> String {
     format!("{}{MAIN}", host_kernels())
 }
@@ -151,6 +151,9 @@ pub(crate) fn host_kernels() -> String {
     ] {
         mm.push_str(&format!("MM({p}) "));
     }
+    for k in crate::slices::KERNEL_NAMES {
+        mm.push_str(&format!("MM({k}) "));
+    }
     moe.push_str("MM(tf_plant_moe_matmul_q4_1_rowvar) ");
     for k in crate::device::mmq_kernels() {
         let table = if k.contains("_moe_") {
@@ -167,8 +170,9 @@ pub(crate) fn host_kernels() -> String {
                 TF_MATMUL_REF_ENTRY(tf_ref_matmul_q4_0, FMT_Q4_0)\n\
                 TF_MATMUL_REF_ENTRY(tf_ref_matmul_mlx4, FMT_MLX4)\n";
     format!(
-        "{PRELUDE}{common}\n{}\n{fused}\n{}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n",
+        "{PRELUDE}{common}\n{}\n{}\n{fused}\n{}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n",
         include_str!("../../../kernels/matmul.cu"),
+        include_str!("../../../kernels/slices.cu"),
         include_str!("../../../kernels/mmg.cu"),
         include_str!("../../../kernels/quant.cu"),
         moe_part,

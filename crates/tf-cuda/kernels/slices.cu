@@ -1,0 +1,173 @@
+// Matrix products in the GPU's own order (tf_slices): MLX 4-bit and bf16 weights.
+//
+// tf_mmv and tf_mmq give the CPU's bits: 16 chains a row, chain l over k = l (mod 16), so a
+// row has at most 16 threads and each gets 2 weights of a 32-element unit, for which it loads
+// the unit's scale, bias, code bytes and inputs (docs/perf.md). tf_slices has an order of its
+// own, the same whatever n, so a row's bits do not depend on the other rows of the call (the
+// rule); they are not the CPU's, and the difference is measured as fidelity (docs/fidelity.md):
+//
+//   lane p of 32 owns the row's units u = p, p + 32, ... (32 elements each, ascending u); four
+//   chains c_m (m = 0..3) take x_e * w_e for the unit's elements e = 8m .. 8m + 7, ascending;
+//   the lane's sum is (c_0 + c_1) + (c_2 + c_3); the 32 lane sums fold by the shuffle tree
+//   (16, 8, 4, 2, 1). MLX: w_e = fmaf(s_u, q_e, b_u), one rounding. bf16: w_e is the value.
+//
+// A warp takes SL_RJ weight rows and up to MM_RT activation rows at a time, loads each unit
+// whole (24 or 64 bytes, the warp's 32 lanes reading consecutive units) one unit ahead, and
+// reuses a unit's inputs for its SL_RJ rows. Neither grouping changes a sum.
+
+#define SL_RJ 2  // weight rows a warp
+
+// 32-bit words of one unit: 16 code bytes, the f32 scale and bias (MLX 4-bit); 32 bf16 values.
+__host__ __device__ constexpr int tf_slice_words(int fmt) { return fmt == FMT_BF16 ? 16 : 6; }
+
+// The raw words of the unit at p (24 bytes 8-aligned, or 64 bytes 16-aligned).
+template <int FMT>
+__device__ __forceinline__ void tf_slice_load(const u8* p, u32* w) {
+    if constexpr (FMT == FMT_BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint4 v = __ldg((const uint4*)p + i);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 3; i++) {
+            const uint2 v = __ldg((const uint2*)p + i);
+            w[2 * i] = v.x, w[2 * i + 1] = v.y;
+        }
+    }
+}
+
+// The weights of a unit's elements 8m .. 8m + 7 from its raw words.
+template <int FMT>
+__device__ __forceinline__ void tf_slice_decode(const u32* w, int m, float* out) {
+    if constexpr (FMT == FMT_BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            out[2 * i] = __int_as_float((int)(w[4 * m + i] << 16));
+            out[2 * i + 1] = __int_as_float((int)(w[4 * m + i] & 0xffff0000u));
+        }
+    } else {
+        // Byte i of word m holds element 8m + 2i (low nibble) and 8m + 2i + 1 (high).
+        constexpr float M23 = 8388608.0f;  // 2^23
+        const float s = __int_as_float((int)w[4]), b = __int_as_float((int)w[5]);
+        const u32 lo = w[m] & 0x0f0f0f0fu, hi = (w[m] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            out[2 * i] = fmaf(s, tf_byte_f(lo, i) - M23, b);
+            out[2 * i + 1] = fmaf(s, tf_byte_f(hi, i) - M23, b);
+        }
+    }
+}
+
+// Folds the 32 lane values of a warp by the shuffle tree; valid in lane 0. Every lane calls it.
+__device__ __forceinline__ float tf_fold32_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = v + __shfl_down_sync(TF_FULL_MASK, v, off);
+    return v;
+}
+
+// NT activation rows (from i0) against the warp's SL_RJ weight rows (from j0, rows wr). PLANT 1
+// (a planted control): units in descending order when n > 1, so the order follows the row
+// count; PLANT 2: the lane's sum as (c_0 + c_2) + (c_1 + c_3), accurate and row-invariant but
+// not tf_slices' bits.
+template <int FMT, int PLANT, int NT>
+__device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float* __restrict__ x,
+                                               float* __restrict__ y, int i0, int j0, int n,
+                                               int rows, int cols) {
+    constexpr int NW = tf_slice_words(FMT), UB = 4 * NW;
+    const int p = threadIdx.x & 31;
+    const int units = cols >> 5;
+    const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units
+    const bool rev = PLANT == 1 && n > 1;
+    float c[NT][SL_RJ][4];
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int r = 0; r < SL_RJ; r++)
+#pragma unroll
+            for (int m = 0; m < 4; m++) c[i][r][m] = 0.0f;
+    u32 cur[SL_RJ][NW];
+    if (nu > 0) {
+        const int u = p + 32 * (rev ? nu - 1 : 0);
+#pragma unroll
+        for (int r = 0; r < SL_RJ; r++) tf_slice_load<FMT>(wr[r] + (size_t)u * UB, cur[r]);
+    }
+    for (int t = 0; t < nu; t++) {
+        const int u = p + 32 * (rev ? nu - 1 - t : t);
+        u32 nxt[SL_RJ][NW];
+        if (t + 1 < nu) {  // the next unit's loads fly while this one is multiplied
+            const int un = p + 32 * (rev ? nu - 2 - t : t + 1);
+#pragma unroll
+            for (int r = 0; r < SL_RJ; r++) tf_slice_load<FMT>(wr[r] + (size_t)un * UB, nxt[r]);
+        }
+        const float* xu = x + (size_t)i0 * cols + 32 * u;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            float xv[NT][8];
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const float4 a = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m));
+                const float4 b = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m + 4));
+                xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
+                xv[i][4] = b.x, xv[i][5] = b.y, xv[i][6] = b.z, xv[i][7] = b.w;
+            }
+#pragma unroll
+            for (int r = 0; r < SL_RJ; r++) {
+                float w[8];
+                tf_slice_decode<FMT>(cur[r], m, w);
+#pragma unroll
+                for (int i = 0; i < NT; i++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) c[i][r][m] = fmaf(xv[i][e], w[e], c[i][r][m]);
+            }
+        }
+        if (t + 1 < nu) {
+#pragma unroll
+            for (int r = 0; r < SL_RJ; r++)
+#pragma unroll
+                for (int k = 0; k < NW; k++) cur[r][k] = nxt[r][k];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int r = 0; r < SL_RJ; r++) {
+            const float* a = c[i][r];
+            const float l = PLANT == 2 ? (a[0] + a[2]) + (a[1] + a[3]) : (a[0] + a[1]) + (a[2] + a[3]);
+            const float s = tf_fold32_sum(l);
+            if (p == 0 && j0 + r < rows) y[(size_t)(i0 + i) * rows + j0 + r] = s;
+        }
+}
+
+// y[i, j] for i < n: warp w takes weight rows SL_RJ w .. SL_RJ w + SL_RJ - 1 (cols a multiple
+// of 32; the launcher gives 32 / SL_RJ threads a row).
+template <int FMT, int PLANT>
+__device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float* __restrict__ x,
+                                          float* __restrict__ y, int n, int rows, int cols) {
+    const int j0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * SL_RJ;
+    if (j0 >= rows) return;  // the whole warp: no lane of it has a row
+    const size_t rb = (size_t)(cols >> 5) * (4 * tf_slice_words(FMT));
+    const u8* wr[SL_RJ];
+#pragma unroll
+    for (int r = 0; r < SL_RJ; r++) wr[r] = W + (size_t)min(j0 + r, rows - 1) * rb;
+    for (int i0 = 0; i0 < n; i0 += MM_RT) {
+        switch (min(MM_RT, n - i0)) {
+            case 1: tf_slices_tile<FMT, PLANT, 1>(wr, x, y, i0, j0, n, rows, cols); break;
+            case 2: tf_slices_tile<FMT, PLANT, 2>(wr, x, y, i0, j0, n, rows, cols); break;
+            case 3: tf_slices_tile<FMT, PLANT, 3>(wr, x, y, i0, j0, n, rows, cols); break;
+            default: tf_slices_tile<FMT, PLANT, MM_RT>(wr, x, y, i0, j0, n, rows, cols);
+        }
+    }
+}
+
+#define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
+    extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
+                                    int cols) {                                               \
+        tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
+    }
+
+TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)
+TF_SLICES_ENTRY(tf_slices_bf16, FMT_BF16, 0)
+TF_SLICES_ENTRY(tf_plant_slices_mlx4_rowvar, FMT_MLX4, 1)
+TF_SLICES_ENTRY(tf_plant_slices_mlx4_sum, FMT_MLX4, 2)

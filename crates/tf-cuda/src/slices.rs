@@ -1,0 +1,151 @@
+//! Matmuls in the GPU's own order (kernels/slices.cu): MLX 4-bit and bf16 weights.
+//!
+//! `tf_mmv` and `tf_mmq` give the CPU's bits, which ties a weight row to 16 threads and costs
+//! many instructions a weight at one activation row. `tf_slices` sums in an order of its own,
+//! fixed whatever the row count (so a row's bits never depend on the other rows of a call); its
+//! bits are not the CPU's, and [`reference`] is that order on the host, bit for bit, for the
+//! contract suite and the benchmark.
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::ops::{grid, i32_of, need};
+use crate::weights::{GpuFormat, GpuMatrix};
+use cudarc::driver::CudaSlice;
+
+/// Kernel entry points defined in kernels/slices.cu.
+pub const KERNEL_NAMES: [&str; 4] = [
+    "tf_slices_mlx4",
+    "tf_slices_bf16",
+    PLANT_ROW_VARIANT,
+    PLANT_LANE_SUM,
+];
+
+/// Planted control: units in descending order when a call has several rows.
+pub const PLANT_ROW_VARIANT: &str = "tf_plant_slices_mlx4_rowvar";
+/// Planted control: a lane's four chains added in another order (accurate and row-invariant;
+/// only a comparison with [`reference`] catches it).
+pub const PLANT_LANE_SUM: &str = "tf_plant_slices_mlx4_sum";
+
+/// Weight rows a warp takes (`SL_RJ` in kernels/slices.cu).
+const ROWS_PER_WARP: usize = 2;
+
+/// The `tf_slices` kernel for a matrix of `format` with `cols` columns, if it has one.
+pub fn kernel(format: GpuFormat, cols: usize) -> Option<&'static str> {
+    match format {
+        _ if cols % 32 != 0 => None,
+        GpuFormat::Mlx4 => Some("tf_slices_mlx4"),
+        GpuFormat::Bf16 => Some("tf_slices_bf16"),
+        _ => None,
+    }
+}
+
+/// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n` through the `tf_slices` entry `kernel`.
+pub fn matmul_with(
+    gpu: &Gpu,
+    kernel: &str,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "slices matmul";
+    need(OP, "x", x.len(), n * w.cols())?;
+    need(OP, "y", y.len(), n * w.rows())?;
+    if self::kernel(w.format(), w.cols()).is_none() {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "no tf_slices kernel for {:?} with {} columns",
+                w.format(),
+                w.cols()
+            ),
+        });
+    }
+    if n == 0 || w.rows() == 0 {
+        return Ok(());
+    }
+    let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
+    let mut b = gpu.launcher(kernel)?;
+    b.arg(w.bytes())
+        .arg(x)
+        .arg(y)
+        .arg(&n_)
+        .arg(&rows)
+        .arg(&cols);
+    let threads = w.rows().div_ceil(ROWS_PER_WARP) * 32;
+    // SAFETY: the kernel's signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
+    // elements it reads and writes (checked above; the weight was validated at upload, and its
+    // rows are whole 32-element units).
+    unsafe { b.go(grid(threads, 128), "launching slices matmul") }
+}
+
+/// The weights of one unit's elements `8m .. 8m + 8` from its device bytes.
+fn decode(format: GpuFormat, unit: &[u8], m: usize) -> [f32; 8] {
+    let word = |i: usize| u32::from_le_bytes(unit[4 * i..4 * i + 4].try_into().unwrap());
+    let mut w = [0f32; 8];
+    match format {
+        GpuFormat::Bf16 => {
+            for (i, pair) in w.chunks_mut(2).enumerate() {
+                let v = word(4 * m + i);
+                pair[0] = f32::from_bits(v << 16);
+                pair[1] = f32::from_bits(v & 0xffff_0000);
+            }
+        }
+        _ => {
+            let (s, b) = (f32::from_bits(word(4)), f32::from_bits(word(5)));
+            let v = word(m);
+            for (e, w) in w.iter_mut().enumerate() {
+                let q = (v >> (4 * e)) & 15;
+                *w = s.mul_add(q as f32, b);
+            }
+        }
+    }
+    w
+}
+
+/// `tf_slices`' result on the host, bit for bit: `bytes` is the matrix's device layout
+/// (`rows` rows of `cols / 32` units), `x` is `[n, cols]`; returns `[n, rows]`.
+pub fn reference(
+    format: GpuFormat,
+    bytes: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+) -> Vec<f32> {
+    let units = cols / 32;
+    let ub = match format {
+        GpuFormat::Bf16 => 64,
+        _ => 24,
+    };
+    let mut y = vec![0f32; n * rows];
+    for i in 0..n {
+        let xr = &x[i * cols..(i + 1) * cols];
+        for j in 0..rows {
+            let row = &bytes[j * units * ub..(j + 1) * units * ub];
+            let mut lane = [0f32; 32];
+            for (p, l) in lane.iter_mut().enumerate() {
+                let mut c = [0f32; 4];
+                for u in (p..units).step_by(32) {
+                    let unit = &row[u * ub..(u + 1) * ub];
+                    for (m, c) in c.iter_mut().enumerate() {
+                        let w = decode(format, unit, m);
+                        for e in 0..8 {
+                            *c = xr[32 * u + 8 * m + e].mul_add(w[e], *c);
+                        }
+                    }
+                }
+                *l = (c[0] + c[1]) + (c[2] + c[3]);
+            }
+            let mut off = 16;
+            while off > 0 {
+                for l in 0..off {
+                    lane[l] += lane[l + off];
+                }
+                off /= 2;
+            }
+            y[i * rows + j] = lane[0];
+        }
+    }
+    y
+}
