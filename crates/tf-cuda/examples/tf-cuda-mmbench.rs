@@ -5,8 +5,10 @@
 //! timed.
 //!
 //! For each shape:
-//! 1. Check: `ops::matmul` on the GPU at 1, 5 and 37 rows must give the CPU matmul's bits; the
-//!    fused kernel (no transform, store) must give the plain matmul's bits (at 37 rows as the
+//! 1. Check: `ops::matmul` on the GPU at 1, 5 and 37 rows must give the CPU matmul's bits (the
+//!    formats of `tf_slices`, MLX 4-bit and bf16: at 1 and 5 rows, that order's host reference's
+//!    bits, and the largest difference from the CPU is printed); the fused kernel (no
+//!    transform, store) must give the CPU's bits (at 37 rows as the
 //!    tiled product; Llama shapes: the fused kernels must also take the shape, which the
 //!    whole-row kernels refused). A planted control (the row-variant Q4_1 kernel) must differ
 //!    from the CPU at 5 rows.
@@ -20,8 +22,8 @@
 
 use std::process::ExitCode;
 use tf_cuda::fused::{matmul_fused, Epilogue, TiledFromRows, XForm};
-use tf_cuda::weights::geometry_kernel;
-use tf_cuda::{ops, Gpu, GpuFormat, GpuMatrix};
+use tf_cuda::weights::{device_bytes, geometry_kernel};
+use tf_cuda::{ops, slices, Gpu, GpuFormat, GpuMatrix};
 use tf_formats::gguf::GgmlType;
 use tf_kernels::matmul::{matmul as cpu_matmul, FloatType, PackedMatrix, WeightData};
 use tf_kernels::pool::Pool;
@@ -267,26 +269,51 @@ fn run() -> Res<bool> {
         let x_host: Vec<f32> = (0..nmax * cols).map(|_| rng.unit()).collect();
         let x = gpu.upload(&x_host)?;
         let mut y = gpu.zeros::<f32>(nmax * rows)?;
-        for n in [1usize, 5, 37] {
+        // The matmul of a tf_slices format gives that order's bits (its host reference), the
+        // rest the CPU's; the fused kernels give the CPU's.
+        let slices = slices::kernel(w.format(), cols);
+        let dev = device_bytes(&packed)?;
+        let ns: &[usize] = if slices.is_some() {
+            &[1, 5]
+        } else {
+            &[1, 5, 37]
+        };
+        for &n in ns {
             ops::matmul(&gpu, &w, &x, n, &mut y)?;
             let g = gpu.download(&y, n * rows)?;
             let mut c = vec![0f32; n * rows];
             cpu_matmul(&packed, &x_host[..n * cols], n, &mut c, &pool)?;
-            let bad = bits_equal(&g, &c);
+            let (want, of) = match slices {
+                Some(_) => {
+                    let r = slices::reference(w.format(), &dev, rows, cols, &x_host, n);
+                    (r, "the tf_slices reference")
+                }
+                None => (c.clone(), "the CPU"),
+            };
+            let bad = bits_equal(&g, &want);
             if bad != 0 {
                 println!(
-                    "CHECK {label} n={n}: {bad} of {} outputs differ from the CPU",
+                    "CHECK {label} n={n}: {bad} of {} outputs differ from {of}",
                     c.len()
                 );
                 ok = false;
+            }
+            if slices.is_some() {
+                let d = g
+                    .iter()
+                    .zip(&c)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                let m = c.iter().map(|v| v.abs()).fold(0f32, f32::max);
+                println!("tf_slices {label} n={n}: max |GPU - CPU| {d:.3e} (max |y| {m:.3e})");
             }
             if fused {
                 let mut yf = gpu.zeros::<f32>(nmax * rows)?;
                 matmul_fused(&gpu, &w, &x, cols, XForm::None, Epilogue::Store, n, &mut yf)?;
                 let f = gpu.download(&yf, n * rows)?;
-                let bad = bits_equal(&f, &g);
+                let bad = bits_equal(&f, &c);
                 if bad != 0 {
-                    println!("CHECK {label} fused n={n}: {bad} outputs differ from the matmul");
+                    println!("CHECK {label} fused n={n}: {bad} outputs differ from the CPU");
                     ok = false;
                 }
             }
@@ -350,6 +377,28 @@ fn run() -> Res<bool> {
                 "{}",
                 table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)
             );
+        }
+        if let Some(k) = slices {
+            for n in [1usize, 4, 16] {
+                for m in ws.iter().take(3) {
+                    slices::matmul_with(&gpu, k, m, &x, n, &mut y)?;
+                }
+                let us = time_us(&gpu, iters, |i| {
+                    Ok(slices::matmul_with(
+                        &gpu,
+                        k,
+                        &ws[i % copies],
+                        &x,
+                        n,
+                        &mut y,
+                    )?)
+                })?;
+                let name = format!("{label} (tf_slices, {} regs)", gpu.registers(k)?);
+                println!(
+                    "{}",
+                    table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)
+                );
+            }
         }
         if fused {
             // The fused kernel at 1 row, SwiGLU in and residual add (the down projection's use).

@@ -128,7 +128,8 @@ impl GpuRows {
     }
 }
 
-/// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n` (`x` is `[n, cols]`, `y` is `[n, rows]`).
+/// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n` (`x` is `[n, cols]`, `y` is `[n, rows]`):
+/// `tf_slices` (the GPU's own order) where it serves the matrix, else the CPU's bits.
 pub fn matmul(
     gpu: &Gpu,
     w: &GpuMatrix,
@@ -136,7 +137,10 @@ pub fn matmul(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    matmul_with(gpu, w.format().matmul_kernel(), w, x, n, y)
+    match crate::slices::kernel(w.format(), w.cols()) {
+        Some(k) => crate::slices::matmul_with(gpu, k, w, x, n, y),
+        None => matmul_with(gpu, w.format().matmul_kernel(), w, x, n, y),
+    }
 }
 
 /// [`matmul`] through a named kernel (the planted controls use this).
