@@ -12,8 +12,9 @@
 //   (16, 8, 4, 2, 1). MLX: w_e = fmaf(s_u, q_e, b_u), one rounding. bf16: w_e is the value.
 //
 // A warp takes SL_RJ weight rows and up to MM_RT activation rows at a time, loads each unit
-// whole (24 or 64 bytes, the warp's 32 lanes reading consecutive units) one unit ahead, and
-// reuses a unit's inputs for its SL_RJ rows. Neither grouping changes a sum.
+// whole (24 or 64 bytes, the warp's 32 lanes reading consecutive units) a step ahead (one unit;
+// two of MLX in the one-row entries), and reuses a unit's inputs for its SL_RJ rows. None of
+// this grouping changes a sum.
 
 #define SL_RJ 2  // weight rows a warp
 
@@ -67,11 +68,14 @@ __device__ __forceinline__ float tf_fold32_sum(float v) {
     return v;
 }
 
-// NT activation rows (from i0) against the warp's SL_RJ weight rows (from j0, rows wr). PLANT 1
-// (a planted control): units in descending order when n > 1, so the order follows the row
-// count; PLANT 2: the lane's sum as (c_0 + c_2) + (c_1 + c_3), accurate and row-invariant but
-// not tf_slices' bits.
-template <int FMT, int PLANT, int NT>
+// Units a lane takes a step in the one-row entries (loads of the next step in flight).
+__host__ __device__ constexpr int tf_slice_step(int fmt) { return fmt == FMT_BF16 ? 1 : 2; }
+
+// NT activation rows (from i0) against the warp's SL_RJ weight rows (from j0, rows wr), CU units
+// of a lane a step. PLANT 1 (a planted control): units in descending order when n > 1, so the
+// order follows the row count; PLANT 2: the lane's sum as (c_0 + c_2) + (c_1 + c_3), accurate
+// and row-invariant but not tf_slices' bits.
+template <int FMT, int PLANT, int NT, int CU>
 __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float* __restrict__ x,
                                                float* __restrict__ y, int i0, int j0, int n,
                                                int rows, int cols) {
@@ -80,6 +84,8 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float*
     const int units = cols >> 5;
     const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units
     const bool rev = PLANT == 1 && n > 1;
+    // The lane's t-th unit (t < nu) in its order.
+    auto unit = [&](int t) { return p + 32 * (rev ? nu - 1 - t : t); };
     float c[NT][SL_RJ][4];
 #pragma unroll
     for (int i = 0; i < NT; i++)
@@ -87,47 +93,53 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float*
         for (int r = 0; r < SL_RJ; r++)
 #pragma unroll
             for (int m = 0; m < 4; m++) c[i][r][m] = 0.0f;
-    u32 cur[SL_RJ][NW];
-    if (nu > 0) {
-        const int u = p + 32 * (rev ? nu - 1 : 0);
+    u32 cur[CU][SL_RJ][NW];
 #pragma unroll
-        for (int r = 0; r < SL_RJ; r++) tf_slice_load<FMT>(wr[r] + (size_t)u * UB, cur[r]);
-    }
-    for (int t = 0; t < nu; t++) {
-        const int u = p + 32 * (rev ? nu - 1 - t : t);
-        u32 nxt[SL_RJ][NW];
-        if (t + 1 < nu) {  // the next unit's loads fly while this one is multiplied
-            const int un = p + 32 * (rev ? nu - 2 - t : t + 1);
+    for (int k = 0; k < CU; k++)
+        if (k < nu)
 #pragma unroll
-            for (int r = 0; r < SL_RJ; r++) tf_slice_load<FMT>(wr[r] + (size_t)un * UB, nxt[r]);
-        }
-        const float* xu = x + (size_t)i0 * cols + 32 * u;
+            for (int r = 0; r < SL_RJ; r++)
+                tf_slice_load<FMT>(wr[r] + (size_t)unit(k) * UB, cur[k][r]);
+    for (int t0 = 0; t0 < nu; t0 += CU) {
+        u32 nxt[CU][SL_RJ][NW];
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
-            float xv[NT][8];
+        for (int k = 0; k < CU; k++)  // the next step's loads fly while this one is multiplied
+            if (t0 + CU + k < nu)
 #pragma unroll
-            for (int i = 0; i < NT; i++) {
-                const float4 a = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m));
-                const float4 b = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m + 4));
-                xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
-                xv[i][4] = b.x, xv[i][5] = b.y, xv[i][6] = b.z, xv[i][7] = b.w;
+                for (int r = 0; r < SL_RJ; r++)
+                    tf_slice_load<FMT>(wr[r] + (size_t)unit(t0 + CU + k) * UB, nxt[k][r]);
+#pragma unroll
+        for (int k = 0; k < CU; k++) {
+            if (t0 + k >= nu) break;
+            const float* xu = x + (size_t)i0 * cols + 32 * unit(t0 + k);
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                float xv[NT][8];
+#pragma unroll
+                for (int i = 0; i < NT; i++) {
+                    const float4 a = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m));
+                    const float4 b = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m + 4));
+                    xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
+                    xv[i][4] = b.x, xv[i][5] = b.y, xv[i][6] = b.z, xv[i][7] = b.w;
+                }
+#pragma unroll
+                for (int r = 0; r < SL_RJ; r++) {
+                    float w[8];
+                    tf_slice_decode<FMT>(cur[k][r], m, w);
+#pragma unroll
+                    for (int i = 0; i < NT; i++)
+#pragma unroll
+                        for (int e = 0; e < 8; e++)
+                            c[i][r][m] = fmaf(xv[i][e], w[e], c[i][r][m]);
+                }
             }
-#pragma unroll
-            for (int r = 0; r < SL_RJ; r++) {
-                float w[8];
-                tf_slice_decode<FMT>(cur[r], m, w);
-#pragma unroll
-                for (int i = 0; i < NT; i++)
-#pragma unroll
-                    for (int e = 0; e < 8; e++) c[i][r][m] = fmaf(xv[i][e], w[e], c[i][r][m]);
-            }
         }
-        if (t + 1 < nu) {
+#pragma unroll
+        for (int k = 0; k < CU; k++)
 #pragma unroll
             for (int r = 0; r < SL_RJ; r++)
 #pragma unroll
-                for (int k = 0; k < NW; k++) cur[r][k] = nxt[r][k];
-        }
+                for (int v = 0; v < NW; v++) cur[k][r][v] = nxt[k][r][v];
     }
 #pragma unroll
     for (int i = 0; i < NT; i++)
@@ -141,8 +153,9 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float*
 }
 
 // y[i, j] for i < n: warp w takes weight rows SL_RJ w .. SL_RJ w + SL_RJ - 1 (cols a multiple
-// of 32; the launcher gives 32 / SL_RJ threads a row).
-template <int FMT, int PLANT>
+// of 32; the launcher gives 32 / SL_RJ threads a row). ONE: the entry for n = 1 (more units a
+// step, and registers for no more than one activation row).
+template <int FMT, int PLANT, bool ONE>
 __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float* __restrict__ x,
                                           float* __restrict__ y, int n, int rows, int cols) {
     const int j0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * SL_RJ;
@@ -151,20 +164,29 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
     const u8* wr[SL_RJ];
 #pragma unroll
     for (int r = 0; r < SL_RJ; r++) wr[r] = W + (size_t)min(j0 + r, rows - 1) * rb;
-    for (int i0 = 0; i0 < n; i0 += MM_RT) {
-        switch (min(MM_RT, n - i0)) {
-            case 1: tf_slices_tile<FMT, PLANT, 1>(wr, x, y, i0, j0, n, rows, cols); break;
-            case 2: tf_slices_tile<FMT, PLANT, 2>(wr, x, y, i0, j0, n, rows, cols); break;
-            case 3: tf_slices_tile<FMT, PLANT, 3>(wr, x, y, i0, j0, n, rows, cols); break;
-            default: tf_slices_tile<FMT, PLANT, MM_RT>(wr, x, y, i0, j0, n, rows, cols);
+    if constexpr (ONE) {
+        tf_slices_tile<FMT, PLANT, 1, tf_slice_step(FMT)>(wr, x, y, 0, j0, n, rows, cols);
+    } else {
+        for (int i0 = 0; i0 < n; i0 += MM_RT) {
+            switch (min(MM_RT, n - i0)) {
+                case 1: tf_slices_tile<FMT, PLANT, 1, 1>(wr, x, y, i0, j0, n, rows, cols); break;
+                case 2: tf_slices_tile<FMT, PLANT, 2, 1>(wr, x, y, i0, j0, n, rows, cols); break;
+                case 3: tf_slices_tile<FMT, PLANT, 3, 1>(wr, x, y, i0, j0, n, rows, cols); break;
+                default: tf_slices_tile<FMT, PLANT, MM_RT, 1>(wr, x, y, i0, j0, n, rows, cols);
+            }
         }
     }
 }
 
+// NAME (any n) and NAME_one (n = 1 only).
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
-        tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
+        tf_slices<FMT, PLANT, false>(W, x, y, n, rows, cols);                                 \
+    }                                                                                         \
+    extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int n,       \
+                                          int rows, int cols) {                               \
+        tf_slices<FMT, PLANT, true>(W, x, y, n, rows, cols);                                  \
     }
 
 TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)

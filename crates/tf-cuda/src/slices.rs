@@ -12,12 +12,17 @@ use crate::ops::{grid, i32_of, need};
 use crate::weights::{GpuFormat, GpuMatrix};
 use cudarc::driver::CudaSlice;
 
-/// Kernel entry points defined in kernels/slices.cu.
-pub const KERNEL_NAMES: [&str; 4] = [
+/// Kernel entry points defined in kernels/slices.cu: each of `tf_slices_*` for any row count,
+/// and its `_one` twin (one activation row: more loads in flight, fewer registers).
+pub const KERNEL_NAMES: [&str; 8] = [
     "tf_slices_mlx4",
+    "tf_slices_mlx4_one",
     "tf_slices_bf16",
+    "tf_slices_bf16_one",
     PLANT_ROW_VARIANT,
+    "tf_plant_slices_mlx4_rowvar_one",
     PLANT_LANE_SUM,
+    "tf_plant_slices_mlx4_sum_one",
 ];
 
 /// Planted control: units in descending order when a call has several rows.
@@ -39,7 +44,8 @@ pub fn kernel(format: GpuFormat, cols: usize) -> Option<&'static str> {
     }
 }
 
-/// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n` through the `tf_slices` entry `kernel`.
+/// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n` through the `tf_slices` entry `kernel` (its
+/// `_one` twin when `n` is 1: the same bits).
 pub fn matmul_with(
     gpu: &Gpu,
     kernel: &str,
@@ -65,7 +71,11 @@ pub fn matmul_with(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(kernel)?;
+    let mut b = if n == 1 {
+        gpu.launcher(&format!("{kernel}_one"))?
+    } else {
+        gpu.launcher(kernel)?
+    };
     b.arg(w.bytes())
         .arg(x)
         .arg(y)

@@ -312,7 +312,11 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
             must_match,
         });
     };
-    for (cols, ty) in [(1184usize, FloatType::F32), (96, FloatType::BF16)] {
+    for (cols, ty) in [
+        (1184usize, FloatType::F32),
+        (96, FloatType::BF16),
+        (2240, FloatType::F16),
+    ] {
         let mut w = HostWeights::random_mlx(4, 32, ty, 9, cols, rng);
         if let (Some(p), FloatType::F32) = (w.mlx.as_mut(), ty) {
             for (g, s) in p.scales.chunks_exact_mut(4).enumerate() {
@@ -328,9 +332,14 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
         let bytes = device_bytes(&w.packed())
             .expect("device bytes")
             .into_owned();
-        for n in [1usize, 3, 6] {
-            let label = format!("tf_slices_mlx4 {cols} cols n={n}");
-            add(label, "tf_slices_mlx4", &w, bytes.clone(), n, rng, true);
+        for (n, name) in [
+            (1usize, "tf_slices_mlx4_one"),
+            (1, "tf_slices_mlx4"),
+            (3, "tf_slices_mlx4"),
+            (6, "tf_slices_mlx4"),
+        ] {
+            let label = format!("{name} {cols} cols n={n}");
+            add(label, name, &w, bytes.clone(), n, rng, true);
         }
     }
     let w = HostWeights::random_mlx(4, 32, FloatType::F32, 9, 1184, rng);
@@ -344,10 +353,10 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
         add(name.to_string(), name, &w, bytes.clone(), n, rng, false);
     }
     let (w, bytes) = weights(GpuFormat::Bf16, 5, 2080, rng);
-    for n in [1usize, 5] {
+    for (n, name) in [(1usize, "tf_slices_bf16_one"), (5, "tf_slices_bf16")] {
         add(
-            format!("tf_slices_bf16 n={n}"),
-            "tf_slices_bf16",
+            format!("{name} n={n}"),
+            name,
             &w,
             bytes.clone(),
             n,
