@@ -5,7 +5,9 @@
 //! 1. Fidelity: a 12-token prompt (longer than the fixtures' sliding window) and N greedy tokens
 //!    chosen by the CPU, fed one row per step to both engines; per position: max |Δlogit|,
 //!    top-1 agreement, bit-identical logits (all must be bit-identical); then the KV cache the
-//!    GPU holds against the CPU state's, bit for bit.
+//!    GPU holds against the CPU state's, bit for bit. Where the forward took `tf_slices` (the
+//!    GPU's own order), logits and KV within `slices::FIDELITY_TOLERANCE` of the CPU's instead
+//!    (top-1 still everywhere).
 //! 2. Exactness on the GPU (bit for bit against the serial GPU logits): the prompt as one round
 //!    and in chunks of 5 == serial; 4 slots in one round at every position == solo; a round
 //!    mixing slots at different positions == solo; graph replay == eager (1 and 3 rows); a
@@ -18,7 +20,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_cuda::llama::GpuRow;
 use tf_cuda::muse_spark::GpuMuseSpark;
-use tf_cuda::{CudaError, Gpu};
+use tf_cuda::{slices, CudaError, Gpu};
 use tf_families::ModelPlan;
 use tf_formats::checkpoint::Checkpoint;
 use tf_models::{LoadOptions, Row};
@@ -139,6 +141,7 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
     let (mut max_d, mut top1, mut identical) = (0f64, 0usize, 0usize);
     let mut serial: Vec<Vec<f32>> = Vec::new();
     let mut pos = 0;
+    let own_before = slices::launches();
     while pos < seq.len() {
         let tok = seq[pos];
         let r = Row {
@@ -164,18 +167,26 @@ fn check(dir: &std::path::Path, steps: usize) -> Result<Outcome, Box<dyn std::er
         pos += 1;
     }
     let n = seq.len();
-    // The KV the GPU holds equals the CPU state's, every layer, every position.
-    let mut kv_same = true;
+    let own_order = slices::launches() > own_before;
+    // The KV the GPU holds equals the CPU state's, every layer, every position (bit for bit;
+    // within the fidelity tolerance where the forward took the GPU's own order).
+    let (mut kv_same, mut kv_d) = (true, 0f64);
     for l in 0..g.layers() {
         let (k, v) = g.read_kv(0, l, n)?;
         let cl = state.kv.layer(l).ok_or("CPU state without the layer")?;
         kv_same &= bits_equal(&k, cl.keys()) && bits_equal(&v, cl.values());
+        for (a, b) in k.iter().zip(cl.keys()).chain(v.iter().zip(cl.values())) {
+            kv_d = kv_d.max((*a as f64 - *b as f64).abs());
+        }
     }
+    let close = own_order && max_d <= slices::FIDELITY_TOLERANCE;
+    let kv_ok = kv_same || (own_order && kv_d <= slices::FIDELITY_TOLERANCE);
     println!("\n## fidelity vs the CPU engine ({n} positions, prompt + {steps} greedy CPU tokens)");
     println!("max |dlogit| = {max_d:.3e}; top-1 agree {top1}/{n}; bit-identical logits at {identical}/{n} positions");
     println!("tokens: {seq:?}");
-    println!("KV cache (keys and values of every layer) == the CPU state's: {kv_same}");
-    ok &= identical == n && top1 == n && kv_same;
+    println!("KV cache (keys and values of every layer) == the CPU state's: {kv_same} (max |d| {kv_d:.3e})");
+    println!("GPU's own order (tf_slices): {own_order}");
+    ok &= (identical == n || close) && top1 == n && kv_ok;
 
     // 2a. Chunked == serial: the prompt as one round (slot 1) and in chunks of 5 (slot 2).
     let one: Vec<GpuRow> = (0..PROMPT.len())

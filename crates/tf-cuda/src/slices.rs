@@ -11,6 +11,20 @@ use crate::error::{CudaError, Result};
 use crate::ops::{grid, i32_of, need};
 use crate::weights::{GpuFormat, GpuMatrix};
 use cudarc::driver::CudaSlice;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Largest |GPU - CPU| logit a forward through `tf_slices` may show on the fixtures and stay
+/// a pass of the device checks (with every top-1 equal); measured values are in
+/// docs/receipts/cuda.md.
+pub const FIDELITY_TOLERANCE: f64 = 1e-3;
+
+static LAUNCHES: AtomicUsize = AtomicUsize::new(0);
+
+/// `tf_slices` launches so far in this process: how a checker knows a forward took the GPU's
+/// own order, so that its logits are held to fidelity against the CPU, not to the CPU's bits.
+pub fn launches() -> usize {
+    LAUNCHES.load(Ordering::Relaxed)
+}
 
 /// Kernel entry points defined in kernels/slices.cu: each of `tf_slices_*` for any row count,
 /// and its `_one` twin (one activation row: more loads in flight, fewer registers).
@@ -37,7 +51,7 @@ const ROWS_PER_WARP: usize = 2;
 /// The `tf_slices` kernel for a matrix of `format` with `cols` columns, if it has one.
 pub fn kernel(format: GpuFormat, cols: usize) -> Option<&'static str> {
     match format {
-        _ if cols % 32 != 0 => None,
+        _ if !cols.is_multiple_of(32) => None,
         GpuFormat::Mlx4 => Some("tf_slices_mlx4"),
         GpuFormat::Bf16 => Some("tf_slices_bf16"),
         _ => None,
@@ -71,6 +85,7 @@ pub fn matmul_with(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
     let mut b = if n == 1 {
         gpu.launcher(&format!("{kernel}_one"))?
     } else {

@@ -13,6 +13,7 @@ mod packed;
 mod quant;
 mod rows;
 pub mod select;
+mod slices;
 
 use crate::device::Gpu;
 use crate::error::CudaError;
@@ -138,6 +139,7 @@ pub fn run_all(gpu: &Gpu, depth: Depth) -> Result<SuiteResult, CudaError> {
     moe::run(gpu, depth, &mut out)?;
     llama_extra::run(gpu, depth, &mut out)?;
     select::run(gpu, depth, &mut out)?;
+    slices::run(gpu, depth, &mut out)?;
     Ok(out)
 }
 
