@@ -379,21 +379,32 @@ fn run() -> Res<bool> {
             );
         }
         if let Some(k) = slices {
-            for n in [1usize, 4, 16] {
+            // One row: the launcher's row groups a warp, then 1, 2, 4 and 8.
+            let per = slices::groups_per_warp(&gpu, rows);
+            let runs = [
+                (1usize, per),
+                (1, 1),
+                (1, 2),
+                (1, 4),
+                (1, 8),
+                (4, 0),
+                (16, 0),
+            ];
+            for (n, per) in runs {
                 for m in ws.iter().take(3) {
-                    slices::matmul_with(&gpu, k, m, &x, n, &mut y)?;
+                    slices::matmul_geometry(&gpu, k, m, &x, n, &mut y, per)?;
                 }
                 let us = time_us(&gpu, iters, |i| {
-                    Ok(slices::matmul_with(
-                        &gpu,
-                        k,
-                        &ws[i % copies],
-                        &x,
-                        n,
-                        &mut y,
-                    )?)
+                    let m = &ws[i % copies];
+                    Ok(slices::matmul_geometry(&gpu, k, m, &x, n, &mut y, per)?)
                 })?;
-                let name = format!("{label} (tf_slices, {} regs)", gpu.registers(k)?);
+                let entry = if n == 1 {
+                    format!("{k}_one")
+                } else {
+                    k.to_string()
+                };
+                let regs = gpu.registers(&entry)?;
+                let name = format!("{label} ({entry}, {per} groups a warp, {regs} regs)");
                 println!(
                     "{}",
                     table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)

@@ -153,9 +153,8 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float*
 }
 
 // y[i, j] for i < n: warp w takes weight rows SL_RJ w .. SL_RJ w + SL_RJ - 1 (cols a multiple
-// of 32; the launcher gives 32 / SL_RJ threads a row). ONE: the entry for n = 1 (more units a
-// step, and registers for no more than one activation row).
-template <int FMT, int PLANT, bool ONE>
+// of 32; the launcher gives 32 / SL_RJ threads a row).
+template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float* __restrict__ x,
                                           float* __restrict__ y, int n, int rows, int cols) {
     const int j0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * SL_RJ;
@@ -164,29 +163,109 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
     const u8* wr[SL_RJ];
 #pragma unroll
     for (int r = 0; r < SL_RJ; r++) wr[r] = W + (size_t)min(j0 + r, rows - 1) * rb;
-    if constexpr (ONE) {
-        tf_slices_tile<FMT, PLANT, 1, tf_slice_step(FMT)>(wr, x, y, 0, j0, n, rows, cols);
-    } else {
-        for (int i0 = 0; i0 < n; i0 += MM_RT) {
-            switch (min(MM_RT, n - i0)) {
-                case 1: tf_slices_tile<FMT, PLANT, 1, 1>(wr, x, y, i0, j0, n, rows, cols); break;
-                case 2: tf_slices_tile<FMT, PLANT, 2, 1>(wr, x, y, i0, j0, n, rows, cols); break;
-                case 3: tf_slices_tile<FMT, PLANT, 3, 1>(wr, x, y, i0, j0, n, rows, cols); break;
-                default: tf_slices_tile<FMT, PLANT, MM_RT, 1>(wr, x, y, i0, j0, n, rows, cols);
-            }
+    for (int i0 = 0; i0 < n; i0 += MM_RT) {
+        switch (min(MM_RT, n - i0)) {
+            case 1: tf_slices_tile<FMT, PLANT, 1, 1>(wr, x, y, i0, j0, n, rows, cols); break;
+            case 2: tf_slices_tile<FMT, PLANT, 2, 1>(wr, x, y, i0, j0, n, rows, cols); break;
+            case 3: tf_slices_tile<FMT, PLANT, 3, 1>(wr, x, y, i0, j0, n, rows, cols); break;
+            default: tf_slices_tile<FMT, PLANT, MM_RT, 1>(wr, x, y, i0, j0, n, rows, cols);
         }
     }
 }
 
-// NAME (any n) and NAME_one (n = 1 only).
+// One activation row (the _one entries): warp w takes the SL_RJ-row groups w * per .. w * per +
+// per - 1 in turn, tf_slice_step(FMT) units of a lane a step, the next step's loads (of the
+// same group or the next) in flight while a step is multiplied, so a warp waits on memory once,
+// not once a group. The same sums as tf_slices_tile at NT = 1.
+template <int FMT, int PLANT>
+__device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
+                                              const float* __restrict__ x,
+                                              float* __restrict__ y, int rows, int cols,
+                                              int per) {
+    constexpr int NW = tf_slice_words(FMT), UB = 4 * NW, CU = tf_slice_step(FMT);
+    const int p = threadIdx.x & 31;
+    const int groups = (rows + SL_RJ - 1) / SL_RJ;
+    int g = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * per;
+    const int gend = min(g + per, groups);
+    if (g >= gend) return;  // the whole warp
+    const int units = cols >> 5;
+    const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units
+    const int steps = (((units + 31) >> 5) + CU - 1) / CU;      // a group's steps (the warp's)
+    const size_t rb = (size_t)units * UB;
+    // The raw words of step s of group g (units the lane lacks left unloaded).
+    auto fetch = [&](int g, int s, u32 (*buf)[SL_RJ][NW]) {
+#pragma unroll
+        for (int k = 0; k < CU; k++)
+            if (s * CU + k < nu)
+#pragma unroll
+                for (int r = 0; r < SL_RJ; r++) {
+                    const u8* row = W + (size_t)min(g * SL_RJ + r, rows - 1) * rb;
+                    tf_slice_load<FMT>(row + (size_t)(p + 32 * (s * CU + k)) * UB, buf[k][r]);
+                }
+    };
+    float c[SL_RJ][4];
+#pragma unroll
+    for (int r = 0; r < SL_RJ; r++)
+#pragma unroll
+        for (int m = 0; m < 4; m++) c[r][m] = 0.0f;
+    u32 cur[CU][SL_RJ][NW];
+    fetch(g, 0, cur);
+    for (int s = 0;;) {
+        const int gn = s + 1 == steps ? g + 1 : g, sn = s + 1 == steps ? 0 : s + 1;
+        const bool more = gn < gend;
+        u32 nxt[CU][SL_RJ][NW];
+        if (more) fetch(gn, sn, nxt);  // in flight while this step is multiplied
+#pragma unroll
+        for (int k = 0; k < CU; k++) {
+            const int t = s * CU + k;
+            if (t >= nu) break;
+            const float* xu = x + 32 * (p + 32 * t);
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const float4 a = __ldg((const float4*)(xu + 8 * m));
+                const float4 b = __ldg((const float4*)(xu + 8 * m + 4));
+                const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int r = 0; r < SL_RJ; r++) {
+                    float w[8];
+                    tf_slice_decode<FMT>(cur[k][r], m, w);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) c[r][m] = fmaf(xv[e], w[e], c[r][m]);
+                }
+            }
+        }
+        if (s + 1 == steps) {  // the group is done: fold and store, then start the next
+#pragma unroll
+            for (int r = 0; r < SL_RJ; r++) {
+                const float* a = c[r];
+                const float l =
+                    PLANT == 2 ? (a[0] + a[2]) + (a[1] + a[3]) : (a[0] + a[1]) + (a[2] + a[3]);
+                const float sum = tf_fold32_sum(l);
+                if (p == 0 && g * SL_RJ + r < rows) y[g * SL_RJ + r] = sum;
+#pragma unroll
+                for (int m = 0; m < 4; m++) c[r][m] = 0.0f;
+            }
+        }
+        if (!more) break;
+#pragma unroll
+        for (int k = 0; k < CU; k++)
+#pragma unroll
+            for (int r = 0; r < SL_RJ; r++)
+#pragma unroll
+                for (int v = 0; v < NW; v++) cur[k][r][v] = nxt[k][r][v];
+        g = gn, s = sn;
+    }
+}
+
+// NAME (any n) and NAME_one (n = 1; `per` row groups a warp).
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
-        tf_slices<FMT, PLANT, false>(W, x, y, n, rows, cols);                                 \
+        tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
     }                                                                                         \
-    extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int n,       \
-                                          int rows, int cols) {                               \
-        tf_slices<FMT, PLANT, true>(W, x, y, n, rows, cols);                                  \
+    extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int rows,    \
+                                          int cols, int per) {                                \
+        tf_slices_one<FMT, PLANT>(W, x, y, rows, cols, per);                                  \
     }
 
 TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)

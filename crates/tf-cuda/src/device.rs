@@ -138,6 +138,8 @@ pub struct DeviceInfo {
     pub ptx_origin: PtxOrigin,
     /// Time to obtain the PTX (compile or cache read) and load the module.
     pub load_time: Duration,
+    /// Streaming multiprocessors.
+    pub multiprocessors: usize,
     /// Dynamic shared memory a block of the big kernels may take (the device's opt-in limit,
     /// less room for their static shared memory).
     pub smem_per_block: usize,
@@ -226,8 +228,15 @@ impl Gpu {
                 .map_err(drv("raising a kernel's shared memory limit"))?;
             }
         }
+        let multiprocessors = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(drv("reading the multiprocessor count"))?
+            .max(1) as usize;
         let info = DeviceInfo {
             name: ctx.name().map_err(drv("reading the device name"))?,
+            multiprocessors,
             compute_capability: cc,
             total_memory: ctx.total_mem().map_err(drv("reading the memory size"))?,
             arch,

@@ -59,7 +59,7 @@ pub fn kernel(format: GpuFormat, cols: usize) -> Option<&'static str> {
 }
 
 /// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n` through the `tf_slices` entry `kernel` (its
-/// `_one` twin when `n` is 1: the same bits).
+/// `_one` twin when `n` is 1: the same bits), with [`groups_per_warp`] at one row.
 pub fn matmul_with(
     gpu: &Gpu,
     kernel: &str,
@@ -67,6 +67,34 @@ pub fn matmul_with(
     x: &CudaSlice<f32>,
     n: usize,
     y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let per = groups_per_warp(gpu, w.rows());
+    matmul_geometry(gpu, kernel, w, x, n, y, per)
+}
+
+/// Row groups (of [`ROWS_PER_WARP`]) a warp of the one-row entry takes in turn: enough that the
+/// warps fit the GPU about once ([`WARPS_PER_SM`] an SM), so a warp waits on memory once and not
+/// once a group, at most 8.
+pub fn groups_per_warp(gpu: &Gpu, rows: usize) -> usize {
+    let groups = rows.div_ceil(ROWS_PER_WARP);
+    groups
+        .div_ceil(gpu.info().multiprocessors * WARPS_PER_SM)
+        .clamp(1, 8)
+}
+
+/// Warps of the one-row entry an SM holds at once (its registers' limit).
+const WARPS_PER_SM: usize = 16;
+
+/// [`matmul_with`] with `per` row groups a warp at one activation row (the benchmark tries
+/// several; the bits are the same).
+pub fn matmul_geometry(
+    gpu: &Gpu,
+    kernel: &str,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    per: usize,
 ) -> Result<()> {
     const OP: &str = "slices matmul";
     need(OP, "x", x.len(), n * w.cols())?;
@@ -86,22 +114,33 @@ pub fn matmul_with(
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
-    let mut b = if n == 1 {
-        gpu.launcher(&format!("{kernel}_one"))?
+    let groups = w.rows().div_ceil(ROWS_PER_WARP);
+    let per = per.clamp(1, groups);
+    let per_ = i32_of(OP, "groups a warp", per)?;
+    let (mut b, warps) = if n == 1 {
+        let mut b = gpu.launcher(&format!("{kernel}_one"))?;
+        b.arg(w.bytes())
+            .arg(x)
+            .arg(y)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&per_);
+        (b, groups.div_ceil(per))
     } else {
-        gpu.launcher(kernel)?
+        let mut b = gpu.launcher(kernel)?;
+        b.arg(w.bytes())
+            .arg(x)
+            .arg(y)
+            .arg(&n_)
+            .arg(&rows)
+            .arg(&cols);
+        (b, groups)
     };
-    b.arg(w.bytes())
-        .arg(x)
-        .arg(y)
-        .arg(&n_)
-        .arg(&rows)
-        .arg(&cols);
-    let threads = w.rows().div_ceil(ROWS_PER_WARP) * 32;
-    // SAFETY: the kernel's signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
-    // elements it reads and writes (checked above; the weight was validated at upload, and its
-    // rows are whole 32-element units).
-    unsafe { b.go(grid(threads, 128), "launching slices matmul") }
+    // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one entries:
+    // rows, cols, groups a warp after the pointers); the buffers hold the elements they read
+    // and write (checked above; the weight was validated at upload, and its rows are whole
+    // 32-element units).
+    unsafe { b.go(grid(warps * 32, 128), "launching slices matmul") }
 }
 
 /// The weights of one unit's elements `8m .. 8m + 8` from its device bytes.

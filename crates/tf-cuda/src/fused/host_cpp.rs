@@ -74,7 +74,7 @@ impl Case {
                 .for_each(|f| out.extend_from_slice(&f.to_le_bytes()))
         };
         floats(out, &self.x);
-        if self.kind >= 2 {
+        if matches!(self.kind, 2 | 3) {
             floats(out, &self.gain);
             floats(out, &[self.eps]);
             floats(out, &self.y0);
@@ -272,46 +272,48 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
 }
 
 /// `tf_slices` (the GPU's own order): the host reference's bits at 1, 3 and 6 activation rows
-/// (tiles of 4 and 2), an odd row count (the warp's second row clamped), rows with more units
-/// than lanes and with fewer, huge and subnormal MLX scales; its planted controls must differ.
+/// (tiles of 4 and 2) and through the one-row entries (1 and 3 row groups a warp: a warp's
+/// loads running on into its next group), an odd row count (the warp's second row clamped),
+/// rows with more units than lanes and with fewer, huge and subnormal MLX scales; its planted
+/// controls must differ.
 fn slices_cases(rng: &mut Rng) -> Vec<Case> {
     let mut cases = Vec::new();
-    let mut add = |label: String,
-                   name: &str,
-                   w: &HostWeights,
-                   bytes: Vec<u8>,
-                   n: usize,
-                   rng: &mut Rng,
-                   must_match: bool| {
-        let x = rng.vec_uniform(n * w.cols, -1.0, 1.0);
-        let f = if w.mlx.is_some() {
-            GpuFormat::Mlx4
-        } else {
-            GpuFormat::Bf16
+    // `per` > 0: the one-row entry NAME_one with `per` row groups a warp (n = 1).
+    let mut add =
+        |name: &str, per: usize, w: &HostWeights, bytes: &[u8], n, rng: &mut Rng, must_match| {
+            let x = rng.vec_uniform(n * w.cols, -1.0, 1.0);
+            let f = if w.mlx.is_some() {
+                GpuFormat::Mlx4
+            } else {
+                GpuFormat::Bf16
+            };
+            let want = crate::slices::reference(f, bytes, w.rows, w.cols, &x, n);
+            let (name, kind, tpr) = match per {
+                0 => (name.to_string(), 0, 16),
+                _ => (format!("{name}_one"), 4, per),
+            };
+            cases.push(Case {
+                label: format!("{name} {}x{} n={n} per={per}", w.rows, w.cols),
+                name,
+                kind,
+                tpr,
+                rows: w.rows,
+                cols: w.cols,
+                n,
+                experts: 0,
+                x_stride: w.cols,
+                bytes: bytes.to_vec(),
+                off: 0,
+                offsets: vec![],
+                want,
+                x,
+                gain: vec![],
+                eps: 0.0,
+                y0: vec![],
+                smem: 0,
+                must_match,
+            });
         };
-        let want = crate::slices::reference(f, &bytes, w.rows, w.cols, &x, n);
-        cases.push(Case {
-            label,
-            name: name.to_string(),
-            kind: 0,
-            tpr: 16,
-            rows: w.rows,
-            cols: w.cols,
-            n,
-            experts: 0,
-            x_stride: w.cols,
-            bytes,
-            off: 0,
-            offsets: vec![],
-            want,
-            x,
-            gain: vec![],
-            eps: 0.0,
-            y0: vec![],
-            smem: 0,
-            must_match,
-        });
-    };
     for (cols, ty) in [
         (1184usize, FloatType::F32),
         (96, FloatType::BF16),
@@ -332,37 +334,24 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
         let bytes = device_bytes(&w.packed())
             .expect("device bytes")
             .into_owned();
-        for (n, name) in [
-            (1usize, "tf_slices_mlx4_one"),
-            (1, "tf_slices_mlx4"),
-            (3, "tf_slices_mlx4"),
-            (6, "tf_slices_mlx4"),
-        ] {
-            let label = format!("{name} {cols} cols n={n}");
-            add(label, name, &w, bytes.clone(), n, rng, true);
+        for (n, per) in [(1usize, 1usize), (1, 3), (1, 0), (3, 0), (6, 0)] {
+            add("tf_slices_mlx4", per, &w, &bytes, n, rng, true);
         }
     }
     let w = HostWeights::random_mlx(4, 32, FloatType::F32, 9, 1184, rng);
     let bytes = device_bytes(&w.packed())
         .expect("device bytes")
         .into_owned();
-    for (name, n) in [
-        (crate::slices::PLANT_ROW_VARIANT, 5),
-        (crate::slices::PLANT_LANE_SUM, 1),
+    for (name, n, per) in [
+        (crate::slices::PLANT_ROW_VARIANT, 5, 0),
+        (crate::slices::PLANT_LANE_SUM, 1, 0),
+        (crate::slices::PLANT_LANE_SUM, 1, 2),
     ] {
-        add(name.to_string(), name, &w, bytes.clone(), n, rng, false);
+        add(name, per, &w, &bytes, n, rng, false);
     }
     let (w, bytes) = weights(GpuFormat::Bf16, 5, 2080, rng);
-    for (n, name) in [(1usize, "tf_slices_bf16_one"), (5, "tf_slices_bf16")] {
-        add(
-            format!("{name} n={n}"),
-            name,
-            &w,
-            bytes.clone(),
-            n,
-            rng,
-            true,
-        );
+    for (n, per) in [(1usize, 2usize), (5, 0)] {
+        add("tf_slices_bf16", per, &w, &bytes, n, rng, true);
     }
     cases
 }

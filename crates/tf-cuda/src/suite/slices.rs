@@ -30,9 +30,10 @@ pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
     use FloatType::{BF16, F16, F32};
     use Weights::{Blocks, Mlx};
     let cases = [
-        (Mlx(4, 64, F16), 576, 576, "q/o proj 576x576", true),
+        (Mlx(4, 64, F16), 576, 576, "q/o proj 576x576", false),
         (Mlx(4, 32, F32), 67, 1184, "67x1184, 37 units a row", false),
-        (Mlx(4, 64, BF16), 1536, 4096, "1536x4096", false),
+        // Four units a lane: the planted unit order changes sums.
+        (Mlx(4, 64, BF16), 1536, 4096, "1536x4096", true),
         (Blocks(GpuFormat::Bf16), 368, 4096, "router 368x4096", false),
         (Blocks(GpuFormat::Bf16), 96, 1024, "96x1024", false),
     ];
@@ -72,13 +73,17 @@ fn case(
         gpu.zeros::<f32>(MAX_ROWS * rows)?,
     ));
     let errs = ErrSlot::default();
-    let run_on = |kernel: &str, xs: &[Vec<f32>], o: &mut [f32]| {
+    // `per`: row groups a warp at one row (None: the launcher's choice).
+    let run_per = |kernel: &str, per: Option<usize>, xs: &[Vec<f32>], o: &mut [f32]| {
         let r = (|| -> Result<()> {
             let mut b = bufs.borrow_mut();
             let (x, y) = &mut *b;
             let flat: Vec<f32> = xs.iter().flatten().copied().collect();
             gpu.write(&flat, x)?;
-            slices::matmul_with(gpu, kernel, &w, x, xs.len(), y)?;
+            match per {
+                Some(p) => slices::matmul_geometry(gpu, kernel, &w, x, xs.len(), y, p)?,
+                None => slices::matmul_with(gpu, kernel, &w, x, xs.len(), y)?,
+            }
             o.copy_from_slice(&gpu.download(y, o.len())?);
             Ok(())
         })();
@@ -86,6 +91,7 @@ fn case(
             errs.put(e, o);
         }
     };
+    let run_on = |kernel: &str, xs: &[Vec<f32>], o: &mut [f32]| run_per(kernel, None, xs, o);
     // |x| <= 1: chains of 8 terms a unit for ceil(units / 32) units, the lane sum (2) and the
     // fold (5), and the weight's one rounding.
     let k = cols as f64;
@@ -112,7 +118,8 @@ fn case(
     let cfg = depth.config(0x5e1 + seed);
     let run = |xs: &[Vec<f32>], o: &mut [f32]| run_on(kernel, xs, o);
     let v = verdict(&op, &run, &cfg, &errs);
-    // Bit for bit the host reference of the order, at BIT_ROWS rows (and at one: the _one entry).
+    // Bit for bit the host reference of the order, at BIT_ROWS rows, and at one (the _one
+    // entry, with the launcher's row groups a warp and with 3).
     let mut r2 = Rng::new(0x5e2 + seed);
     let xs: Vec<Vec<f32>> = (0..BIT_ROWS)
         .map(|_| r2.vec_uniform(cols, -1.0, 1.0))
@@ -121,12 +128,13 @@ fn case(
     let want = slices::reference(w.format(), &dev, rows, cols, &flat, BIT_ROWS);
     let mut g = vec![0f32; BIT_ROWS * rows];
     run(&xs, &mut g);
-    let mut g1 = vec![0f32; rows];
-    run(&xs[..1], &mut g1);
-    g.extend_from_slice(&g1);
-    let mut want1 = want[..rows].to_vec();
-    let mut all_want = want;
-    all_want.append(&mut want1);
+    let mut all_want = want.clone();
+    for per in [None, Some(3)] {
+        let mut g1 = vec![0f32; rows];
+        run_per(kernel, per, &xs[..1], &mut g1);
+        g.extend_from_slice(&g1);
+        all_want.extend_from_slice(&want[..rows]);
+    }
     let bits = compare_bits(&g, &all_want);
     let verdict = match v {
         Ok(_) if bits.differing > 0 => Err(format!(

@@ -11,7 +11,7 @@ const PRELUDE: &str = crate::host_cxx::SIMT_PRELUDE;
 /// (u32 length + bytes), then i32 kind, threads per weight row, rows, cols, n, experts, x_stride, byte length,
 /// offset; the weight bytes; x (n * x_stride floats; kind 2: experts + 1 offsets first); for
 /// fused kinds the gain (cols floats), eps and the y it starts from (n * rows floats).
-/// kind 0: plain matmul, 1: grouped expert matmul, 2: fused (name picks the variant), 3: the
+/// kind 4: a tf_slices one-row entry (n = 1, `tpr` row groups a warp); kind 0: plain matmul, 1: grouped expert matmul, 2: fused (name picks the variant), 3: the
 /// fused kernels' many-row twins (tf_mmg_*, the same arguments, their own grid).
 const MAIN: &str = r#"
 typedef void (*MmFn)(const u8*, const float*, float*, int, int, int);
@@ -56,7 +56,13 @@ int main(int argc, char** argv) {
         const unsigned blocks = (unsigned)((rows * tpr + 127) / 128);
         // 4 threads a row run the format's tf_mmq twin (as geometry_kernel names it).
         const std::string entry = tpr == 4 ? name + "_mmq" : name;
-        if (kind == 0) {
+        if (kind == 4) {
+            // A tf_slices one-row entry: (rows, cols, row groups a warp = tpr).
+            auto it = mm.find(name);
+            if (it == mm.end()) return 4;
+            const unsigned warps = (unsigned)(((rows + 1) / 2 + tpr - 1) / tpr);
+            tf_launch(D3{(warps * 32 + 127) / 128, 1, 1}, 128, 0, [&] { it->second(W, x.data(), y.data(), rows, cols, tpr); });
+        } else if (kind == 0) {
             auto it = mm.find(entry);
             if (it == mm.end()) return 4;
             tf_launch(D3{blocks, 1, 1}, 128, 0, [&] { it->second(W, x.data(), y.data(), n, rows, cols); });
