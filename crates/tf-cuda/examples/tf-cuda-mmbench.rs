@@ -380,7 +380,7 @@ fn run() -> Res<bool> {
         }
         if let Some(k) = slices {
             // One row: the launcher's row groups a warp, then 1, 2, 4 and 8.
-            let per = slices::groups_per_warp(&gpu, rows);
+            let per = slices::groups_per_warp(&gpu, k, rows)?;
             let runs = [
                 (1usize, per),
                 (1, 1),

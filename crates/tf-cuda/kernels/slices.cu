@@ -71,11 +71,58 @@ __device__ __forceinline__ float tf_fold32_sum(float v) {
 // Units a lane takes a step in the one-row entries (loads of the next step in flight).
 __host__ __device__ constexpr int tf_slice_step(int fmt) { return fmt == FMT_BF16 ? 1 : 2; }
 
-// NT activation rows (from i0) against the warp's SL_RJ weight rows (from j0, rows wr), CU units
+// One unit of the warp's SL_RJ weight rows (raw words w[r]) into the chains of NT activation
+// rows (xu: row 0's inputs at the unit's first column; row i at xu + i * cols).
+template <int FMT, int NT>
+__device__ __forceinline__ void tf_slice_unit(const u32 (*w)[tf_slice_words(FMT)],
+                                              const float* __restrict__ xu, int cols,
+                                              float (*c)[SL_RJ][4]) {
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        float xv[NT][8];
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            const float4 a = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m));
+            const float4 b = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m + 4));
+            xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
+            xv[i][4] = b.x, xv[i][5] = b.y, xv[i][6] = b.z, xv[i][7] = b.w;
+        }
+#pragma unroll
+        for (int r = 0; r < SL_RJ; r++) {
+            float wd[8];
+            tf_slice_decode<FMT>(w[r], m, wd);
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) c[i][r][m] = fmaf(xv[i][e], wd[e], c[i][r][m]);
+        }
+    }
+}
+
+// Folds the warp's chains of NT activation rows (from i0) and SL_RJ weight rows (from j0) into
+// y and zeroes them. PLANT 2 (a planted control): the lane's sum as (c_0 + c_2) + (c_1 + c_3),
+// accurate and row-invariant but not tf_slices' bits. Every lane of the warp calls it.
+template <int PLANT, int NT>
+__device__ __forceinline__ void tf_slice_store(float (*c)[SL_RJ][4], float* __restrict__ y,
+                                               int i0, int j0, int rows) {
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int r = 0; r < SL_RJ; r++) {
+            float* a = c[i][r];
+            const float l =
+                PLANT == 2 ? (a[0] + a[2]) + (a[1] + a[3]) : (a[0] + a[1]) + (a[2] + a[3]);
+            const float s = tf_fold32_sum(l);
+            if ((threadIdx.x & 31) == 0 && j0 + r < rows) y[(size_t)(i0 + i) * rows + j0 + r] = s;
+#pragma unroll
+            for (int m = 0; m < 4; m++) a[m] = 0.0f;
+        }
+}
+
+// NT activation rows (from i0) against the warp's SL_RJ weight rows (from j0, rows wr), one unit
 // of a lane a step. PLANT 1 (a planted control): units in descending order when n > 1, so the
-// order follows the row count; PLANT 2: the lane's sum as (c_0 + c_2) + (c_1 + c_3), accurate
-// and row-invariant but not tf_slices' bits.
-template <int FMT, int PLANT, int NT, int CU>
+// order follows the row count.
+template <int FMT, int PLANT, int NT>
 __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float* __restrict__ x,
                                                float* __restrict__ y, int i0, int j0, int n,
                                                int rows, int cols) {
@@ -86,70 +133,24 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float*
     const bool rev = PLANT == 1 && n > 1;
     // The lane's t-th unit (t < nu) in its order.
     auto unit = [&](int t) { return p + 32 * (rev ? nu - 1 - t : t); };
-    float c[NT][SL_RJ][4];
+    float c[NT][SL_RJ][4] = {};
+    u32 cur[SL_RJ][NW];
+    if (nu > 0)
 #pragma unroll
-    for (int i = 0; i < NT; i++)
+        for (int r = 0; r < SL_RJ; r++) tf_slice_load<FMT>(wr[r] + (size_t)unit(0) * UB, cur[r]);
+    for (int t = 0; t < nu; t++) {
+        u32 nxt[SL_RJ][NW];
+        if (t + 1 < nu)  // the next unit's loads fly while this one is multiplied
+#pragma unroll
+            for (int r = 0; r < SL_RJ; r++)
+                tf_slice_load<FMT>(wr[r] + (size_t)unit(t + 1) * UB, nxt[r]);
+        tf_slice_unit<FMT, NT>(cur, x + (size_t)i0 * cols + 32 * unit(t), cols, c);
 #pragma unroll
         for (int r = 0; r < SL_RJ; r++)
 #pragma unroll
-            for (int m = 0; m < 4; m++) c[i][r][m] = 0.0f;
-    u32 cur[CU][SL_RJ][NW];
-#pragma unroll
-    for (int k = 0; k < CU; k++)
-        if (k < nu)
-#pragma unroll
-            for (int r = 0; r < SL_RJ; r++)
-                tf_slice_load<FMT>(wr[r] + (size_t)unit(k) * UB, cur[k][r]);
-    for (int t0 = 0; t0 < nu; t0 += CU) {
-        u32 nxt[CU][SL_RJ][NW];
-#pragma unroll
-        for (int k = 0; k < CU; k++)  // the next step's loads fly while this one is multiplied
-            if (t0 + CU + k < nu)
-#pragma unroll
-                for (int r = 0; r < SL_RJ; r++)
-                    tf_slice_load<FMT>(wr[r] + (size_t)unit(t0 + CU + k) * UB, nxt[k][r]);
-#pragma unroll
-        for (int k = 0; k < CU; k++) {
-            if (t0 + k >= nu) break;
-            const float* xu = x + (size_t)i0 * cols + 32 * unit(t0 + k);
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                float xv[NT][8];
-#pragma unroll
-                for (int i = 0; i < NT; i++) {
-                    const float4 a = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m));
-                    const float4 b = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m + 4));
-                    xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
-                    xv[i][4] = b.x, xv[i][5] = b.y, xv[i][6] = b.z, xv[i][7] = b.w;
-                }
-#pragma unroll
-                for (int r = 0; r < SL_RJ; r++) {
-                    float w[8];
-                    tf_slice_decode<FMT>(cur[k][r], m, w);
-#pragma unroll
-                    for (int i = 0; i < NT; i++)
-#pragma unroll
-                        for (int e = 0; e < 8; e++)
-                            c[i][r][m] = fmaf(xv[i][e], w[e], c[i][r][m]);
-                }
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < CU; k++)
-#pragma unroll
-            for (int r = 0; r < SL_RJ; r++)
-#pragma unroll
-                for (int v = 0; v < NW; v++) cur[k][r][v] = nxt[k][r][v];
+            for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
     }
-#pragma unroll
-    for (int i = 0; i < NT; i++)
-#pragma unroll
-        for (int r = 0; r < SL_RJ; r++) {
-            const float* a = c[i][r];
-            const float l = PLANT == 2 ? (a[0] + a[2]) + (a[1] + a[3]) : (a[0] + a[1]) + (a[2] + a[3]);
-            const float s = tf_fold32_sum(l);
-            if (p == 0 && j0 + r < rows) y[(size_t)(i0 + i) * rows + j0 + r] = s;
-        }
+    tf_slice_store<PLANT, NT>(c, y, i0, j0, rows);
 }
 
 // y[i, j] for i < n: warp w takes weight rows SL_RJ w .. SL_RJ w + SL_RJ - 1 (cols a multiple
@@ -165,10 +166,10 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
     for (int r = 0; r < SL_RJ; r++) wr[r] = W + (size_t)min(j0 + r, rows - 1) * rb;
     for (int i0 = 0; i0 < n; i0 += MM_RT) {
         switch (min(MM_RT, n - i0)) {
-            case 1: tf_slices_tile<FMT, PLANT, 1, 1>(wr, x, y, i0, j0, n, rows, cols); break;
-            case 2: tf_slices_tile<FMT, PLANT, 2, 1>(wr, x, y, i0, j0, n, rows, cols); break;
-            case 3: tf_slices_tile<FMT, PLANT, 3, 1>(wr, x, y, i0, j0, n, rows, cols); break;
-            default: tf_slices_tile<FMT, PLANT, MM_RT, 1>(wr, x, y, i0, j0, n, rows, cols);
+            case 1: tf_slices_tile<FMT, PLANT, 1>(wr, x, y, i0, j0, n, rows, cols); break;
+            case 2: tf_slices_tile<FMT, PLANT, 2>(wr, x, y, i0, j0, n, rows, cols); break;
+            case 3: tf_slices_tile<FMT, PLANT, 3>(wr, x, y, i0, j0, n, rows, cols); break;
+            default: tf_slices_tile<FMT, PLANT, MM_RT>(wr, x, y, i0, j0, n, rows, cols);
         }
     }
 }
@@ -203,11 +204,7 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
                     tf_slice_load<FMT>(row + (size_t)(p + 32 * (s * CU + k)) * UB, buf[k][r]);
                 }
     };
-    float c[SL_RJ][4];
-#pragma unroll
-    for (int r = 0; r < SL_RJ; r++)
-#pragma unroll
-        for (int m = 0; m < 4; m++) c[r][m] = 0.0f;
+    float c[1][SL_RJ][4] = {};
     u32 cur[CU][SL_RJ][NW];
     fetch(g, 0, cur);
     for (int s = 0;;) {
@@ -216,36 +213,10 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
         u32 nxt[CU][SL_RJ][NW];
         if (more) fetch(gn, sn, nxt);  // in flight while this step is multiplied
 #pragma unroll
-        for (int k = 0; k < CU; k++) {
-            const int t = s * CU + k;
-            if (t >= nu) break;
-            const float* xu = x + 32 * (p + 32 * t);
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                const float4 a = __ldg((const float4*)(xu + 8 * m));
-                const float4 b = __ldg((const float4*)(xu + 8 * m + 4));
-                const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-                for (int r = 0; r < SL_RJ; r++) {
-                    float w[8];
-                    tf_slice_decode<FMT>(cur[k][r], m, w);
-#pragma unroll
-                    for (int e = 0; e < 8; e++) c[r][m] = fmaf(xv[e], w[e], c[r][m]);
-                }
-            }
-        }
-        if (s + 1 == steps) {  // the group is done: fold and store, then start the next
-#pragma unroll
-            for (int r = 0; r < SL_RJ; r++) {
-                const float* a = c[r];
-                const float l =
-                    PLANT == 2 ? (a[0] + a[2]) + (a[1] + a[3]) : (a[0] + a[1]) + (a[2] + a[3]);
-                const float sum = tf_fold32_sum(l);
-                if (p == 0 && g * SL_RJ + r < rows) y[g * SL_RJ + r] = sum;
-#pragma unroll
-                for (int m = 0; m < 4; m++) c[r][m] = 0.0f;
-            }
-        }
+        for (int k = 0; k < CU; k++)
+            if (s * CU + k < nu) tf_slice_unit<FMT, 1>(cur[k], x + 32 * (p + 32 * (s * CU + k)), cols, c);
+        // The group is done: fold and store, then start the next.
+        if (s + 1 == steps) tf_slice_store<PLANT, 1>(c, y, 0, g * SL_RJ, rows);
         if (!more) break;
 #pragma unroll
         for (int k = 0; k < CU; k++)

@@ -282,6 +282,17 @@ impl Gpu {
             .map_err(drv("reading a kernel's register count"))
     }
 
+    /// Blocks of `threads` threads of kernel `name` an SM holds at once (no dynamic shared
+    /// memory), as the driver's occupancy calculator says.
+    pub fn resident_blocks(&self, name: &str, threads: u32) -> Result<usize> {
+        let n = self
+            .entry(name)?
+            .0
+            .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+            .map_err(drv("reading a kernel's occupancy"))?;
+        Ok(n as usize)
+    }
+
     /// A launch of kernel `name` on the stream, checked against its parameter count.
     pub(crate) fn launcher(&self, name: &str) -> Result<crate::launch::Launch<'_>> {
         let (f, params) = self.entry(name)?;

@@ -68,22 +68,25 @@ pub fn matmul_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let per = groups_per_warp(gpu, w.rows());
+    let per = if n == 1 {
+        groups_per_warp(gpu, kernel, w.rows())?
+    } else {
+        1
+    };
     matmul_geometry(gpu, kernel, w, x, n, y, per)
 }
 
-/// Row groups (of [`ROWS_PER_WARP`]) a warp of the one-row entry takes in turn: enough that the
-/// warps fit the GPU about once ([`WARPS_PER_SM`] an SM), so a warp waits on memory once and not
-/// once a group, at most 8.
-pub fn groups_per_warp(gpu: &Gpu, rows: usize) -> usize {
-    let groups = rows.div_ceil(ROWS_PER_WARP);
-    groups
-        .div_ceil(gpu.info().multiprocessors * WARPS_PER_SM)
-        .clamp(1, 8)
+/// Row groups (of [`ROWS_PER_WARP`]) a warp of `kernel`'s one-row entry takes in turn: the
+/// fewest that let all its warps be resident at once, so a warp waits on memory once and not
+/// once a group, and no second partial wave of warps follows the first.
+pub fn groups_per_warp(gpu: &Gpu, kernel: &str, rows: usize) -> Result<usize> {
+    let blocks = gpu.resident_blocks(&format!("{kernel}_one"), BLOCK)?;
+    let warps = gpu.info().multiprocessors * blocks.max(1) * BLOCK as usize / 32;
+    Ok(rows.div_ceil(ROWS_PER_WARP).div_ceil(warps))
 }
 
-/// Warps of the one-row entry an SM holds at once (its registers' limit).
-const WARPS_PER_SM: usize = 16;
+/// Threads a block of the `tf_slices` launches.
+const BLOCK: u32 = 128;
 
 /// [`matmul_with`] with `per` row groups a warp at one activation row (the benchmark tries
 /// several; the bits are the same).
@@ -140,7 +143,7 @@ pub fn matmul_geometry(
     // rows, cols, groups a warp after the pointers); the buffers hold the elements they read
     // and write (checked above; the weight was validated at upload, and its rows are whole
     // 32-element units).
-    unsafe { b.go(grid(warps * 32, 128), "launching slices matmul") }
+    unsafe { b.go(grid(warps * 32, BLOCK), "launching slices matmul") }
 }
 
 /// The weights of one unit's elements `8m .. 8m + 8` from its device bytes.
