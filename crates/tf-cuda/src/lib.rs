@@ -3,10 +3,12 @@
 //! The build needs no CUDA toolkit: `cudarc` loads libcuda and libnvrtc at run time, and a
 //! machine without them gets [`CudaError::NoDriver`] / [`CudaError::NoNvrtc`] instead of a
 //! panic. Kernels are CUDA C sources in `kernels/` compiled by NVRTC for the device's
-//! architecture on first use and cached on disk ([`compile`]). Every operator reproduces the CPU
-//! contract's arithmetic (16-lane reductions with the fixed fold tree, the contract `exp`,
-//! correctly rounded division and square root; see docs/kernels.md), so each row's result is the
-//! same whatever the number of rows in the call.
+//! architecture on first use and cached on disk ([`compile`]). Every operator but one
+//! reproduces the CPU contract's arithmetic (16-lane reductions with the fixed fold tree, the
+//! contract `exp`, correctly rounded division and square root; see docs/kernels.md); the plain
+//! matmul of MLX 4-bit and bf16 weights ([`slices`]) sums in an order of the GPU's own, held to
+//! fidelity against the CPU. Either way each row's result is the same whatever the number of
+//! rows in the call.
 
 pub mod backend;
 pub mod compile;

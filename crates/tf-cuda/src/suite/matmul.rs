@@ -1,7 +1,9 @@
 //! Contract cases for the packed-weight matmul and the embedding rows.
 
 use super::packed::HostWeights;
-use super::{compare_bits, control, verdict, CaseResult, Depth, ErrSlot, SuiteResult};
+use super::{
+    compare_bits, control, dense_reference, verdict, CaseResult, Depth, ErrSlot, SuiteResult,
+};
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ops;
@@ -97,15 +99,7 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
         let k = cols as f64;
         let abs = ((k / 16.0).ceil() + 6.0) * U * k * wmax;
         let gen = |r: &mut Rng, _: usize| r.vec_uniform(cols, -1.0, 1.0);
-        let reference = |x: &Vec<f32>, o: &mut [f64]| {
-            for (j, oj) in o.iter_mut().enumerate() {
-                *oj = wf[j * cols..(j + 1) * cols]
-                    .iter()
-                    .zip(x)
-                    .map(|(w, &x)| w * x as f64)
-                    .sum();
-            }
-        };
+        let reference = |x: &Vec<f32>, o: &mut [f64]| dense_reference(&wf, cols, x, o);
         let name = format!("matmul {format:?}");
         let op = RowOp {
             name: &name,

@@ -203,6 +203,18 @@ fn failure_kind(f: &Failure) -> String {
     format!("{kind}: {f}")
 }
 
+/// `o[j] = Σ_k w[j, k] · x[k]` in f64 (`wf`: the decoded weights, rows of `cols`): the
+/// matmul cases' reference.
+pub(crate) fn dense_reference(wf: &[f64], cols: usize, x: &[f32], o: &mut [f64]) {
+    for (j, oj) in o.iter_mut().enumerate() {
+        *oj = wf[j * cols..(j + 1) * cols]
+            .iter()
+            .zip(x)
+            .map(|(w, &x)| w * x as f64)
+            .sum();
+    }
+}
+
 /// Compares GPU and CPU outputs bit for bit.
 pub(crate) fn compare_bits(gpu: &[f32], cpu: &[f32]) -> CpuBits {
     let mut b = CpuBits {

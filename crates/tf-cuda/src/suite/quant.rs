@@ -9,7 +9,8 @@ mod host_cpp;
 
 use super::packed::HostWeights;
 use super::{
-    compare_bits, control, verdict, CaseResult, ControlResult, CpuBits, Depth, ErrSlot, SuiteResult,
+    compare_bits, control, dense_reference, verdict, CaseResult, ControlResult, CpuBits, Depth,
+    ErrSlot, SuiteResult,
 };
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -276,15 +277,7 @@ fn matmul_case(
     let k = cols as f64;
     let abs = ((k / 16.0).ceil() + 6.0) * U * k * wmax + k * weights.f32_scale_slack();
     let gen = |r: &mut Rng, _: usize| r.vec_uniform(cols, -1.0, 1.0);
-    let reference = |x: &Vec<f32>, o: &mut [f64]| {
-        for (j, oj) in o.iter_mut().enumerate() {
-            *oj = wf[j * cols..(j + 1) * cols]
-                .iter()
-                .zip(x)
-                .map(|(w, &x)| w * x as f64)
-                .sum();
-        }
-    };
+    let reference = |x: &Vec<f32>, o: &mut [f64]| dense_reference(&wf, cols, x, o);
     let name = format!("matmul {}", weights.name());
     let op = RowOp {
         name: &name,

@@ -7,7 +7,8 @@
 use super::packed::HostWeights;
 use super::quant::Weights;
 use super::{
-    compare_bits, control, verdict, CaseResult, ControlResult, Depth, ErrSlot, SuiteResult,
+    compare_bits, control, dense_reference, verdict, CaseResult, ControlResult, Depth, ErrSlot,
+    SuiteResult,
 };
 use crate::device::Gpu;
 use crate::error::Result;
@@ -98,15 +99,7 @@ fn case(
     let chain = 8.0 * (cols / 32).div_ceil(32) as f64;
     let abs = (chain + 8.0) * U * k * wmax + U * k * wmax;
     let gen = |r: &mut Rng, _: usize| r.vec_uniform(cols, -1.0, 1.0);
-    let reference = |x: &Vec<f32>, o: &mut [f64]| {
-        for (j, oj) in o.iter_mut().enumerate() {
-            *oj = wf[j * cols..(j + 1) * cols]
-                .iter()
-                .zip(x)
-                .map(|(w, &x)| w * x as f64)
-                .sum();
-        }
-    };
+    let reference = |x: &Vec<f32>, o: &mut [f64]| dense_reference(&wf, cols, x, o);
     let name = format!("matmul tf_slices {}", weights.name());
     let op = RowOp {
         name: &name,
