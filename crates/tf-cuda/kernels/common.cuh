@@ -72,6 +72,12 @@ __device__ __forceinline__ float tf_fold16_sum(float v) {
     return v;
 }
 
+// The RMSNorm scale of a sum of squares ss over n elements: 1 / sqrt(ss / n + eps), division
+// and square root correctly rounded (the CPU contract's).
+__device__ __forceinline__ float tf_inv_rms(float ss, int n, float eps) {
+    return 1.0f / sqrtf(ss / (float)n + eps);
+}
+
 // Elements a block stages per step of tf_block_sumsq16 (a multiple of 16).
 #define TF_SQ_CHUNK 2048
 

@@ -177,7 +177,7 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
                 for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
             }
             const float ss = tf_fold16_sum(acc);
-            if (lane == 0 && hw < nt) rs[hw] = 1.0f / sqrtf(ss / (float)cols + eps);
+            if (lane == 0 && hw < nt) rs[hw] = tf_inv_rms(ss, cols, eps);
         }
         float acc[MM_RT];
 #pragma unroll

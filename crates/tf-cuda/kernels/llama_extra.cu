@@ -69,7 +69,7 @@ __device__ __forceinline__ void tf_head_rms_norm_impl(float* x, const float* g, 
         for (int k = lane; k < end; k += 16) acc = fmaf(hx[k], hx[k], acc);
     const float ss = tf_fold16_sum(acc);
     float r = 0.0f;
-    if (lane == 0) r = 1.0f / sqrtf(ss / (float)head_dim + eps);
+    if (lane == 0) r = tf_inv_rms(ss, head_dim, eps);
     r = __shfl_sync(TF_FULL_MASK, r, 0);
     __syncwarp();
     for (int k = lane; k < head_dim; k += 32) hx[k] = g[k] * (hx[k] * r);

@@ -214,7 +214,7 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
             return h;
         },
         gs);
-    const float r = 1.0f / sqrtf(ss / (float)gs + eps);
+    const float r = tf_inv_rms(ss, gs, eps);
     for (int k = threadIdx.x; k < gs; k += blockDim.x)
         out[base + k] = gain[(size_t)grp * gs + k] * (out[base + k] * r);
 }

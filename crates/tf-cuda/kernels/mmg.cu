@@ -144,7 +144,7 @@ __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __
                 for (int k = lane; k < cols; k += 16) acc = fmaf(xr[k], xr[k], acc);
             }
             const float ss = tf_fold16_sum(acc);
-            if (lane == 0) rs[rr] = 1.0f / sqrtf(ss / (float)cols + eps);
+            if (lane == 0) rs[rr] = tf_inv_rms(ss, cols, eps);
         }
         __syncthreads();  // rs written
     }

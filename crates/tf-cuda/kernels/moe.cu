@@ -346,7 +346,7 @@ __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
                 if (pos[b] < 0) continue;
                 const float* d = yg + (size_t)pos[b] * width;
                 const float ss = tf_block_sumsq16([&](int c) { return d[c] * gain[c]; }, width);
-                if (threadIdx.x == 0) rn[b] = 1.0f / sqrtf(ss / (float)width + eps);
+                if (threadIdx.x == 0) rn[b] = tf_inv_rms(ss, width, eps);
             }
         __syncthreads();
         for (int c = threadIdx.x; c < width; c += blockDim.x) {

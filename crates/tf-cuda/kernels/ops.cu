@@ -11,7 +11,7 @@ __device__ __forceinline__ void tf_rms_norm(const float* __restrict__ x, const f
     float* yr = y + (size_t)blockIdx.x * width;
     const int end = PLANT == 1 ? width - 1 : width;
     const float ss = tf_block_sumsq16([&](int k) { return xr[k]; }, end);
-    const float r = 1.0f / sqrtf(ss / (float)width + eps);
+    const float r = tf_inv_rms(ss, width, eps);
 #pragma unroll 4
     for (int k = threadIdx.x; k < width; k += blockDim.x) yr[k] = g[k] * (xr[k] * r);
 }
