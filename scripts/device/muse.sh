@@ -4,7 +4,8 @@
 #   bash scripts/device/muse.sh [MODEL_DIR ...]   (default: every fixtures/muse_spark checkpoint;
 #   needs dist/tf-cuda-muse, built here with
 #   cargo build --release -p tf-cuda --example tf-cuda-muse && cp target/release/examples/tf-cuda-muse dist/)
-# Prints per checkpoint: fidelity (max |dlogit|, top-1, bit-identical positions) and the GPU
+# Prints per checkpoint: fidelity (max |dlogit|, top-1, bit-identical positions; a forward that
+# took tf_slices, the GPU's own order, passes within 1e-3 instead of bit for bit) and the GPU
 # exactness receipts (chunked, concurrent, mixed, graphed), then PASS or FAIL; exits non-zero on
 # any mismatch. A checkpoint the GPU path refuses by name is a SKIP (set STRICT=1 to fail it).
 set -uo pipefail

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Nemotron-H / Puzzle on the GPU against the CPU engine, bit for bit, on every fixture form under
-# fixtures/nemotron_h (fidelity at every position of the prompt + 16 greedy tokens; chunked ==
-# serial; concurrent == solo; graphed == eager; reset), on the H200 machine, from the repository
-# root:
+# Nemotron-H / Puzzle on the GPU against the CPU engine, bit for bit (forms whose matmuls take
+# tf_slices, the GPU's own order: top-1 everywhere and max |dlogit| <= 1e-3), on every fixture
+# form under fixtures/nemotron_h (fidelity at every position of the prompt + 16 greedy tokens;
+# chunked == serial; concurrent == solo; graphed == eager; reset: bit for bit on the GPU), on
+# the H200 machine, from the repository root:
 #   bash scripts/device/nemotron.sh [--strict] [PATH ...]
 # needs dist/tf-cuda-nemotron, built here with
 #   cargo build --release -p tf-cuda --example tf-cuda-nemotron && cp target/release/examples/tf-cuda-nemotron dist/
