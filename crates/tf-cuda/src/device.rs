@@ -6,7 +6,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Oldest compute capability the kernels are built for (warp shuffles with widths, fp16 cvt).
@@ -150,6 +150,8 @@ pub struct DeviceInfo {
 pub struct Gpu {
     stream: Arc<CudaStream>,
     functions: HashMap<String, (CudaFunction, usize)>,
+    /// [`Gpu::resident_blocks`] answers, asked of the driver once per (kernel, block size).
+    resident: Mutex<HashMap<(String, u32), usize>>,
     info: DeviceInfo,
     _ctx: Arc<CudaContext>,
 }
@@ -247,6 +249,7 @@ impl Gpu {
         Ok(Gpu {
             stream,
             functions,
+            resident: Mutex::new(HashMap::new()),
             info,
             _ctx: ctx,
         })
@@ -283,14 +286,24 @@ impl Gpu {
     }
 
     /// Blocks of `threads` threads of kernel `name` an SM holds at once (no dynamic shared
-    /// memory), as the driver's occupancy calculator says.
+    /// memory), as the driver's occupancy calculator says (asked once, then remembered).
     pub fn resident_blocks(&self, name: &str, threads: u32) -> Result<usize> {
+        let key = (name.to_string(), threads);
+        if let Some(&n) = self.lock_resident().get(&key) {
+            return Ok(n);
+        }
         let n = self
             .entry(name)?
             .0
             .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
-            .map_err(drv("reading a kernel's occupancy"))?;
-        Ok(n as usize)
+            .map_err(drv("reading a kernel's occupancy"))? as usize;
+        self.lock_resident().insert(key, n);
+        Ok(n)
+    }
+
+    fn lock_resident(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), usize>> {
+        // A poisoned map still holds only correct answers.
+        self.resident.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A launch of kernel `name` on the stream, checked against its parameter count.

@@ -216,3 +216,15 @@ pub fn reference(
     }
     y
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The launcher's rows a warp are the kernels' (a mismatch would leave rows uncomputed).
+    #[test]
+    fn rows_per_warp_is_the_kernels() {
+        let src = include_str!("../kernels/slices.cu");
+        assert!(src.contains(&format!("#define SL_RJ {ROWS_PER_WARP} ")));
+    }
+}
