@@ -5,7 +5,8 @@
 # except the fixtures whose Nemotron-H / Muse Spark matmuls take tf_slices (MLX 4-bit and bf16
 # matrices: the GPU's own order, docs/kernels.md): their GPU logits must have every top-1 of the
 # CPU's and max |dlogit| <= 1e-3 (slices::FIDELITY_TOLERANCE; python3 with numpy and
-# safetensors, as the device has), and the GPU's own two modes must agree bit for bit.
+# safetensors, as the device has; logits moved by 2e-3 must fail that check, a planted control),
+# and the GPU's own two modes must agree bit for bit.
 # Prints PASS / FAIL per fixture (REFUSED where the CPU refuses it too) and exits 1 if any
 # comparison failed or the GPU refused what the CPU scored.
 set -uo pipefail
@@ -31,6 +32,16 @@ print(f"max |dlogit| {d:.3e}, top-1 {top1}/{len(a)}, max KL(cpu||gpu) {kl:.3e}")
 sys.exit(0 if d <= 1e-3 and top1 == len(a) else 1)
 PY
 }
+# A copy of a logits file with every logit moved by 2e-3 (the fidelity check's planted control).
+shift_logits() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+t = load_file(sys.argv[1])
+save_file({k: v + np.float32(2e-3) for k, v in t.items()}, sys.argv[2])
+PY
+}
 # 40 tokens: one GPU round of 40 rows takes the tiled matmuls (from 12 rows) as well; the GPU
 # also scores them serially (one row a round: the decode kernels).
 echo '[1, 5, 9, 2, 7, 3, 11, 4, 8, 6, 12, 10, 13, 2, 5, 14, 1, 9, 3, 8, 2, 12, 6, 1, 10, 4, 13, 7, 11, 5, 9, 14, 2, 6, 3, 12, 8, 1, 10, 7]' > "$work/fx.json"
@@ -48,6 +59,11 @@ for fx in fixtures/llama/*/*/ fixtures/nemotron_h/*/*/ fixtures/muse_spark/*/; d
         echo "PASS fixture $name ($mode): GPU logits == CPU logits"
       elif own_order "$name" && f=$(fidelity "$work/fx-cpu.st" "$work/fx-gpu-$mode.st"); then
         echo "PASS fixture $name ($mode): GPU order, $f"
+        # Planted control: the same logits moved by 2e-3 must fail the fidelity check.
+        shift_logits "$work/fx-gpu-$mode.st" "$work/fx-planted.st"
+        if fidelity "$work/fx-cpu.st" "$work/fx-planted.st" >/dev/null; then
+          echo "FAIL fixture $name ($mode): logits moved by 2e-3 passed the fidelity check"; fails=$((fails + 1))
+        fi
       else
         echo "FAIL fixture $name ($mode): GPU logits == CPU logits ${f:-}"; fails=$((fails + 1))
       fi
