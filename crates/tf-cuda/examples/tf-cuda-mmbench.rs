@@ -379,18 +379,9 @@ fn run() -> Res<bool> {
             );
         }
         if let Some(k) = slices {
-            // One row: the launcher's row groups a warp, then 1, 2, 4 and 8.
-            let per = slices::groups_per_warp(&gpu, k, rows)?;
-            let runs = [
-                (1usize, per),
-                (1, 1),
-                (1, 2),
-                (1, 4),
-                (1, 8),
-                (4, 0),
-                (16, 0),
-            ];
-            for (n, per) in runs {
+            // One row (the launcher's row groups a warp), 4 and 16 rows.
+            let per = slices::groups_per_warp(&gpu, k, &ws[0])?;
+            for (n, per) in [(1usize, per), (4, 0), (16, 0)] {
                 for m in ws.iter().take(3) {
                     slices::matmul_geometry(&gpu, k, m, &x, n, &mut y, per)?;
                 }

@@ -11,9 +11,9 @@
 //   the lane's sum is (c_0 + c_1) + (c_2 + c_3); the 32 lane sums fold by the shuffle tree
 //   (16, 8, 4, 2, 1). MLX: w_e = fmaf(s_u, q_e, b_u), one rounding. bf16: w_e is the value.
 //
-// A warp takes SL_RJ weight rows and up to MM_RT activation rows at a time, loads each unit
-// whole (24 or 64 bytes, the warp's 32 lanes reading consecutive units) a step ahead (one unit;
-// two of MLX in the one-row entries), and reuses a unit's inputs for its SL_RJ rows. None of
+// A warp takes SL_RJ weight rows (the one-row entries: tf_slice_one_rows) and up to MM_RT
+// activation rows at a time, loads each unit whole (24 or 64 bytes, the warp's 32 lanes reading
+// consecutive units) a step ahead, and reuses a unit's inputs for all its weight rows. None of
 // this grouping changes a sum.
 
 #define SL_RJ 2  // weight rows a warp
@@ -68,27 +68,25 @@ __device__ __forceinline__ float tf_fold32_sum(float v) {
     return v;
 }
 
-// Units a lane takes a step in the one-row entries (loads of the next step in flight).
-__host__ __device__ constexpr int tf_slice_step(int fmt) { return fmt == FMT_BF16 ? 1 : 2; }
+// Weight rows a warp of the one-row entries takes at a time.
+__host__ __device__ constexpr int tf_slice_one_rows(int fmt) { return fmt == FMT_BF16 ? 2 : 4; }
 
-// One unit of the warp's SL_RJ weight rows (raw words w[r]) into the chains of NT activation
-// rows (xu: row 0's inputs at the unit's first column; row i at xu + i * cols).
-template <int FMT, int NT>
-__device__ __forceinline__ void tf_slice_unit(const u32 (*w)[tf_slice_words(FMT)],
-                                              const float* __restrict__ xu, int cols,
-                                              float (*c)[SL_RJ][4]) {
+// One unit of the warp's RJ weight rows (raw words w[r]) into the chains of NT activation rows;
+// xin(i, q) is the float4 q (0..7) of row i's inputs of the unit.
+template <int FMT, int NT, int RJ, class XIn>
+__device__ __forceinline__ void tf_slice_unit(const u32 (*w)[tf_slice_words(FMT)], XIn xin,
+                                              float (*c)[RJ][4]) {
 #pragma unroll
     for (int m = 0; m < 4; m++) {
         float xv[NT][8];
 #pragma unroll
         for (int i = 0; i < NT; i++) {
-            const float4 a = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m));
-            const float4 b = __ldg((const float4*)(xu + (size_t)i * cols + 8 * m + 4));
+            const float4 a = xin(i, 2 * m), b = xin(i, 2 * m + 1);
             xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
             xv[i][4] = b.x, xv[i][5] = b.y, xv[i][6] = b.z, xv[i][7] = b.w;
         }
 #pragma unroll
-        for (int r = 0; r < SL_RJ; r++) {
+        for (int r = 0; r < RJ; r++) {
             float wd[8];
             tf_slice_decode<FMT>(w[r], m, wd);
 #pragma unroll
@@ -99,16 +97,16 @@ __device__ __forceinline__ void tf_slice_unit(const u32 (*w)[tf_slice_words(FMT)
     }
 }
 
-// Folds the warp's chains of NT activation rows (from i0) and SL_RJ weight rows (from j0) into
-// y and zeroes them. PLANT 2 (a planted control): the lane's sum as (c_0 + c_2) + (c_1 + c_3),
+// Folds the warp's chains of NT activation rows (from i0) and RJ weight rows (from j0) into y
+// and zeroes them. PLANT 2 (a planted control): the lane's sum as (c_0 + c_2) + (c_1 + c_3),
 // accurate and row-invariant but not tf_slices' bits. Every lane of the warp calls it.
-template <int PLANT, int NT>
-__device__ __forceinline__ void tf_slice_store(float (*c)[SL_RJ][4], float* __restrict__ y,
+template <int PLANT, int NT, int RJ>
+__device__ __forceinline__ void tf_slice_store(float (*c)[RJ][4], float* __restrict__ y,
                                                int i0, int j0, int rows) {
 #pragma unroll
     for (int i = 0; i < NT; i++)
 #pragma unroll
-        for (int r = 0; r < SL_RJ; r++) {
+        for (int r = 0; r < RJ; r++) {
             float* a = c[i][r];
             const float l =
                 PLANT == 2 ? (a[0] + a[2]) + (a[1] + a[3]) : (a[0] + a[1]) + (a[2] + a[3]);
@@ -144,13 +142,15 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float*
 #pragma unroll
             for (int r = 0; r < SL_RJ; r++)
                 tf_slice_load<FMT>(wr[r] + (size_t)unit(t + 1) * UB, nxt[r]);
-        tf_slice_unit<FMT, NT>(cur, x + (size_t)i0 * cols + 32 * unit(t), cols, c);
+        const float* xu = x + (size_t)i0 * cols + 32 * unit(t);
+        tf_slice_unit<FMT, NT, SL_RJ>(
+            cur, [&](int i, int q) { return __ldg((const float4*)(xu + (size_t)i * cols) + q); }, c);
 #pragma unroll
         for (int r = 0; r < SL_RJ; r++)
 #pragma unroll
             for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
     }
-    tf_slice_store<PLANT, NT>(c, y, i0, j0, rows);
+    tf_slice_store<PLANT, NT, SL_RJ>(c, y, i0, j0, rows);
 }
 
 // y[i, j] for i < n: warp w takes weight rows SL_RJ w .. SL_RJ w + SL_RJ - 1 (cols a multiple
@@ -174,57 +174,63 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
     }
 }
 
-// One activation row (the _one entries): warp w takes the SL_RJ-row groups w * per .. w * per +
-// per - 1 in turn, tf_slice_step(FMT) units of a lane a step, the next step's loads (of the
+// One activation row (the _one entries): the block first copies x into shared memory, lane-major
+// (the float4 q of the lane's t-th unit at xs[(8 t + q) * 32 + p], so a warp's reads of it are
+// consecutive, not 128 bytes apart); warp w takes the RJ-row groups w * per .. w * per + per - 1
+// in turn (RJ = tf_slice_one_rows), one unit of a lane a step, the next step's loads (of the
 // same group or the next) in flight while a step is multiplied, so a warp waits on memory once,
-// not once a group. The same sums as tf_slices_tile at NT = 1.
+// not once a group. The same sums as tf_slices_tile at NT = 1. Dynamic shared memory: 4 KiB a
+// 32 units (cols / 1024 rounded up).
 template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
                                               const float* __restrict__ x,
                                               float* __restrict__ y, int rows, int cols,
                                               int per) {
-    constexpr int NW = tf_slice_words(FMT), UB = 4 * NW, CU = tf_slice_step(FMT);
+    extern __shared__ __align__(16) u8 tf_smem[];
+    float4* xs = (float4*)tf_smem;
+    constexpr int NW = tf_slice_words(FMT), UB = 4 * NW, RJ = tf_slice_one_rows(FMT);
     const int p = threadIdx.x & 31;
-    const int groups = (rows + SL_RJ - 1) / SL_RJ;
+    const int groups = (rows + RJ - 1) / RJ;
     int g = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * per;
     const int gend = min(g + per, groups);
-    if (g >= gend) return;  // the whole warp
     const int units = cols >> 5;
     const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units
-    const int steps = (((units + 31) >> 5) + CU - 1) / CU;      // a group's steps (the warp's)
+    const int steps = (units + 31) >> 5;                         // a group's steps (the warp's)
     const size_t rb = (size_t)units * UB;
-    // The raw words of step s of group g (units the lane lacks left unloaded).
-    auto fetch = [&](int g, int s, u32 (*buf)[SL_RJ][NW]) {
+    // The raw words of the lane's unit t of group g (none if it lacks that unit).
+    auto fetch = [&](int g, int t, u32 (*buf)[NW]) {
+        if (t < nu)
 #pragma unroll
-        for (int k = 0; k < CU; k++)
-            if (s * CU + k < nu)
-#pragma unroll
-                for (int r = 0; r < SL_RJ; r++) {
-                    const u8* row = W + (size_t)min(g * SL_RJ + r, rows - 1) * rb;
-                    tf_slice_load<FMT>(row + (size_t)(p + 32 * (s * CU + k)) * UB, buf[k][r]);
-                }
+            for (int r = 0; r < RJ; r++) {
+                const u8* row = W + (size_t)min(g * RJ + r, rows - 1) * rb;
+                tf_slice_load<FMT>(row + (size_t)(p + 32 * t) * UB, buf[r]);
+            }
     };
-    float c[1][SL_RJ][4] = {};
-    u32 cur[CU][SL_RJ][NW];
-    fetch(g, 0, cur);
-    for (int s = 0;;) {
-        const int gn = s + 1 == steps ? g + 1 : g, sn = s + 1 == steps ? 0 : s + 1;
+    u32 cur[RJ][NW];
+    if (g < gend) fetch(g, 0, cur);  // in flight while x is copied
+    for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
+        const int u = f >> 3;
+        xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
+    }
+    __syncthreads();
+    if (g >= gend) return;  // the whole warp
+    float c[1][RJ][4] = {};
+    for (int t = 0;;) {
+        const int gn = t + 1 == steps ? g + 1 : g, tn = t + 1 == steps ? 0 : t + 1;
         const bool more = gn < gend;
-        u32 nxt[CU][SL_RJ][NW];
-        if (more) fetch(gn, sn, nxt);  // in flight while this step is multiplied
-#pragma unroll
-        for (int k = 0; k < CU; k++)
-            if (s * CU + k < nu) tf_slice_unit<FMT, 1>(cur[k], x + 32 * (p + 32 * (s * CU + k)), cols, c);
+        u32 nxt[RJ][NW];
+        if (more) fetch(gn, tn, nxt);  // in flight while this step is multiplied
+        if (t < nu)
+            tf_slice_unit<FMT, 1, RJ>(
+                cur, [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c);
         // The group is done: fold and store, then start the next.
-        if (s + 1 == steps) tf_slice_store<PLANT, 1>(c, y, 0, g * SL_RJ, rows);
+        if (t + 1 == steps) tf_slice_store<PLANT, 1, RJ>(c, y, 0, g * RJ, rows);
         if (!more) break;
 #pragma unroll
-        for (int k = 0; k < CU; k++)
+        for (int r = 0; r < RJ; r++)
 #pragma unroll
-            for (int r = 0; r < SL_RJ; r++)
-#pragma unroll
-                for (int v = 0; v < NW; v++) cur[k][r][v] = nxt[k][r][v];
-        g = gn, s = sn;
+            for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
+        g = gn, t = tn;
     }
 }
 
@@ -243,3 +249,4 @@ TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)
 TF_SLICES_ENTRY(tf_slices_bf16, FMT_BF16, 0)
 TF_SLICES_ENTRY(tf_plant_slices_mlx4_rowvar, FMT_MLX4, 1)
 TF_SLICES_ENTRY(tf_plant_slices_mlx4_sum, FMT_MLX4, 2)
+

@@ -150,8 +150,9 @@ pub struct DeviceInfo {
 pub struct Gpu {
     stream: Arc<CudaStream>,
     functions: HashMap<String, (CudaFunction, usize)>,
-    /// [`Gpu::resident_blocks`] answers, asked of the driver once per (kernel, block size).
-    resident: Mutex<HashMap<(String, u32), usize>>,
+    /// [`Gpu::resident_blocks`] answers, asked of the driver once per (kernel, block size, shared
+    /// memory).
+    resident: Mutex<HashMap<(String, u32, u32), usize>>,
     info: DeviceInfo,
     _ctx: Arc<CudaContext>,
 }
@@ -222,7 +223,8 @@ impl Gpu {
             .max(48 * 1024) as usize;
         let smem_per_block = optin - 1024;
         for (name, (f, _)) in &functions {
-            if name.starts_with("tf_mmf_") || name.contains("attend") {
+            let one_row_slices = name.contains("slices_") && name.contains("_one");
+            if name.starts_with("tf_mmf_") || name.contains("attend") || one_row_slices {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     smem_per_block as i32,
@@ -285,23 +287,24 @@ impl Gpu {
             .map_err(drv("reading a kernel's register count"))
     }
 
-    /// Blocks of `threads` threads of kernel `name` an SM holds at once (no dynamic shared
-    /// memory), as the driver's occupancy calculator says (asked once, then remembered).
-    pub fn resident_blocks(&self, name: &str, threads: u32) -> Result<usize> {
-        let key = (name.to_string(), threads);
+    /// Blocks of `threads` threads of kernel `name` with `smem` bytes of dynamic shared memory
+    /// an SM holds at once, as the driver's occupancy calculator says (asked once, then
+    /// remembered).
+    pub fn resident_blocks(&self, name: &str, threads: u32, smem: u32) -> Result<usize> {
+        let key = (name.to_string(), threads, smem);
         if let Some(&n) = self.lock_resident().get(&key) {
             return Ok(n);
         }
         let n = self
             .entry(name)?
             .0
-            .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+            .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)
             .map_err(drv("reading a kernel's occupancy"))? as usize;
         self.lock_resident().insert(key, n);
         Ok(n)
     }
 
-    fn lock_resident(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), usize>> {
+    fn lock_resident(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32, u32), usize>> {
         // A poisoned map still holds only correct answers.
         self.resident.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -48,6 +48,14 @@ pub const PLANT_LANE_SUM: &str = "tf_plant_slices_mlx4_sum";
 /// Weight rows a warp takes (`SL_RJ` in kernels/slices.cu).
 const ROWS_PER_WARP: usize = 2;
 
+/// Weight rows a warp of the one-row entries takes (`tf_slice_one_rows` in kernels/slices.cu).
+fn one_row_rows(format: GpuFormat) -> usize {
+    match format {
+        GpuFormat::Bf16 => 2,
+        _ => 4,
+    }
+}
+
 /// The `tf_slices` kernel for a matrix of `format` with `cols` columns, if it has one.
 pub fn kernel(format: GpuFormat, cols: usize) -> Option<&'static str> {
     match format {
@@ -69,20 +77,27 @@ pub fn matmul_with(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let per = if n == 1 {
-        groups_per_warp(gpu, kernel, w.rows())?
+        groups_per_warp(gpu, kernel, w)?
     } else {
         1
     };
     matmul_geometry(gpu, kernel, w, x, n, y, per)
 }
 
-/// Row groups (of [`ROWS_PER_WARP`]) a warp of `kernel`'s one-row entry takes in turn: the
-/// fewest that let all its warps be resident at once, so a warp waits on memory once and not
-/// once a group, and no second partial wave of warps follows the first.
-pub fn groups_per_warp(gpu: &Gpu, kernel: &str, rows: usize) -> Result<usize> {
-    let blocks = gpu.resident_blocks(&format!("{kernel}_one"), BLOCK)?;
+/// Row groups (of [`one_row_rows`]) a warp of `kernel`'s one-row entry takes in turn for `w`:
+/// the fewest that let all its warps be resident at once, so a warp waits on memory once and
+/// not once a group, and no second partial wave of warps follows the first.
+pub fn groups_per_warp(gpu: &Gpu, kernel: &str, w: &GpuMatrix) -> Result<usize> {
+    let smem = one_row_smem(w.cols());
+    let blocks = gpu.resident_blocks(&format!("{kernel}_one"), BLOCK, smem)?;
     let warps = gpu.info().multiprocessors * blocks.max(1) * BLOCK as usize / 32;
-    Ok(rows.div_ceil(ROWS_PER_WARP).div_ceil(warps))
+    Ok(w.rows().div_ceil(one_row_rows(w.format())).div_ceil(warps))
+}
+
+/// Dynamic shared memory of a one-row launch: the activation row, lane-major (in whole
+/// 32-unit strides of 4 KiB).
+fn one_row_smem(cols: usize) -> u32 {
+    (cols.div_ceil(1024) * 4096) as u32
 }
 
 /// Threads a block of the `tf_slices` launches.
@@ -117,10 +132,10 @@ pub fn matmul_geometry(
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
-    let groups = w.rows().div_ceil(ROWS_PER_WARP);
+    let groups = w.rows().div_ceil(one_row_rows(w.format()));
     let per = per.clamp(1, groups);
     let per_ = i32_of(OP, "groups a warp", per)?;
-    let (mut b, warps) = if n == 1 {
+    let (mut b, cfg) = if n == 1 {
         let mut b = gpu.launcher(&format!("{kernel}_one"))?;
         b.arg(w.bytes())
             .arg(x)
@@ -128,7 +143,9 @@ pub fn matmul_geometry(
             .arg(&rows)
             .arg(&cols)
             .arg(&per_);
-        (b, groups.div_ceil(per))
+        let mut cfg = grid(groups.div_ceil(per) * 32, BLOCK);
+        cfg.shared_mem_bytes = one_row_smem(w.cols());
+        (b, cfg)
     } else {
         let mut b = gpu.launcher(kernel)?;
         b.arg(w.bytes())
@@ -137,13 +154,13 @@ pub fn matmul_geometry(
             .arg(&n_)
             .arg(&rows)
             .arg(&cols);
-        (b, groups)
+        (b, grid(w.rows().div_ceil(ROWS_PER_WARP) * 32, BLOCK))
     };
     // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one entries:
     // rows, cols, groups a warp after the pointers); the buffers hold the elements they read
     // and write (checked above; the weight was validated at upload, and its rows are whole
     // 32-element units).
-    unsafe { b.go(grid(warps * 32, BLOCK), "launching slices matmul") }
+    unsafe { b.go(cfg, "launching slices matmul") }
 }
 
 /// The weights of one unit's elements `8m .. 8m + 8` from its device bytes.
@@ -226,5 +243,7 @@ mod tests {
     fn rows_per_warp_is_the_kernels() {
         let src = include_str!("../kernels/slices.cu");
         assert!(src.contains(&format!("#define SL_RJ {ROWS_PER_WARP} ")));
+        let (bf16, mlx) = (one_row_rows(GpuFormat::Bf16), one_row_rows(GpuFormat::Mlx4));
+        assert!(src.contains(&format!("return fmt == FMT_BF16 ? {bf16} : {mlx}; }}")));
     }
 }

@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
             // A tf_slices one-row entry: (rows, cols, row groups a warp = tpr).
             auto it = mm.find(name);
             if (it == mm.end()) return 4;
-            const unsigned warps = (unsigned)(((rows + 1) / 2 + tpr - 1) / tpr);
-            tf_launch(D3{(warps * 32 + 127) / 128, 1, 1}, 128, 0, [&] { it->second(W, x.data(), y.data(), rows, cols, tpr); });
+            const int rj = name.find("bf16") != std::string::npos ? 2 : 4;  // tf_slice_one_rows
+            const unsigned warps = (unsigned)(((rows + rj - 1) / rj + tpr - 1) / tpr);
+            tf_launch(D3{(warps * 32 + 127) / 128, 1, 1}, 128, 4096 * (size_t)((cols + 1023) / 1024), [&] { it->second(W, x.data(), y.data(), rows, cols, tpr); });
         } else if (kind == 0) {
             auto it = mm.find(entry);
             if (it == mm.end()) return 4;
@@ -94,6 +95,10 @@ int main(int argc, char** argv) {
 }
 "#;
 
+/// The kernels' dynamic shared memory, and its host stand-in.
+const SMEM_DECL: &str = "extern __shared__ __align__(16) u8 tf_smem[];";
+const SMEM_HOST: &str = "u8* tf_smem = tf_dyn_smem;";
+
 /// Formats, their `FMT_*` ids and kernel tags.
 pub(super) const FORMATS: [GpuFormat; 14] = GpuFormat::ALL;
 
@@ -113,10 +118,7 @@ pub(crate) fn host_kernels() -> String {
         common.contains("tf_host_f16(h)"),
         "common.cuh's f16 conversion moved"
     );
-    let fused = include_str!("../../../kernels/fused.cu").replace(
-        "extern __shared__ __align__(16) u8 tf_smem[];",
-        "u8* tf_smem = tf_dyn_smem;",
-    );
+    let fused = include_str!("../../../kernels/fused.cu").replace(SMEM_DECL, SMEM_HOST);
     assert!(
         fused.contains("tf_dyn_smem"),
         "fused.cu's dynamic shared memory moved"
@@ -175,10 +177,14 @@ pub(crate) fn host_kernels() -> String {
                 tf_matmul<FMT, 0>(W, x, y, n, rows, cols); }\n\
                 TF_MATMUL_REF_ENTRY(tf_ref_matmul_q4_0, FMT_Q4_0)\n\
                 TF_MATMUL_REF_ENTRY(tf_ref_matmul_mlx4, FMT_MLX4)\n";
+    let slices = include_str!("../../../kernels/slices.cu").replace(SMEM_DECL, SMEM_HOST);
+    assert!(
+        slices.contains("tf_dyn_smem"),
+        "slices.cu's dynamic shared memory moved"
+    );
     format!(
-        "{PRELUDE}{common}\n{}\n{}\n{fused}\n{}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n",
+        "{PRELUDE}{common}\n{}\n{slices}\n{fused}\n{}\n{}\n{}\n{refs}\n#define TF_HOST_MM {mm}\n#define TF_HOST_MOE {moe}\n#define TF_HOST_MMF {mmf}\n",
         include_str!("../../../kernels/matmul.cu"),
-        include_str!("../../../kernels/slices.cu"),
         include_str!("../../../kernels/mmg.cu"),
         include_str!("../../../kernels/quant.cu"),
         moe_part,
