@@ -283,3 +283,26 @@ __device__ __forceinline__ float tf_decode(const u8* row, int k) {
     const u8* b = row + (size_t)(k >> 5) * 34;
     return tf_f16(tf_ld16(b)) * (float)(signed char)b[2 + e];
 }
+
+// Asynchronous 16-byte copies from device to shared memory (cp.async, sm_80 on; a plain copy
+// before), committed as a group and waited for by groups.
+__device__ __forceinline__ void tf_cp_async16(void* smem, const void* gmem) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#else
+    *(uint4*)smem = *(const uint4*)gmem;
+#endif
+}
+__device__ __forceinline__ void tf_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void tf_cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}

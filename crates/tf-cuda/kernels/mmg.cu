@@ -63,29 +63,6 @@ __device__ __forceinline__ void tf_mmg_fold(float* v, int lane) {
     tf_mmg_fold_step<4>(v, lane);
 }
 
-// Asynchronous 16-byte copies from device to shared memory (cp.async, sm_80 on; a plain copy
-// before), committed as a group and waited for by groups.
-__device__ __forceinline__ void tf_cp_async16(void* smem, const void* gmem) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-#else
-    *(uint4*)smem = *(const uint4*)gmem;
-#endif
-}
-__device__ __forceinline__ void tf_cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void tf_cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
 // 16-byte vectors of a tile row's raw window for one chunk (its bytes plus the misalignment).
 template <int FMT>
 __host__ __device__ constexpr int tf_mmg_raw_vecs() {

@@ -117,59 +117,87 @@ __device__ __forceinline__ void tf_slice_store(float (*c)[RJ][4], float* __restr
         }
 }
 
-// NT activation rows (from i0) against the warp's SL_RJ weight rows (from j0, rows wr), one unit
-// of a lane a step. PLANT 1 (a planted control): units in descending order when n > 1, so the
-// order follows the row count.
+// Float4s of one x slab in shared memory (a lane step: 32 units, 1024 columns) of one row.
+#define SL_SLAB 256
+
+// NT activation rows (from i0) against the warp's SL_RJ weight rows (from j0, rows wr; none
+// when has is false, the warp then only helps copy x), one unit of a lane a step. The block's
+// warps go through the steps together: before step t the block has copied x's slab t of the NT
+// rows into shared memory lane-major (the float4 q of row i's unit 32 t + p at
+// xs[(t & 1) * NT * SL_SLAB + i * SL_SLAB + q * 32 + p]), slab t + 1 flying (cp.async) while
+// step t is multiplied. PLANT 1 (a planted control): slabs in descending order when n > 1, so
+// a lane's units follow the row count.
 template <int FMT, int PLANT, int NT>
-__device__ __forceinline__ void tf_slices_tile(const u8* const* wr, const float* __restrict__ x,
+__device__ __forceinline__ void tf_slices_tile(const u8* const* wr, bool has,
+                                               const float* __restrict__ x,
                                                float* __restrict__ y, int i0, int j0, int n,
                                                int rows, int cols) {
+    extern __shared__ __align__(16) u8 tf_smem[];
+    float4* xs = (float4*)tf_smem;
     constexpr int NW = tf_slice_words(FMT), UB = 4 * NW;
     const int p = threadIdx.x & 31;
-    const int units = cols >> 5;
+    const int units = cols >> 5, steps = (units + 31) >> 5;
     const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units
     const bool rev = PLANT == 1 && n > 1;
-    // The lane's t-th unit (t < nu) in its order.
-    auto unit = [&](int t) { return p + 32 * (rev ? nu - 1 - t : t); };
+    auto slab = [&](int t) { return rev ? steps - 1 - t : t; };  // the slab of step t
+    // Copies slab u of the NT rows into buffer b (units past the row's end left alone).
+    auto copy = [&](int u, int b) {
+        for (int f = threadIdx.x; f < NT * SL_SLAB; f += blockDim.x) {
+            const int i = f / SL_SLAB, lp = (f >> 3) & 31, q = f & 7;
+            if (32 * u + lp < units)
+                tf_cp_async16(&xs[(b * NT + i) * SL_SLAB + q * 32 + lp],
+                              x + (size_t)(i0 + i) * cols + 32 * (32 * u + lp) + 4 * q);
+        }
+        tf_cp_async_commit();
+    };
     float c[NT][SL_RJ][4] = {};
     u32 cur[SL_RJ][NW];
-    if (nu > 0)
-#pragma unroll
-        for (int r = 0; r < SL_RJ; r++) tf_slice_load<FMT>(wr[r] + (size_t)unit(0) * UB, cur[r]);
-    for (int t = 0; t < nu; t++) {
-        u32 nxt[SL_RJ][NW];
-        if (t + 1 < nu)  // the next unit's loads fly while this one is multiplied
+    auto fetch = [&](int t, u32 (*buf)[NW]) {
+        if (has && slab(t) < nu)
 #pragma unroll
             for (int r = 0; r < SL_RJ; r++)
-                tf_slice_load<FMT>(wr[r] + (size_t)unit(t + 1) * UB, nxt[r]);
-        const float* xu = x + (size_t)i0 * cols + 32 * unit(t);
-        tf_slice_unit<FMT, NT, SL_RJ>(
-            cur, [&](int i, int q) { return __ldg((const float4*)(xu + (size_t)i * cols) + q); }, c);
+                tf_slice_load<FMT>(wr[r] + (size_t)(p + 32 * slab(t)) * UB, buf[r]);
+    };
+    fetch(0, cur);
+    copy(slab(0), 0);
+    for (int t = 0; t < steps; t++) {
+        tf_cp_async_wait<0>();  // this thread's copies of slab t
+        __syncthreads();        // everyone's; and every warp is done with step t - 1's buffer
+        if (t + 1 < steps) copy(slab(t + 1), (t + 1) & 1);
+        u32 nxt[SL_RJ][NW];
+        if (t + 1 < steps) fetch(t + 1, nxt);  // in flight while this unit is multiplied
+        if (has && slab(t) < nu) {
+            const float4* xb = xs + (size_t)(t & 1) * NT * SL_SLAB + p;
+            tf_slice_unit<FMT, NT, SL_RJ>(
+                cur, [&](int i, int q) { return xb[i * SL_SLAB + q * 32]; }, c);
+        }
 #pragma unroll
         for (int r = 0; r < SL_RJ; r++)
 #pragma unroll
             for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
     }
-    tf_slice_store<PLANT, NT, SL_RJ>(c, y, i0, j0, rows);
+    __syncthreads();  // the next tile's copies reuse the buffers
+    if (has) tf_slice_store<PLANT, NT, SL_RJ>(c, y, i0, j0, rows);
 }
 
 // y[i, j] for i < n: warp w takes weight rows SL_RJ w .. SL_RJ w + SL_RJ - 1 (cols a multiple
-// of 32; the launcher gives 32 / SL_RJ threads a row).
+// of 32; the launcher gives 32 / SL_RJ threads a row) against the activation rows in tiles of
+// MM_RT. Dynamic shared memory: 2 * min(n, MM_RT) slabs of 4 KiB.
 template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float* __restrict__ x,
                                           float* __restrict__ y, int n, int rows, int cols) {
     const int j0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * SL_RJ;
-    if (j0 >= rows) return;  // the whole warp: no lane of it has a row
+    const bool has = j0 < rows;  // else the warp only helps copy x
     const size_t rb = (size_t)(cols >> 5) * (4 * tf_slice_words(FMT));
     const u8* wr[SL_RJ];
 #pragma unroll
     for (int r = 0; r < SL_RJ; r++) wr[r] = W + (size_t)min(j0 + r, rows - 1) * rb;
     for (int i0 = 0; i0 < n; i0 += MM_RT) {
         switch (min(MM_RT, n - i0)) {
-            case 1: tf_slices_tile<FMT, PLANT, 1>(wr, x, y, i0, j0, n, rows, cols); break;
-            case 2: tf_slices_tile<FMT, PLANT, 2>(wr, x, y, i0, j0, n, rows, cols); break;
-            case 3: tf_slices_tile<FMT, PLANT, 3>(wr, x, y, i0, j0, n, rows, cols); break;
-            default: tf_slices_tile<FMT, PLANT, MM_RT>(wr, x, y, i0, j0, n, rows, cols);
+            case 1: tf_slices_tile<FMT, PLANT, 1>(wr, has, x, y, i0, j0, n, rows, cols); break;
+            case 2: tf_slices_tile<FMT, PLANT, 2>(wr, has, x, y, i0, j0, n, rows, cols); break;
+            case 3: tf_slices_tile<FMT, PLANT, 3>(wr, has, x, y, i0, j0, n, rows, cols); break;
+            default: tf_slices_tile<FMT, PLANT, MM_RT>(wr, has, x, y, i0, j0, n, rows, cols);
         }
     }
 }

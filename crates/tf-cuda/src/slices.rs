@@ -100,8 +100,14 @@ fn one_row_smem(cols: usize) -> u32 {
     (cols.div_ceil(1024) * 4096) as u32
 }
 
-/// Threads a block of the `tf_slices` launches.
+/// Threads a block of the one-row `tf_slices` launches.
 const BLOCK: u32 = 128;
+
+/// Threads a block of the many-row launches (its warps share the x slabs it copies).
+const MANY_BLOCK: u32 = 256;
+
+/// Activation rows of a many-row tile (`MM_RT` in kernels/matmul.cu).
+const TILE_ROWS: usize = 4;
 
 /// [`matmul_with`] with `per` row groups a warp at one activation row (the benchmark tries
 /// several; the bits are the same).
@@ -154,7 +160,9 @@ pub fn matmul_geometry(
             .arg(&n_)
             .arg(&rows)
             .arg(&cols);
-        (b, grid(w.rows().div_ceil(ROWS_PER_WARP) * 32, BLOCK))
+        let mut cfg = grid(w.rows().div_ceil(ROWS_PER_WARP) * 32, MANY_BLOCK);
+        cfg.shared_mem_bytes = (2 * 4096 * n.min(TILE_ROWS)) as u32;
+        (b, cfg)
     };
     // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one entries:
     // rows, cols, groups a warp after the pointers); the buffers hold the elements they read
@@ -245,5 +253,7 @@ mod tests {
         assert!(src.contains(&format!("#define SL_RJ {ROWS_PER_WARP} ")));
         let (bf16, mlx) = (one_row_rows(GpuFormat::Bf16), one_row_rows(GpuFormat::Mlx4));
         assert!(src.contains(&format!("return fmt == FMT_BF16 ? {bf16} : {mlx}; }}")));
+        let matmul = include_str!("../kernels/matmul.cu");
+        assert!(matmul.contains(&format!("#define MM_RT {TILE_ROWS}\n")));
     }
 }

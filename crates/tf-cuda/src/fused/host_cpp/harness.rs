@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
         } else if (kind == 0) {
             auto it = mm.find(entry);
             if (it == mm.end()) return 4;
-            tf_launch(D3{blocks, 1, 1}, 128, 0, [&] { it->second(W, x.data(), y.data(), n, rows, cols); });
+            // tf_slices: two x slabs (4 KiB) of up to MM_RT rows.
+            const size_t smem = name.find("slices") != std::string::npos ? 8192 * (size_t)std::min(n, MM_RT) : 0;
+            tf_launch(D3{blocks, 1, 1}, 128, smem, [&] { it->second(W, x.data(), y.data(), n, rows, cols); });
         } else if (kind == 1) {
             auto it = moe.find(entry);
             if (it == moe.end()) return 4;
