@@ -182,35 +182,73 @@ extern "C" __global__ void tf_moe_route_muse(const float* logits, const float* b
 }
 
 // Lists each expert's slots: offsets[e]..offsets[e + 1] of `order` hold the slots picking e (in
-// slot order); where_[slot] is the slot's position in `order` (-1 without a pick). One thread;
-// dynamic shared memory: a cursor per expert.
+// slot order); where_[slot] is the slot's position in `order` (-1 without a pick). One block:
+// the block counts each expert's slots and scans the counts into offsets; then its first warp
+// places the slots 32 at a time in slot order (a slot's place among its expert's slots in the
+// chunk from __match_any_sync). Dynamic shared memory: a cursor per expert, then 32 warp sums.
 extern "C" __global__ void tf_moe_sort(const int* experts, int* offsets, int* order, int* where_,
                                        int slots, int n_experts) {
     extern __shared__ int sort_smem[];
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
     int* cursor = sort_smem;
-    for (int e = 0; e < n_experts; e++) cursor[e] = 0;
-    for (int s = 0; s < slots; s++) {
-        const int e = experts[s];
-        if (e >= 0 && e < n_experts) cursor[e]++;
+    int* wsum = sort_smem + n_experts;
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+    auto valid = [&](int e) { return e >= 0 && e < n_experts; };
+    for (int e = tid; e < n_experts; e += nt) cursor[e] = 0;
+    __syncthreads();
+    for (int s = tid; s < slots; s += nt)
+        if (valid(experts[s])) atomicAdd(&cursor[experts[s]], 1);
+    __syncthreads();
+    // Exclusive scan: thread tid takes the experts lo..hi - 1.
+    const int per = (n_experts + nt - 1) / nt;
+    const int lo = min(tid * per, n_experts), hi = min(lo + per, n_experts);
+    int sum = 0;
+    for (int e = lo; e < hi; e++) sum += cursor[e];
+    int inc = sum;  // inclusive over the warp's lanes
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_up_sync(TF_FULL_MASK, inc, off);
+        if (lane >= off) inc += v;
     }
-    int acc = 0;
-    for (int e = 0; e < n_experts; e++) {
-        offsets[e] = acc;
+    if (lane == 31) wsum[warp] = inc;
+    __syncthreads();
+    if (warp == 0) {
+        const int v = lane < (nt >> 5) ? wsum[lane] : 0;
+        int w = v;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const int u = __shfl_up_sync(TF_FULL_MASK, w, off);
+            if (lane >= off) w += u;
+        }
+        __syncwarp();
+        wsum[lane] = w - v;  // the warps before this one
+    }
+    __syncthreads();
+    int acc = wsum[warp] + inc - sum;
+    for (int e = lo; e < hi; e++) {
         const int c = cursor[e];
+        offsets[e] = acc;
         cursor[e] = acc;
         acc += c;
     }
-    offsets[n_experts] = acc;
-    for (int s = 0; s < slots; s++) {
-        const int e = experts[s];
-        if (e >= 0 && e < n_experts) {
-            const int p = cursor[e]++;
+    if (tid == nt - 1) offsets[n_experts] = acc;
+    __syncthreads();
+    if (warp != 0) return;
+    for (int s0 = 0; s0 < slots; s0 += 32) {
+        const int s = s0 + lane;
+        const int e = s < slots ? experts[s] : -1;
+        const bool ok = valid(e);
+        const unsigned m = __match_any_sync(TF_FULL_MASK, ok ? e : -1 - lane);
+        const int rank = __popc(m & ((1u << lane) - 1u)), count = __popc(m);
+        if (ok) {
+            const int p = cursor[e] + rank;
             order[p] = s;
             where_[s] = p;
-        } else {
+        } else if (s < slots) {
             where_[s] = -1;
         }
+        __syncwarp();
+        if (ok && rank == count - 1) cursor[e] += count;  // the chunk's last slot of e
+        __syncwarp();
     }
 }
 
@@ -301,6 +339,39 @@ TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx4, FMT_MLX4, 0)
 TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx5, FMT_MLX5, 0)
 TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx6, FMT_MLX6, 0)
 TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx8, FMT_MLX8, 0)
+
+// Expert matmuls in the GPU's own order (tf_slices, slices.cu), MLX 4-bit and bf16: block row
+// y takes the y-th non-empty expert as tf_moe_matmul does and runs tf_slices on its matrix and
+// group (NAME, any group size), or tf_slices_one (NAME_one, for rounds of one token, where each
+// group is one row): the bits of tf_slices on that expert's matrix and rows.
+template <int FMT, int ONE>
+__device__ __forceinline__ void tf_moe_slices(const u8* __restrict__ W, const float* __restrict__ xg,
+                                              float* __restrict__ yg, const int* __restrict__ offsets,
+                                              int rows, int cols, int n_experts) {
+    const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
+    if (e < 0) return;  // the whole block
+    const int off = offsets[e];
+    const u8* we = W + (size_t)e * rows * ((cols >> 5) * 4 * tf_slice_words(FMT));
+    if (ONE)
+        tf_slices_one<FMT, 0>(we, xg + (size_t)off * cols, yg + (size_t)off * rows, rows, cols, 1);
+    else
+        tf_slices<FMT, 0>(we, xg + (size_t)off * cols, yg + (size_t)off * rows,
+                          offsets[e + 1] - off, rows, cols);
+}
+
+#define TF_MOE_SLICES_ENTRIES(NAME, FMT)                                                      \
+    extern "C" __global__ void NAME(const u8* W, const float* xg, float* yg, const int* offsets, \
+                                    int rows, int cols, int n_experts) {                      \
+        tf_moe_slices<FMT, 0>(W, xg, yg, offsets, rows, cols, n_experts);                     \
+    }                                                                                         \
+    extern "C" __global__ void NAME##_one(const u8* W, const float* xg, float* yg,           \
+                                          const int* offsets, int rows, int cols,             \
+                                          int n_experts) {                                    \
+        tf_moe_slices<FMT, 1>(W, xg, yg, offsets, rows, cols, n_experts);                     \
+    }
+
+TF_MOE_SLICES_ENTRIES(tf_moe_slices_mlx4, FMT_MLX4)
+TF_MOE_SLICES_ENTRIES(tf_moe_slices_bf16, FMT_BF16)
 
 // relu²: out = max(x, 0)², as tf_kernels' relu2 (r = x > 0 ? x : 0; r * r).
 extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {

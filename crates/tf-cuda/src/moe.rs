@@ -1,4 +1,5 @@
-//! Mixture-of-experts operators on the GPU, bit-identical to the CPU routines they mirror, with
+//! Mixture-of-experts operators on the GPU, bit-identical to the CPU routines they mirror (but
+//! the MLX 4-bit and bf16 expert matmuls, which sum in the GPU's own order, `tf_slices`), with
 //! every launch reading only device buffers (a round with MoE layers can be captured as a graph).
 //!
 //! A MoE layer on the GPU, for `n` rows of `x`:
@@ -48,6 +49,10 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_matmul_mlx5",
     "tf_moe_matmul_mlx6",
     "tf_moe_matmul_mlx8",
+    "tf_moe_slices_mlx4",
+    "tf_moe_slices_mlx4_one",
+    "tf_moe_slices_bf16",
+    "tf_moe_slices_bf16_one",
     "tf_moe_relu2",
     "tf_moe_combine",
     "tf_plant_moe_combine_reversed",
@@ -338,12 +343,15 @@ pub fn route_with(
         .arg(&e_);
     let one = LaunchConfig {
         grid_dim: (1, 1, 1),
-        block_dim: (32, 1, 1),
-        shared_mem_bytes: (e * 4) as u32,
+        block_dim: (SORT_THREADS, 1, 1),
+        shared_mem_bytes: (e * 4 + 32 * 4) as u32,
     };
     // SAFETY: (i32*, i32*, i32*, i32*, i32, i32); offsets holds e + 1, the rest n * k.
     unsafe { b.go(one, "launching moe sort") }
 }
+
+/// Threads of the sort's one block (at most 1024: its scan takes 32 warp sums).
+const SORT_THREADS: u32 = 512;
 
 /// Runs the routed experts of the last [`route`] on `x` (`[n, mlp.dim()]`, the rows routing saw):
 /// each slot's output row is left in the buffers for [`combine`].
@@ -405,7 +413,7 @@ pub fn experts_with(
         } else {
             w.kernel
         };
-        expert_matmul(gpu, kernel, w, xin, yout, offsets, n, k)
+        expert_matmul(gpu, kernel, plant, w, xin, yout, offsets, n, k)
     };
     match &mlp.gate {
         Some(g) => {
@@ -422,11 +430,13 @@ pub fn experts_with(
 }
 
 /// One grouped expert matmul over the `n * k` gathered rows of `n` tokens' `k` picks (each
-/// expert's group from `offsets`; a group holds at most `n` rows).
+/// expert's group from `offsets`; a group holds at most `n` rows); `plant`: `kernel` is a
+/// planted control, run as it is.
 #[allow(clippy::too_many_arguments)]
 fn expert_matmul(
     gpu: &Gpu,
     kernel: &'static str,
+    plant: bool,
     w: &GpuExperts,
     x: &CudaSlice<f32>,
     y: &mut CudaSlice<f32>,
@@ -444,11 +454,24 @@ fn expert_matmul(
     // Block row y takes the y-th expert with rows (kernels/moe.cu): a round has at most
     // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
     let groups = w.n_experts().min(slots).max(1);
-    let tpr = w
-        .matrix
-        .format()
-        .matmul_threads_per_row(w.rows() * groups, n);
-    let mut b = gpu.launcher(&geometry_kernel(kernel, tpr))?;
+    let format = w.matrix.format();
+    // MLX 4-bit and bf16 in the GPU's own order (tf_slices; its one-row body when a round has
+    // one token, so every group is one row).
+    let (name, mut cfg) = match crate::slices::kernel(format, w.cols()) {
+        Some(_) if !plant => (
+            format!(
+                "tf_moe_slices_{}{}",
+                format.kernel_tag(),
+                if n == 1 { "_one" } else { "" }
+            ),
+            crate::slices::launch_config(format, w.rows(), w.cols(), n, 1),
+        ),
+        _ => {
+            let tpr = format.matmul_threads_per_row(w.rows() * groups, n);
+            (geometry_kernel(kernel, tpr), grid(w.rows() * tpr, THREADS))
+        }
+    };
+    let mut b = gpu.launcher(&name)?;
     b.arg(w.matrix.bytes())
         .arg(x)
         .arg(y)
@@ -456,7 +479,6 @@ fn expert_matmul(
         .arg(&rows)
         .arg(&cols)
         .arg(&n_experts);
-    let mut cfg = grid(w.rows() * tpr, THREADS);
     cfg.grid_dim.1 =
         u32::try_from(groups)
             .ok()

@@ -10,7 +10,7 @@ use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ops::{grid, i32_of, need};
 use crate::weights::{GpuFormat, GpuMatrix};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, LaunchConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Largest |GPU - CPU| logit a forward through `tf_slices` may show on the fixtures and stay
@@ -137,11 +137,10 @@ pub fn matmul_geometry(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    LAUNCHES.fetch_add(1, Ordering::Relaxed);
-    let groups = w.rows().div_ceil(one_row_rows(w.format()));
-    let per = per.clamp(1, groups);
+    let per = per.clamp(1, w.rows().div_ceil(one_row_rows(w.format())));
     let per_ = i32_of(OP, "groups a warp", per)?;
-    let (mut b, cfg) = if n == 1 {
+    let cfg = launch_config(w.format(), w.rows(), w.cols(), n, per);
+    let mut b = if n == 1 {
         let mut b = gpu.launcher(&format!("{kernel}_one"))?;
         b.arg(w.bytes())
             .arg(x)
@@ -149,9 +148,7 @@ pub fn matmul_geometry(
             .arg(&rows)
             .arg(&cols)
             .arg(&per_);
-        let mut cfg = grid(groups.div_ceil(per) * 32, BLOCK);
-        cfg.shared_mem_bytes = one_row_smem(w.cols());
-        (b, cfg)
+        b
     } else {
         let mut b = gpu.launcher(kernel)?;
         b.arg(w.bytes())
@@ -160,15 +157,38 @@ pub fn matmul_geometry(
             .arg(&n_)
             .arg(&rows)
             .arg(&cols);
-        let mut cfg = grid(w.rows().div_ceil(ROWS_PER_WARP) * 32, MANY_BLOCK);
-        cfg.shared_mem_bytes = (2 * 4096 * n.min(TILE_ROWS)) as u32;
-        (b, cfg)
+        b
     };
     // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one entries:
     // rows, cols, groups a warp after the pointers); the buffers hold the elements they read
     // and write (checked above; the weight was validated at upload, and its rows are whole
     // 32-element units).
     unsafe { b.go(cfg, "launching slices matmul") }
+}
+
+/// The launch of a `tf_slices` body over `rows` weight rows of `format` with `cols` columns
+/// (counted in [`launches`]): the one-row entry's grid with `per` row groups a warp when `n` is
+/// 1, else the many-row entry's; the dynamic shared memory of its x copies.
+pub(crate) fn launch_config(
+    format: GpuFormat,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    per: usize,
+) -> LaunchConfig {
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    let (mut cfg, smem) = if n == 1 {
+        let warps = rows.div_ceil(one_row_rows(format)).div_ceil(per.max(1));
+        (grid(warps * 32, BLOCK), one_row_smem(cols))
+    } else {
+        let warps = rows.div_ceil(ROWS_PER_WARP);
+        (
+            grid(warps * 32, MANY_BLOCK),
+            (2 * 4096 * n.min(TILE_ROWS)) as u32,
+        )
+    };
+    cfg.shared_mem_bytes = smem;
+    cfg
 }
 
 /// The weights of one unit's elements `8m .. 8m + 8` from its device bytes.

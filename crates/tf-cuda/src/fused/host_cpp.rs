@@ -410,6 +410,57 @@ fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
             must_match,
         });
     }
+    cases.extend(moe_slices_cases(rng));
+    cases
+}
+
+/// Grouped expert matmuls in the GPU's own order (`tf_moe_slices_*`): each group equals the
+/// `tf_slices` reference of its expert's matrix and rows, through the many-row body (groups of
+/// 2, 0 and 5 rows) and the one-row body (one-token rounds: groups of one row, experts skipped).
+fn moe_slices_cases(rng: &mut Rng) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let rows = 9usize;
+    for f in [GpuFormat::Mlx4, GpuFormat::Bf16] {
+        let tag = f.kernel_tag();
+        for (one, offsets) in [(false, vec![0i32, 2, 2, 7]), (true, vec![0i32, 0, 1, 1, 2])] {
+            let e = offsets.len() - 1;
+            let n = offsets[e] as usize;
+            let cols = 1216; // 38 units: lanes 0-5 take two
+            let (_, bytes) = weights(f, e * rows, cols, rng);
+            let x = rng.vec_uniform(n * cols, -1.0, 1.0);
+            let mut want = vec![0f32; n * rows];
+            let eb = bytes.len() / e;
+            for ex in 0..e {
+                let (a, b) = (offsets[ex] as usize, offsets[ex + 1] as usize);
+                let we = &bytes[ex * eb..(ex + 1) * eb];
+                let y = crate::slices::reference(f, we, rows, cols, &x[a * cols..b * cols], b - a);
+                want[a * rows..b * rows].copy_from_slice(&y);
+            }
+            let name = format!("tf_moe_slices_{tag}{}", if one { "_one" } else { "" });
+            cases.push(Case {
+                label: format!("{f:?} {name}"),
+                name,
+                kind: 1,
+                // The launcher's warps: 4 (bf16: 2) rows a warp in the one-row body, else 2.
+                tpr: if one && f == GpuFormat::Mlx4 { 8 } else { 16 },
+                rows,
+                cols,
+                n,
+                experts: e,
+                x_stride: cols,
+                bytes,
+                off: 0,
+                offsets,
+                want,
+                x,
+                gain: vec![],
+                eps: 0.0,
+                y0: vec![],
+                smem: 0,
+                must_match: true,
+            });
+        }
+    }
     cases
 }
 

@@ -74,7 +74,10 @@ int main(int argc, char** argv) {
             if (it == moe.end()) return 4;
             // As the launcher: a block row per possible non-empty group.
             const unsigned groups = (unsigned)std::max(1, std::min(experts, n));
-            tf_launch(D3{blocks, groups, 1}, 128, 0, [&] { it->second(W, x.data(), y.data(), offs.data(), rows, cols, experts); });
+            // tf_moe_slices: the larger of its two bodies' x copies.
+            const size_t smem = name.find("slices") == std::string::npos ? 0
+                : std::max(8192 * (size_t)std::min(n, MM_RT), 4096 * (size_t)((cols + 1023) / 1024));
+            tf_launch(D3{blocks, groups, 1}, 128, smem, [&] { it->second(W, x.data(), y.data(), offs.data(), rows, cols, experts); });
         } else {
             auto it = mmf.find(name);
             if (it == mmf.end()) return 4;
@@ -165,6 +168,12 @@ pub(crate) fn host_kernels() -> String {
         mm.push_str(&format!("MM({k}) "));
     }
     moe.push_str("MM(tf_plant_moe_matmul_q4_1_rowvar) ");
+    for k in crate::moe::KERNEL_NAMES
+        .iter()
+        .filter(|k| k.starts_with("tf_moe_slices"))
+    {
+        moe.push_str(&format!("MM({k}) "));
+    }
     for k in crate::device::mmq_kernels() {
         let table = if k.contains("_moe_") {
             &mut moe
