@@ -383,7 +383,8 @@ extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {
     }
 }
 
-// Weighted combine, one block per row i: out[i] = 0, then for each pick j in order with a
+// Weighted combine, block row i for row i (one block with the norm; else a block per blockDim.x
+// columns): out[i] = 0, then for each pick j in order with a
 // position p = where_[i * top_k + j] >= 0: out[i] = out[i] + w_j * f(yg[p]), with f the identity
 // (norm = 0) or Muse Spark's post-expert norm (norm = 1): v = yg[p] * gain, f = v * inv_rms(v)
 // (the RMSNorm of ops.cu with a unit gain). PLANT = 1 adds the picks in reverse order.
@@ -399,6 +400,9 @@ __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
     __shared__ float wt[MOE_PICK_BATCH], rn[MOE_PICK_BATCH];
     const int i = blockIdx.x;
     float* orow = out + (size_t)i * width;
+    // Without the norm, block y takes the columns y * blockDim.x .. (y + 1) * blockDim.x - 1.
+    const int c0 = norm ? 0 : blockIdx.y * blockDim.x;
+    const int c1 = norm ? width : min(width, c0 + (int)blockDim.x);
     // Picks in batches (in pick order, reversed for the plant); within a batch each column
     // adds its terms in a register, the batch's first term to 0 (or to the previous batch's
     // sum read back): the same additions in the same order.
@@ -420,7 +424,7 @@ __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
                 if (threadIdx.x == 0) rn[b] = tf_inv_rms(ss, width, eps);
             }
         __syncthreads();
-        for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        for (int c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
             float acc = j0 == 0 ? 0.0f : orow[c];
             for (int b = 0; b < nb; b++) {
                 const int p = pos[b];

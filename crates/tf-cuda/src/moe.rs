@@ -479,19 +479,23 @@ fn expert_matmul(
         .arg(&rows)
         .arg(&cols)
         .arg(&n_experts);
-    cfg.grid_dim.1 =
-        u32::try_from(groups)
-            .ok()
-            .filter(|&g| g <= 65535)
-            .ok_or(CudaError::Param {
-                op: OP,
-                what: "expert groups",
-                value: groups as f64,
-                why: "exceeds the grid",
-            })?;
+    cfg.grid_dim.1 = grid_rows(OP, "expert groups", groups)?;
     // SAFETY: (u8*, f32*, f32*, i32*, i32, i32, i32); the stacked weight holds n_experts * rows
     // rows (validated at upload); every group lies within the `slots` rows checked above.
     unsafe { b.go(cfg, "launching moe expert matmul") }
+}
+
+/// `v` as a grid's y dimension (at most 65535).
+fn grid_rows(op: &'static str, what: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v)
+        .ok()
+        .filter(|&g| g <= 65535)
+        .ok_or(CudaError::Param {
+            op,
+            what,
+            value: v as f64,
+            why: "exceeds the grid",
+        })
 }
 
 /// Adds each row's picks of the last [`route`]: `out[i] = Σ_j w_ij · f(y_ij)` in pick order from
@@ -554,8 +558,14 @@ pub fn combine_with(
         .arg(&w_)
         .arg(&on)
         .arg(&eps);
+    // The norm needs a whole row in one block; without it, a block per THREADS columns.
+    let col_blocks = if on != 0 {
+        1
+    } else {
+        width.div_ceil(THREADS as usize)
+    };
     let cfg = LaunchConfig {
-        grid_dim: (n as u32, 1, 1),
+        grid_dim: (n as u32, grid_rows(OP, "column blocks", col_blocks)?, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
