@@ -274,14 +274,12 @@ fn run() -> Res<bool> {
         let slices = slices::kernel(w.format(), cols);
         let dev = device_bytes(&packed)?;
         let ns: &[usize] = if slices.is_some() {
-            &[1, 1, 5]
+            &[1, 5]
         } else {
             &[1, 5, 37]
         };
-        for (t, &n) in ns.iter().enumerate() {
-            slices::set_regs(t == 1);
+        for &n in ns {
             ops::matmul(&gpu, &w, &x, n, &mut y)?;
-            slices::set_regs(false);
             let g = gpu.download(&y, n * rows)?;
             let mut c = vec![0f32; n * rows];
             cpu_matmul(&packed, &x_host[..n * cols], n, &mut c, &pool)?;
@@ -381,11 +379,9 @@ fn run() -> Res<bool> {
             );
         }
         if let Some(k) = slices {
-            // One row (the launcher's row groups a warp; the ring entry, then registers), 4 and
-            // 16 rows.
-            for (n, regs) in [(1usize, false), (1, true), (4, false), (16, false)] {
-                slices::set_regs(regs);
-                let per = slices::groups_per_warp(&gpu, k, &ws[0])?;
+            // One row (the launcher's row groups a warp), 4 and 16 rows.
+            let per = slices::groups_per_warp(&gpu, k, &ws[0])?;
+            for (n, per) in [(1usize, per), (4, 0), (16, 0)] {
                 for m in ws.iter().take(3) {
                     slices::matmul_geometry(&gpu, k, m, &x, n, &mut y, per)?;
                 }
@@ -394,7 +390,7 @@ fn run() -> Res<bool> {
                     Ok(slices::matmul_geometry(&gpu, k, m, &x, n, &mut y, per)?)
                 })?;
                 let entry = if n == 1 {
-                    slices::one_entry(k).0
+                    format!("{k}_one")
                 } else {
                     k.to_string()
                 };
@@ -405,7 +401,6 @@ fn run() -> Res<bool> {
                     table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)
                 );
             }
-            slices::set_regs(false);
         }
         if fused {
             // The fused kernel at 1 row, SwiGLU in and residual add (the down projection's use).

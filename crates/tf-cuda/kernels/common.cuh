@@ -294,15 +294,6 @@ __device__ __forceinline__ void tf_cp_async16(void* smem, const void* gmem) {
     *(uint4*)smem = *(const uint4*)gmem;
 #endif
 }
-// The same for 8 bytes (through L1: cp.async.ca).
-__device__ __forceinline__ void tf_cp_async8(void* smem, const void* gmem) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
-#else
-    *(uint2*)smem = *(const uint2*)gmem;
-#endif
-}
 __device__ __forceinline__ void tf_cp_async_commit() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n" ::);

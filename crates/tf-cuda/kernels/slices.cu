@@ -21,34 +21,21 @@
 // 32-bit words of one unit: 16 code bytes, the f32 scale and bias (MLX 4-bit); 32 bf16 values.
 __host__ __device__ constexpr int tf_slice_words(int fmt) { return fmt == FMT_BF16 ? 16 : 6; }
 
-// The raw words of the unit at p (24 bytes 8-aligned, or 64 bytes 16-aligned; SH: in shared
-// memory).
-template <int FMT, bool SH = false>
+// The raw words of the unit at p (24 bytes 8-aligned, or 64 bytes 16-aligned).
+template <int FMT>
 __device__ __forceinline__ void tf_slice_load(const u8* p, u32* w) {
     if constexpr (FMT == FMT_BF16) {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint4 v = SH ? *((const uint4*)p + i) : __ldg((const uint4*)p + i);
+            const uint4 v = __ldg((const uint4*)p + i);
             w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
         }
     } else {
 #pragma unroll
         for (int i = 0; i < 3; i++) {
-            const uint2 v = SH ? *((const uint2*)p + i) : __ldg((const uint2*)p + i);
+            const uint2 v = __ldg((const uint2*)p + i);
             w[2 * i] = v.x, w[2 * i + 1] = v.y;
         }
-    }
-}
-
-// Copies the unit at src (device) to dst (shared) by cp.async (this thread's group).
-template <int FMT>
-__device__ __forceinline__ void tf_slice_copy(u8* dst, const u8* src) {
-    if constexpr (FMT == FMT_BF16) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) tf_cp_async16(dst + 16 * i, src + 16 * i);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 3; i++) tf_cp_async8(dst + 8 * i, src + 8 * i);
     }
 }
 
@@ -273,85 +260,6 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
             for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
         g = gn, t = tn;
     }
-}
-
-// Steps of a warp's weight ring in the one-row ring entries (SL_STAGES - 1 in flight).
-#define SL_STAGES 4
-
-// Shared bytes of one ring stage: the lane's unit of each of the warp's RJ rows.
-__host__ __device__ constexpr int tf_slice_stage_bytes(int fmt) {
-    return tf_slice_one_rows(fmt) * 32 * 4 * tf_slice_words(fmt);
-}
-
-// tf_slices_one with the weights coming through shared memory: each warp keeps a ring of
-// SL_STAGES steps (a step: the lane's unit of each of its RJ rows), SL_STAGES - 1 of them in
-// flight by cp.async while one is multiplied, so more bytes fly per warp than registers hold.
-// Each lane copies and reads only its own bytes. The same sums as tf_slices_one. Dynamic shared
-// memory: x as tf_slices_one, then the block's rings.
-template <int FMT, int PLANT>
-__device__ __forceinline__ void tf_slices_ring(const u8* __restrict__ W,
-                                               const float* __restrict__ x,
-                                               float* __restrict__ y, int rows, int cols,
-                                               int per) {
-    extern __shared__ __align__(16) u8 tf_smem[];
-    float4* xs = (float4*)tf_smem;
-    constexpr int NW = tf_slice_words(FMT), UB = 4 * NW, RJ = tf_slice_one_rows(FMT);
-    constexpr int SB = tf_slice_stage_bytes(FMT);
-    const int p = threadIdx.x & 31;
-    const int groups = (rows + RJ - 1) / RJ;
-    const int g0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * per;
-    const int units = cols >> 5;
-    const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units
-    const int steps = (units + 31) >> 5;                         // a group's steps (the warp's)
-    const int total = max(0, min(g0 + per, groups) - g0) * steps;  // the warp's steps
-    const size_t rb = (size_t)units * UB;
-    u8* ring = tf_smem + (size_t)((cols + 1023) >> 10) * 4096 +
-               (size_t)(threadIdx.x >> 5) * SL_STAGES * SB;
-    // Step j of the warp (group g0 + j / steps, the lane's unit j % steps) into its ring slot;
-    // a commit group always, so that the waits count steps.
-    auto issue = [&](int j) {
-        const int t = j % steps;
-        if (j < total && t < nu) {
-            const int g = g0 + j / steps;
-            u8* slot = ring + (j % SL_STAGES) * SB + p * UB;
-#pragma unroll
-            for (int r = 0; r < RJ; r++)
-                tf_slice_copy<FMT>(slot + r * 32 * UB,
-                                   W + (size_t)min(g * RJ + r, rows - 1) * rb + (size_t)(p + 32 * t) * UB);
-        }
-        tf_cp_async_commit();
-    };
-#pragma unroll
-    for (int j = 0; j < SL_STAGES - 1; j++) issue(j);  // in flight while x is copied
-    for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
-        const int u = f >> 3;
-        xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
-    }
-    __syncthreads();
-    float c[1][RJ][4] = {};
-    for (int j = 0; j < total; j++) {
-        issue(j + SL_STAGES - 1);
-        tf_cp_async_wait<SL_STAGES - 1>();  // step j's copies have landed
-        const int t = j % steps;
-        if (t < nu) {
-            u32 cur[RJ][NW];
-            const u8* slot = ring + (j % SL_STAGES) * SB + p * UB;
-#pragma unroll
-            for (int r = 0; r < RJ; r++) tf_slice_load<FMT, true>(slot + r * 32 * UB, cur[r]);
-            tf_slice_unit<FMT, 1, RJ>(
-                cur, [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c);
-        }
-        if (t + 1 == steps) tf_slice_store<PLANT, 1, RJ>(c, y, 0, (g0 + j / steps) * RJ, rows);
-    }
-}
-
-extern "C" __global__ void tf_slices_mlx4_ring(const u8* W, const float* x, float* y, int rows,
-                                               int cols, int per) {
-    tf_slices_ring<FMT_MLX4, 0>(W, x, y, rows, cols, per);
-}
-extern "C" __global__ void tf_slices_bf16_ring(const u8* W, const float* x, float* y, int rows,
-                                               int cols, int per) {
-    tf_slices_ring<FMT_BF16, 0>(W, x, y, rows, cols, per);
 }
 
 // NAME (any n) and NAME_one (n = 1; `per` row groups a warp).

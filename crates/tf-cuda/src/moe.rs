@@ -464,7 +464,7 @@ fn expert_matmul(
                 format.kernel_tag(),
                 if n == 1 { "_one" } else { "" }
             ),
-            crate::slices::launch_config(format, w.rows(), w.cols(), n, 1, false),
+            crate::slices::launch_config(format, w.rows(), w.cols(), n, 1),
         ),
         _ => {
             let tpr = format.matmul_threads_per_row(w.rows() * groups, n);

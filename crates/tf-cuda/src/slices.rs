@@ -28,9 +28,7 @@ pub fn launches() -> usize {
 
 /// Kernel entry points defined in kernels/slices.cu: each of `tf_slices_*` for any row count,
 /// and its `_one` twin (one activation row: more loads in flight, fewer registers).
-pub const KERNEL_NAMES: [&str; 10] = [
-    "tf_slices_mlx4_ring",
-    "tf_slices_bf16_ring",
+pub const KERNEL_NAMES: [&str; 8] = [
     "tf_slices_mlx4",
     "tf_slices_mlx4_one",
     "tf_slices_bf16",
@@ -90,45 +88,16 @@ pub fn matmul_with(
 /// the fewest that let all its warps be resident at once, so a warp waits on memory once and
 /// not once a group, and no second partial wave of warps follows the first.
 pub fn groups_per_warp(gpu: &Gpu, kernel: &str, w: &GpuMatrix) -> Result<usize> {
-    let (entry, ring) = one_entry(kernel);
-    let smem = one_row_smem(w.format(), w.cols(), ring);
-    let blocks = gpu.resident_blocks(&entry, BLOCK, smem)?;
+    let smem = one_row_smem(w.cols());
+    let blocks = gpu.resident_blocks(&format!("{kernel}_one"), BLOCK, smem)?;
     let warps = gpu.info().multiprocessors * blocks.max(1) * BLOCK as usize / 32;
     Ok(w.rows().div_ceil(one_row_rows(w.format())).div_ceil(warps))
 }
 
-static REGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Timing only: the one-row entries with the weights in registers, not the shared ring.
-pub fn set_regs(on: bool) {
-    REGS.store(on, Ordering::Relaxed);
-}
-
-/// The one-row entry of `kernel`, and whether it is a ring entry.
-pub fn one_entry(kernel: &str) -> (String, bool) {
-    let regs = REGS.load(Ordering::Relaxed) || std::env::var_os("TF_SLICES_REGS").is_some();
-    if !regs && (kernel == "tf_slices_mlx4" || kernel == "tf_slices_bf16") {
-        return (format!("{kernel}_ring"), true);
-    }
-    (format!("{kernel}_one"), false)
-}
-
-/// Steps of a warp's weight ring (`SL_STAGES` in kernels/slices.cu).
-const STAGES: usize = 4;
-
 /// Dynamic shared memory of a one-row launch: the activation row, lane-major (in whole
-/// 32-unit strides of 4 KiB), then with `ring` the warps' weight rings.
-fn one_row_smem(format: GpuFormat, cols: usize, ring: bool) -> u32 {
-    let unit = match format {
-        GpuFormat::Bf16 => 64,
-        _ => 24,
-    };
-    let rings = if ring {
-        (BLOCK as usize / 32) * STAGES * one_row_rows(format) * 32 * unit
-    } else {
-        0
-    };
-    (cols.div_ceil(1024) * 4096 + rings) as u32
+/// 32-unit strides of 4 KiB).
+fn one_row_smem(cols: usize) -> u32 {
+    (cols.div_ceil(1024) * 4096) as u32
 }
 
 /// Threads a block of the one-row `tf_slices` launches.
@@ -170,10 +139,9 @@ pub fn matmul_geometry(
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
     let per = per.clamp(1, w.rows().div_ceil(one_row_rows(w.format())));
     let per_ = i32_of(OP, "groups a warp", per)?;
-    let (entry, ring) = one_entry(kernel);
-    let cfg = launch_config(w.format(), w.rows(), w.cols(), n, per, ring);
+    let cfg = launch_config(w.format(), w.rows(), w.cols(), n, per);
     let mut b = if n == 1 {
-        let mut b = gpu.launcher(&entry)?;
+        let mut b = gpu.launcher(&format!("{kernel}_one"))?;
         b.arg(w.bytes())
             .arg(x)
             .arg(y)
@@ -200,19 +168,18 @@ pub fn matmul_geometry(
 
 /// The launch of a `tf_slices` body over `rows` weight rows of `format` with `cols` columns
 /// (counted in [`launches`]): the one-row entry's grid with `per` row groups a warp when `n` is
-/// 1 (`ring`: a ring entry), else the many-row entry's; the dynamic shared memory of its copies.
+/// 1, else the many-row entry's; the dynamic shared memory of its x copies.
 pub(crate) fn launch_config(
     format: GpuFormat,
     rows: usize,
     cols: usize,
     n: usize,
     per: usize,
-    ring: bool,
 ) -> LaunchConfig {
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
     let (mut cfg, smem) = if n == 1 {
         let warps = rows.div_ceil(one_row_rows(format)).div_ceil(per.max(1));
-        (grid(warps * 32, BLOCK), one_row_smem(format, cols, ring))
+        (grid(warps * 32, BLOCK), one_row_smem(cols))
     } else {
         let warps = rows.div_ceil(ROWS_PER_WARP);
         (
@@ -306,7 +273,6 @@ mod tests {
         assert!(src.contains(&format!("#define SL_RJ {ROWS_PER_WARP} ")));
         let (bf16, mlx) = (one_row_rows(GpuFormat::Bf16), one_row_rows(GpuFormat::Mlx4));
         assert!(src.contains(&format!("return fmt == FMT_BF16 ? {bf16} : {mlx}; }}")));
-        assert!(src.contains(&format!("#define SL_STAGES {STAGES}\n")));
         let matmul = include_str!("../kernels/matmul.cu");
         assert!(matmul.contains(&format!("#define MM_RT {TILE_ROWS}\n")));
     }

@@ -288,36 +288,31 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
                 GpuFormat::Bf16
             };
             let want = crate::slices::reference(f, bytes, w.rows, w.cols, &x, n);
-            let mut entries = vec![match per {
+            let (name, kind, tpr) = match per {
                 0 => (name.to_string(), 0, 16),
                 _ => (format!("{name}_one"), 4, per),
-            }];
-            if per > 0 && !name.contains("plant") {
-                entries.push((format!("{name}_ring"), 4, per));
-            }
-            for (name, kind, tpr) in entries {
-                cases.push(Case {
-                    label: format!("{name} {}x{} n={n} per={per}", w.rows, w.cols),
-                    name,
-                    kind,
-                    tpr,
-                    rows: w.rows,
-                    cols: w.cols,
-                    n,
-                    experts: 0,
-                    x_stride: w.cols,
-                    bytes: bytes.to_vec(),
-                    off: 0,
-                    offsets: vec![],
-                    want: want.clone(),
-                    x: x.clone(),
-                    gain: vec![],
-                    eps: 0.0,
-                    y0: vec![],
-                    smem: 0,
-                    must_match,
-                });
-            }
+            };
+            cases.push(Case {
+                label: format!("{name} {}x{} n={n} per={per}", w.rows, w.cols),
+                name,
+                kind,
+                tpr,
+                rows: w.rows,
+                cols: w.cols,
+                n,
+                experts: 0,
+                x_stride: w.cols,
+                bytes: bytes.to_vec(),
+                off: 0,
+                offsets: vec![],
+                want,
+                x,
+                gain: vec![],
+                eps: 0.0,
+                y0: vec![],
+                smem: 0,
+                must_match,
+            });
         };
     for (cols, ty) in [
         (1184usize, FloatType::F32),

@@ -62,10 +62,7 @@ int main(int argc, char** argv) {
             if (it == mm.end()) return 4;
             const int rj = name.find("bf16") != std::string::npos ? 2 : 4;  // tf_slice_one_rows
             const unsigned warps = (unsigned)(((rows + rj - 1) / rj + tpr - 1) / tpr);
-            // The ring entries: 4 warps' rings after x.
-            const size_t rings = name.find("ring") == std::string::npos ? 0
-                : 4 * SL_STAGES * (size_t)tf_slice_stage_bytes(rj == 2 ? FMT_BF16 : FMT_MLX4);
-            tf_launch(D3{(warps * 32 + 127) / 128, 1, 1}, 128, 4096 * (size_t)((cols + 1023) / 1024) + rings, [&] { it->second(W, x.data(), y.data(), rows, cols, tpr); });
+            tf_launch(D3{(warps * 32 + 127) / 128, 1, 1}, 128, 4096 * (size_t)((cols + 1023) / 1024), [&] { it->second(W, x.data(), y.data(), rows, cols, tpr); });
         } else if (kind == 0) {
             auto it = mm.find(entry);
             if (it == mm.end()) return 4;
