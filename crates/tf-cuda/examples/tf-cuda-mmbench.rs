@@ -395,7 +395,11 @@ fn run() -> Res<bool> {
                     k.to_string()
                 };
                 let regs = gpu.registers(&entry)?;
-                let name = format!("{label} ({entry}, {per} groups a warp, {regs} regs)");
+                let name = if n == 1 {
+                    format!("{label} ({entry}, {per} groups a warp, {regs} regs)")
+                } else {
+                    format!("{label} ({entry}, {regs} regs)")
+                };
                 println!(
                     "{}",
                     table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)

@@ -9,8 +9,9 @@
 //   wins; weights s / (total + 1e-15) * scale).
 // Picks are stored per slot (row i, pick j) at i * top_k + j; a missing pick is expert -1.
 // tf_moe_sort lists the slots of each expert (counting sort, slot order inside an expert), and
-// the expert matmuls run TF_MATMUL_IMPL (matmul.cu) on each expert's contiguous group of
-// gathered rows: the matmul is row-invariant, so a slot's bits do not depend on the group.
+// the expert matmuls run TF_MATMUL_IMPL (matmul.cu; MLX 4-bit and bf16: tf_slices, slices.cu)
+// on each expert's contiguous group of gathered rows: the matmul is row-invariant, so a slot's
+// bits do not depend on the group.
 // tf_moe_combine adds the picks of a row in pick order from 0, each term rounded then added (the
 // CPU's combine).
 

@@ -277,4 +277,3 @@ TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)
 TF_SLICES_ENTRY(tf_slices_bf16, FMT_BF16, 0)
 TF_SLICES_ENTRY(tf_plant_slices_mlx4_rowvar, FMT_MLX4, 1)
 TF_SLICES_ENTRY(tf_plant_slices_mlx4_sum, FMT_MLX4, 2)
-

@@ -27,7 +27,8 @@ pub fn launches() -> usize {
 }
 
 /// Kernel entry points defined in kernels/slices.cu: each of `tf_slices_*` for any row count,
-/// and its `_one` twin (one activation row: more loads in flight, fewer registers).
+/// and its `_one` twin (one activation row: the row held whole in shared memory, row groups a
+/// warp in turn).
 pub const KERNEL_NAMES: [&str; 8] = [
     "tf_slices_mlx4",
     "tf_slices_mlx4_one",
@@ -56,10 +57,14 @@ fn one_row_rows(format: GpuFormat) -> usize {
     }
 }
 
+/// Most columns a `tf_slices` matrix may have: the one-row entry holds its activation row in
+/// shared memory (128 KiB at most).
+const MAX_COLS: usize = 32768;
+
 /// The `tf_slices` kernel for a matrix of `format` with `cols` columns, if it has one.
 pub fn kernel(format: GpuFormat, cols: usize) -> Option<&'static str> {
     match format {
-        _ if !cols.is_multiple_of(32) => None,
+        _ if !cols.is_multiple_of(32) || cols > MAX_COLS => None,
         GpuFormat::Mlx4 => Some("tf_slices_mlx4"),
         GpuFormat::Bf16 => Some("tf_slices_bf16"),
         _ => None,
