@@ -102,6 +102,18 @@ static inline float __shfl_xor_sync(unsigned, float v, int mask, int width = 32)
     const int lane = threadIdx.x & 31;
     return tf_from_lane(v, (lane / width) * width + ((lane % width) ^ mask) % width);
 }
+static unsigned long long tf_shfl64[64][32];
+static inline unsigned long long __shfl_xor_sync(unsigned, unsigned long long v, int mask, int width = 32) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    tf_shfl64[w][lane] = v;
+    tf_warp_bars[w]->arrive_and_wait();
+    const unsigned long long r = tf_shfl64[w][(lane / width) * width + ((lane % width) ^ mask) % width];
+    tf_warp_bars[w]->arrive_and_wait();
+    return r;
+}
+static inline int __shfl_xor_sync(unsigned m, int v, int mask, int width = 32) {
+    return (int)__shfl_xor_sync(m, (unsigned long long)(unsigned)v, mask, width);
+}
 static inline float __shfl_sync(unsigned, float v, int src, int width = 32) {
     const int lane = threadIdx.x & 31;
     return tf_from_lane(v, (lane / width) * width + src % width);

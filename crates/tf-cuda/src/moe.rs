@@ -24,6 +24,8 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::{DroppedGroups, RouteParams};
 
 mod experts;
+#[cfg(test)]
+mod route_host;
 
 pub use experts::{ExpertMlp, GpuExperts};
 
