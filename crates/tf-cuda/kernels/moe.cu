@@ -47,8 +47,8 @@ __device__ __forceinline__ unsigned long long tf_moe_rank_key(float s, int e) {
     return ((unsigned long long)hi << 32) | lo;
 }
 
-// Dynamic shared memory: keys[n_experts] (8-byte aligned first), probs[n_experts],
-// scores[n_experts], group scores[n_group].
+// Dynamic shared memory: keys[E32] (8-byte aligned first; E32 = n_experts rounded up to 32),
+// probs[n_experts], scores[n_experts], group scores[n_group], candidate ids[E32].
 template <int PLANT>
 __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ logits,
                                                      const float* __restrict__ corr, int* experts,
@@ -56,9 +56,11 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
                                                      int n_group, int topk_group, float scaling,
                                                      int norm_topk, float fill) {
     extern __shared__ unsigned long long rt_keys[];
-    float* probs = (float*)(rt_keys + n_experts);
+    const int nch = (n_experts + 31) >> 5;  // chunks of 32 experts
+    float* probs = (float*)(rt_keys + 32 * nch);
     float* scores = probs + n_experts;
     float* gs = scores + n_experts;
+    int* cid = (int*)(gs + n_group);
     const int i = blockIdx.x;
     const float* lr = logits + (size_t)i * n_experts;
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
@@ -97,20 +99,51 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
     __syncthreads();  // the group masking is done
     // The CPU's insertion top-k keeps the k experts that rank first, in rank order, and
     // ranks_before is a strict total order (ties by id, NaN last), so each expert's place is
-    // the number of experts ranking before it: computed by every thread for its experts, by
-    // comparing keys (no early exit, so a warp's loads stay in step and in flight).
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x)
-        rt_keys[e] = tf_moe_rank_key<PLANT>(scores[e], e);
-    __syncthreads();
+    // the number of experts ranking before it. For k <= 32, each warp first sorts its chunks of
+    // 32 keys (bitonic, by shuffles) and keeps each chunk's first k as candidates: every expert
+    // ranking before a top-k expert is itself in the top k, so a candidate's rank among the
+    // candidates is its rank among all experts. Otherwise every expert counts against all.
     int* pk = experts + (size_t)i * top_k;
     float* pw = weights + (size_t)i * top_k;
     const int k = top_k;
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
-        const unsigned long long me = rt_keys[e];
-        int rank = 0;
+    if (k <= 32) {
+        const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+        for (int ch = threadIdx.x >> 5; ch < nch; ch += nw) {
+            const int e = 32 * ch + lane;
+            // Past the last expert: key 0, below every expert's.
+            unsigned long long key = e < n_experts ? tf_moe_rank_key<PLANT>(scores[e], e) : 0ull;
+            int id = e;
+#pragma unroll
+            for (int size = 2; size <= 32; size <<= 1)
+#pragma unroll
+                for (int stride = size >> 1; stride > 0; stride >>= 1) {
+                    const unsigned long long ok = __shfl_xor_sync(TF_FULL_MASK, key, stride);
+                    const int oid = __shfl_xor_sync(TF_FULL_MASK, id, stride);
+                    // Blocks of `size` alternate descending / ascending; the last one descends.
+                    const bool keep_max = ((lane & stride) == 0) == ((lane & size) == 0);
+                    if (keep_max ? ok > key : ok < key) key = ok, id = oid;
+                }
+            if (lane < k) rt_keys[ch * k + lane] = key, cid[ch * k + lane] = id;
+        }
+        __syncthreads();
+        const int nc = nch * k;
+        for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+            const unsigned long long me = rt_keys[c];
+            int rank = 0;
+            for (int t = 0; t < nc; t++) rank += rt_keys[t] > me ? 1 : 0;
+            if (rank < k) pk[rank] = cid[c];
+        }
+    } else {
+        for (int e = threadIdx.x; e < n_experts; e += blockDim.x)
+            rt_keys[e] = tf_moe_rank_key<PLANT>(scores[e], e);
+        __syncthreads();
+        for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+            const unsigned long long me = rt_keys[e];
+            int rank = 0;
 #pragma unroll 8
-        for (int t = 0; t < n_experts; t++) rank += rt_keys[t] > me ? 1 : 0;
-        if (rank < k) pk[rank] = e;
+            for (int t = 0; t < n_experts; t++) rank += rt_keys[t] > me ? 1 : 0;
+            if (rank < k) pk[rank] = e;
+        }
     }
     __syncthreads();
     if (threadIdx.x != 0) return;

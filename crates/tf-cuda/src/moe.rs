@@ -270,7 +270,8 @@ pub fn route_with(
     let limit = 48 * 1024;
     match routing {
         Routing::Grouped(p) => {
-            let smem = 8 * e + (2 * e + p.n_group) * 4;
+            let e32 = e.div_ceil(32) * 32;
+            let smem = 8 * e32 + (2 * e + p.n_group) * 4 + 4 * e32;
             if smem > limit {
                 return Err(CudaError::Shape {
                     op: OP,
