@@ -23,6 +23,19 @@ pub(crate) fn compiler() -> Option<String> {
     None
 }
 
+/// kernels/common.cuh for the host: its f16 conversion through the prelude's `tf_host_f16`.
+pub(crate) fn common() -> String {
+    let c = include_str!("../kernels/common.cuh").replace(
+        r#"asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));"#,
+        "f = tf_host_f16(h);",
+    );
+    assert!(
+        c.contains("tf_host_f16(h)"),
+        "common.cuh's f16 conversion moved"
+    );
+    c
+}
+
 /// Host stand-ins for the CUDA names the kernels use and the emulated launch, shared by the
 /// kernel emulation tests: one OS thread per CUDA thread of a block, kept for the whole grid
 /// (the blocks run one after another, a barrier between them; shared memory is reused),

@@ -82,10 +82,7 @@ int main(int argc, char** argv) {
 "#;
 
 fn host_source() -> String {
-    let common = include_str!("../../kernels/common.cuh").replace(
-        r#"asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));"#,
-        "f = tf_host_f16(h);",
-    );
+    let common = crate::host_cxx::common();
     format!(
         "{}{LAUNCH}\n{common}\n{}\n{MAIN}",
         crate::host_cxx::SIMT_PRELUDE,

@@ -46,10 +46,7 @@ int main(int argc, char** argv) {
 
 /// moe.cu's routing kernels with the host's stand-ins.
 fn host_source() -> String {
-    let common = include_str!("../../kernels/common.cuh").replace(
-        r#"asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));"#,
-        "f = tf_host_f16(h);",
-    );
+    let common = crate::host_cxx::common();
     let moe = include_str!("../../kernels/moe.cu");
     let end = moe
         .find("// Dynamic shared memory: scores[n_experts], biased[n_experts]")

@@ -115,14 +115,7 @@ pub(super) fn host_source() -> String {
 
 /// [`host_source`] without the harness's `main`.
 pub(crate) fn host_kernels() -> String {
-    let common = include_str!("../../../kernels/common.cuh").replace(
-        r#"asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));"#,
-        "f = tf_host_f16(h);",
-    );
-    assert!(
-        common.contains("tf_host_f16(h)"),
-        "common.cuh's f16 conversion moved"
-    );
+    let common = crate::host_cxx::common();
     let fused = include_str!("../../../kernels/fused.cu").replace(SMEM_DECL, SMEM_HOST);
     assert!(
         fused.contains("tf_dyn_smem"),
