@@ -145,25 +145,18 @@ pub fn matmul_geometry(
     let per = per.clamp(1, w.rows().div_ceil(one_row_rows(w.format())));
     let per_ = i32_of(OP, "groups a warp", per)?;
     let cfg = launch_config(w.format(), w.rows(), w.cols(), n, per);
-    let mut b = if n == 1 {
-        let mut b = gpu.launcher(&format!("{kernel}_one"))?;
-        b.arg(w.bytes())
-            .arg(x)
-            .arg(y)
-            .arg(&rows)
-            .arg(&cols)
-            .arg(&per_);
-        b
+    let entry = if n == 1 {
+        format!("{kernel}_one")
     } else {
-        let mut b = gpu.launcher(kernel)?;
-        b.arg(w.bytes())
-            .arg(x)
-            .arg(y)
-            .arg(&n_)
-            .arg(&rows)
-            .arg(&cols);
-        b
+        kernel.to_string()
     };
+    let mut b = gpu.launcher(&entry)?;
+    b.arg(w.bytes()).arg(x).arg(y);
+    if n == 1 {
+        b.arg(&rows).arg(&cols).arg(&per_);
+    } else {
+        b.arg(&n_).arg(&rows).arg(&cols);
+    }
     // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one entries:
     // rows, cols, groups a warp after the pointers); the buffers hold the elements they read
     // and write (checked above; the weight was validated at upload, and its rows are whole
