@@ -17,23 +17,14 @@ fn fixture() -> ChatFixture {
     }
 }
 
-fn wait_for(server: &tf_server::Server, name: &str, value: f64) {
+/// Waits (30 s at most) until the sum of the metrics `names` reaches `value`.
+fn wait_for(server: &tf_server::Server, names: &[&str], value: f64) {
     let t = std::time::Instant::now();
-    while metric(server, name) < value {
-        assert!(t.elapsed().as_secs() < 30, "{name} never reached {value}");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
-/// Waits until `n` streams have ended, finished or cancelled.
-fn wait_for_ended(server: &tf_server::Server, n: usize) {
-    let t = std::time::Instant::now();
-    let ended = || {
-        metric(server, "tensorfold_requests_finished_total")
-            + metric(server, "tensorfold_requests_cancelled_total")
-    };
-    while ended() < n as f64 {
-        assert!(t.elapsed().as_secs() < 30, "{n} streams never ended");
+    while names.iter().map(|n| metric(server, n)).sum::<f64>() < value {
+        assert!(
+            t.elapsed().as_secs() < 30,
+            "{names:?} never reached {value}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
@@ -76,7 +67,12 @@ fn a_dropped_stream_leaves_the_next_turn_exact() {
             })
             .expect("the stream starts");
         assert!(!done, "the client left before the end");
-        wait_for_ended(&cached, attempt);
+        // The attempt has ended, finished or cancelled.
+        let ended = [
+            "tensorfold_requests_finished_total",
+            "tensorfold_requests_cancelled_total",
+        ];
+        wait_for(&cached, &ended, attempt as f64);
         if metric(&cached, "tensorfold_requests_cancelled_total") >= 1.0 {
             break;
         }
@@ -86,7 +82,7 @@ fn a_dropped_stream_leaves_the_next_turn_exact() {
         1.0,
         "no dropped stream was cancelled mid-reply in 10 attempts"
     );
-    wait_for(&cached, "tensorfold_prompt_cache_entries", 1.0);
+    wait_for(&cached, &["tensorfold_prompt_cache_entries"], 1.0);
     assert_eq!(metric(&cached, "tensorfold_streams_running"), 0.0);
     // The next turn, greedy and seeded, on both servers.
     messages.push(json!({"role": "assistant", "content": seen}));
