@@ -39,7 +39,8 @@ pub(crate) fn common() -> String {
 /// Host stand-ins for the CUDA names the kernels use and the emulated launch, shared by the
 /// kernel emulation tests: one OS thread per CUDA thread of a block, kept for the whole grid
 /// (the blocks run one after another, a barrier between them; shared memory is reused),
-/// barriers for `__syncthreads`, `__syncwarp` and the warp shuffles and votes.
+/// barriers for `__syncthreads`, `__syncwarp` and the warp shuffles and votes; `tf_open_io` for
+/// a harness's case and output files.
 /// `tf_launch(D3 grid, threads, dynamic shared bytes, body)`; `tf_dyn_smem` is the dynamic
 /// shared memory. Integer types and `TF_FULL_MASK` as common.cuh has them.
 pub(crate) const SIMT_PRELUDE: &str = r#"
@@ -87,6 +88,13 @@ static unsigned char* tf_dyn_smem;
 static inline float __int_as_float(int b) { float f; std::memcpy(&f, &b, 4); return f; }
 static inline int __float_as_int(float f) { int b; std::memcpy(&b, &f, 4); return b; }
 static inline void __syncthreads() { tf_block_bar->arrive_and_wait(); }
+// A harness's case file (argv[1], read) and output file (argv[2], written); false if either fails.
+static inline bool tf_open_io(int argc, char** argv, FILE** fi, FILE** fo) {
+    if (argc < 3) return false;
+    *fi = std::fopen(argv[1], "rb");
+    *fo = std::fopen(argv[2], "wb");
+    return *fi && *fo;
+}
 static inline void __syncwarp(unsigned = 0xffffffffu) { tf_warp_bars[threadIdx.x >> 5]->arrive_and_wait(); }
 static inline unsigned __ballot_sync(unsigned, bool p) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;

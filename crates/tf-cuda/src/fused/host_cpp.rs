@@ -120,6 +120,43 @@ impl Case {
         }
     }
 
+    /// A grouped expert matmul launch of `name` (kind 1): `experts` stacked matrices of `rows`
+    /// rows in `bytes`, their groups of the `n` rows of `x` from `offsets`.
+    #[allow(clippy::too_many_arguments)]
+    fn grouped(
+        label: String,
+        name: String,
+        tpr: usize,
+        (rows, cols, n, experts): (usize, usize, usize, usize),
+        bytes: Vec<u8>,
+        offsets: Vec<i32>,
+        x: Vec<f32>,
+        want: Vec<f32>,
+        must_match: bool,
+    ) -> Case {
+        Case {
+            label,
+            name,
+            kind: 1,
+            tpr,
+            rows,
+            cols,
+            n,
+            experts,
+            x_stride: cols,
+            bytes,
+            off: 0,
+            offsets,
+            want,
+            x,
+            gain: vec![],
+            eps: 0.0,
+            y0: vec![],
+            smem: 0,
+            must_match,
+        }
+    }
+
     /// Output floats the harness writes.
     fn out_len(&self) -> usize {
         self.n * self.rows
@@ -388,27 +425,17 @@ fn moe_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
                 want[p * rows..][..rows].copy_from_slice(src);
             }
         }
-        cases.push(Case {
-            label: format!("{f:?} {name}"),
-            name: name.to_string(),
-            kind: 1,
-            tpr: f.matmul_threads_per_row(usize::MAX, 1),
-            rows,
-            cols,
-            n,
-            experts: e,
-            x_stride: cols,
+        cases.push(Case::grouped(
+            format!("{f:?} {name}"),
+            name.to_string(),
+            f.matmul_threads_per_row(usize::MAX, 1),
+            (rows, cols, n, e),
             bytes,
-            off: 0,
-            offsets: offsets.clone(),
-            want,
+            offsets,
             x,
-            gain: vec![],
-            eps: 0.0,
-            y0: vec![],
-            smem: 0,
+            want,
             must_match,
-        });
+        ));
     }
     cases.extend(moe_slices_cases(rng));
     cases
@@ -437,28 +464,13 @@ fn moe_slices_cases(rng: &mut Rng) -> Vec<Case> {
                 want[a * rows..b * rows].copy_from_slice(&y);
             }
             let name = format!("tf_moe_slices_{tag}{}", if one { "_one" } else { "" });
-            cases.push(Case {
-                label: format!("{f:?} {name}"),
-                name,
-                kind: 1,
-                // The launcher's warps: 4 (bf16: 2) rows a warp in the one-row body, else 2.
-                tpr: if one && f == GpuFormat::Mlx4 { 8 } else { 16 },
-                rows,
-                cols,
-                n,
-                experts: e,
-                x_stride: cols,
-                bytes,
-                off: 0,
-                offsets,
-                want,
-                x,
-                gain: vec![],
-                eps: 0.0,
-                y0: vec![],
-                smem: 0,
-                must_match: true,
-            });
+            // The launcher's warps: 4 (bf16: 2) rows a warp in the one-row body, else 2.
+            let tpr = if one && f == GpuFormat::Mlx4 { 8 } else { 16 };
+            let label = format!("{f:?} {name}");
+            let shape = (rows, cols, n, e);
+            cases.push(Case::grouped(
+                label, name, tpr, shape, bytes, offsets, x, want, true,
+            ));
         }
     }
     cases

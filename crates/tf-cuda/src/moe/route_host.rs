@@ -16,10 +16,8 @@ use tf_kernels::ops::{route, DroppedGroups, Pick, RouteParams, RouteScratch};
 /// n * top_k expert ids (i32) and weights (f32) to argv[2].
 const MAIN: &str = r#"
 int main(int argc, char** argv) {
-    if (argc < 3) return 2;
-    FILE* fi = std::fopen(argv[1], "rb");
-    FILE* fo = std::fopen(argv[2], "wb");
-    if (!fi || !fo) return 2;
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
     int h[9];
     float scaling;
     while (std::fread(h, 4, 9, fi) == 9 && std::fread(&scaling, 4, 1, fi) == 1) {

@@ -20,10 +20,8 @@ const LAUNCH: &str = "template <class F> static void tf_launch(unsigned blocks, 
 /// kernel's pool path (radix fallback for heavy ties), then with every row by the fallback.
 const MAIN: &str = r#"
 int main(int argc, char** argv) {
-    if (argc < 3) return 2;
-    FILE* fi = std::fopen(argv[1], "rb");
-    FILE* fo = std::fopen(argv[2], "wb");
-    if (!fi || !fo) return 2;
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
     int h[6];
     while (std::fread(h, 4, 6, fi) == 6) {
         const int n = h[0], vocab = h[1], cap = h[2], plant = h[3], threads = h[4], m = h[5];

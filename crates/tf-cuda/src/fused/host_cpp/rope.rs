@@ -16,10 +16,8 @@ typedef void (*Rope)(const u8*, const float*, const float*, float, float*, int, 
                      const float*, float*, float*, const int*, const int*, int, int, int, int,
                      int, int, int);
 int main(int argc, char** argv) {
-    if (argc < 3) return 2;
-    FILE* fi = std::fopen(argv[1], "rb");
-    FILE* fo = std::fopen(argv[2], "wb");
-    if (!fi || !fo) return 2;
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
     int h[13];
     if (std::fread(h, 4, 13, fi) != 13) return 3;
     const int fmt = h[0], heads = h[1], kv = h[2], hd = h[3], pairing = h[4], n = h[5],
