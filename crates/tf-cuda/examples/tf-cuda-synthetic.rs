@@ -302,9 +302,10 @@ fn run_model(spec: &str, bench: usize, leave_out: usize) -> Res<bool> {
     let plan = tf_families::plan(ck.config(), ck.entries())?;
     let gpu = Gpu::open(0)?;
     println!(
-        "device: {} ({}); {} ({}), {} tensors, seed {:#x}",
+        "device: {} ({}, early launch {}); {} ({}), {} tensors, seed {:#x}",
         gpu.info().name,
         gpu.info().arch,
+        if gpu.info().early_launch { "on" } else { "off" },
         plan.family(),
         plan.num_layers(),
         ck.entries().len(),

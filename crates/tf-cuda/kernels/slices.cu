@@ -266,10 +266,12 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
+        tf_grid_wait();                                                                       \
         tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
     }                                                                                         \
     extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int rows,    \
                                           int cols, int per) {                                \
+        tf_grid_wait();                                                                       \
         tf_slices_one<FMT, PLANT>(W, x, y, rows, cols, per);                                  \
     }
 
