@@ -1,5 +1,5 @@
 //! `tf-cuda-synthetic [--model CONFIG:LAYOUT]... [--fill CONFIG[:LAYOUT]]... [--bench N]
-//! [--leave-out N]`:
+//! [--leave-out N] [--streams 1,4,16,64]`:
 //! synthetic checkpoints (weights generated on the GPU, no files) at real shapes.
 //!
 //! For each `--model` (default: `llama3-8b:q4_0` and the default model's shape
@@ -8,7 +8,7 @@
 //! 1. Generator check: a few tensors filled on the device (embedding, a projection, a fused
 //!    [gate|up] or a stack of routed experts, a norm) are downloaded and compared byte for byte
 //!    with the host generator; a planted control (another seed) must differ.
-//! 2. Decode rounds on the synthetic weights at 1 / 4 / 16 / 64 streams (graphed), logits
+//! 2. Decode rounds on the synthetic weights at 1 / 4 / 16 / 64 streams (or `--streams`; graphed), logits
 //!    finite, aggregate tok/s and the fraction of the memory roofline: bytes one step must read
 //!    / 3.97e12 B/s, where a MoE layer's routed experts count the expected share touched by n
 //!    tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random weights route near
@@ -61,6 +61,10 @@ fn main() -> ExitCode {
         .first()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0usize);
+    let streams: Vec<usize> = values("--streams")
+        .first()
+        .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 4, 16, 64]);
     let mut models = values("--model");
     let fills = values("--fill");
     if models.is_empty() && fills.is_empty() {
@@ -72,7 +76,7 @@ fn main() -> ExitCode {
     let mut ok = true;
     for m in &models {
         println!("\n# {m}");
-        match run_model(m, bench, leave_out) {
+        match run_model(m, bench, leave_out, &streams) {
             Ok(pass) => ok &= pass,
             Err(e) => {
                 println!("error: {e}");
@@ -296,7 +300,7 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-fn run_model(spec: &str, bench: usize, leave_out: usize) -> Res<bool> {
+fn run_model(spec: &str, bench: usize, leave_out: usize, streams_list: &[usize]) -> Res<bool> {
     let (config, quant) = split(spec);
     let ck = checkpoint(config, quant, None)?;
     let plan = tf_families::plan(ck.config(), ck.entries())?;
@@ -336,7 +340,7 @@ fn run_model(spec: &str, bench: usize, leave_out: usize) -> Res<bool> {
     println!("| streams | tok/s (aggregate) | us per step | bytes per step | roofline us | roofline fraction | logits finite |");
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut logits = Vec::new();
-    for streams in [1usize, 4, 16, 64] {
+    for &streams in streams_list {
         for s in 0..streams {
             g.reset_slot(s);
         }
