@@ -20,30 +20,16 @@ typedef unsigned long long u64;
 #define FMT_Q4_1 4
 #define FMT_Q8_0 5
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Whether a kernel lets the next one launch as soon as it has waited (1), or only as its blocks
-// finish (0). Set at load (src/device.rs, TF_CUDA_EARLY_TRIGGER).
-__constant__ int tf_early_trigger = 1;
-#endif
-
 // Every kernel's first statement (or, where a kernel reads weights first, the statement after
 // those reads). On sm_90 and newer a kernel may be launched early, while the grid before it still
 // runs (programmatic dependent launch, src/launch.rs): this waits until that grid has finished
 // and its writes are visible. Nothing before it may read what an earlier kernel writes; weights
-// are written only at load. Elsewhere (older GPUs, the host emulation) it does nothing, and
-// launches are ordered as usual.
+// are written only at load. No kernel signals its dependents early, so a kernel's blocks are
+// scheduled as the blocks of the grid before it finish. Elsewhere (older GPUs, the host
+// emulation) it does nothing, and launches are ordered as usual.
 __device__ __forceinline__ void tf_grid_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (tf_early_trigger) asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
-
-// Asks L2 to fetch the len bytes at a (both multiples of 16; a hint, nothing is read into the
-// block). sm_90 and newer only.
-__device__ __forceinline__ void tf_prefetch_l2(const void* a, u32 len) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(len) : "memory");
 #endif
 }
 

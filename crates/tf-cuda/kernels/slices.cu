@@ -18,12 +18,6 @@
 
 #define SL_RJ 2  // weight rows a warp
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Row groups a warp of the one-row entry asks L2 to fetch ahead of the one it multiplies (0:
-// none). Set at load (src/device.rs, TF_SLICES_PREFETCH).
-__constant__ int tf_slices_prefetch = 1;
-#endif
-
 // 32-bit words of one unit: 16 code bytes, the f32 scale and bias (MLX 4-bit); 32 bf16 values.
 __host__ __device__ constexpr int tf_slice_words(int fmt) { return fmt == FMT_BF16 ? 16 : 6; }
 
@@ -214,10 +208,8 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
 // in turn (RJ = tf_slice_one_rows), one unit of a lane a step, the next step's loads (of the
 // same group or the next) in flight while a step is multiplied, so a warp waits on memory once,
 // not once a group. The same sums as tf_slices_tile at NT = 1. Dynamic shared memory: 4 KiB a
-// 32 units (cols / 1024 rounded up). A warp's groups are consecutive in W, so it also asks L2 for
-// its first group and the groups tf_slices_prefetch ahead of the one it multiplies. WAITS: W is the weights of a
-// kernel parameter, so the first loads and prefetches start before tf_grid_wait (else the caller
-// has waited).
+// 32 units (cols / 1024 rounded up). WAITS: W is a kernel parameter (weights, written only at
+// load), so the warp's first loads start before tf_grid_wait (else the caller has waited).
 template <int FMT, int PLANT, int WAITS = 0>
 __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
                                               const float* __restrict__ x,
@@ -243,18 +235,6 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
                 tf_slice_load<FMT>(row + (size_t)(p + 32 * t) * UB, buf[r]);
             }
     };
-    // L2 prefetch of group gp's rows (whole 16-byte lines of them).
-    auto prefetch = [&](int gp) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (p == 0 && gp < gend)
-            tf_prefetch_l2(W + (size_t)gp * RJ * rb, (u32)((min(RJ, rows - gp * RJ) * rb) & ~(size_t)15));
-#endif
-    };
-    int ahead = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    ahead = tf_slices_prefetch;
-#endif
-    for (int d = 0; ahead > 0 && d <= ahead; d++) prefetch(g + d);
     u32 cur[RJ][NW];
     if (g < gend) fetch(g, 0, cur);  // in flight while x is copied
     if constexpr (WAITS) tf_grid_wait();
@@ -280,7 +260,6 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
         for (int r = 0; r < RJ; r++)
 #pragma unroll
             for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
-        if (ahead > 0 && gn != g) prefetch(gn + ahead);
         g = gn, t = tn;
     }
 }

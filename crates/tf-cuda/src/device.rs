@@ -3,7 +3,7 @@
 use crate::compile::{program_ptx, PtxOrigin};
 use crate::error::{drv, CudaError, Result};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -166,37 +166,6 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// Sets the kernels' `__constant__ int` `name` to `$env` if that parses within `range`, else to
-/// `default` (a tuning knob for measurements, read once at load).
-fn set_knob(
-    module: &Arc<CudaModule>,
-    stream: &Arc<CudaStream>,
-    name: &str,
-    env: &str,
-    default: i32,
-    range: std::ops::RangeInclusive<i32>,
-) -> Result<()> {
-    let value = std::env::var(env)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|v| range.contains(v))
-        .unwrap_or(default);
-    let mut symbol = module
-        .get_global(name, stream)
-        .map_err(drv("finding a kernel constant"))?;
-    // SAFETY: the symbol is a 4-byte int (kernels/*.cu).
-    let mut int = unsafe { symbol.transmute_mut::<i32>(1) }.ok_or_else(|| CudaError::Shape {
-        op: "kernel constant",
-        detail: format!("{name} holds fewer than 4 bytes"),
-    })?;
-    stream
-        .memcpy_htod(&[value], &mut int)
-        .map_err(drv("setting a kernel constant"))?;
-    stream
-        .synchronize()
-        .map_err(drv("setting a kernel constant"))
-}
-
 impl Gpu {
     /// Opens device `ordinal`, checks its compute capability, and compiles (or reads from the
     /// cache) and loads the kernels. Refuses by name: no driver, no NVRTC, no such device, an
@@ -243,24 +212,6 @@ impl Gpu {
         let module = ctx
             .load_module(ptx)
             .map_err(drv("loading the kernel module"))?;
-        if cc.0 >= 9 {
-            set_knob(
-                &module,
-                &stream,
-                "tf_early_trigger",
-                "TF_CUDA_EARLY_TRIGGER",
-                1,
-                0..=1,
-            )?;
-            set_knob(
-                &module,
-                &stream,
-                "tf_slices_prefetch",
-                "TF_SLICES_PREFETCH",
-                1,
-                0..=16,
-            )?;
-        }
         let mut functions = HashMap::new();
         for name in all_kernel_names() {
             let f = module
