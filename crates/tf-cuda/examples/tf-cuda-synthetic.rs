@@ -306,10 +306,9 @@ fn run_model(spec: &str, bench: usize, leave_out: usize, streams_list: &[usize])
     let plan = tf_families::plan(ck.config(), ck.entries())?;
     let gpu = Gpu::open(0)?;
     println!(
-        "device: {} ({}, early launch {}); {} ({}), {} tensors, seed {:#x}",
+        "device: {} ({}); {} ({}), {} tensors, seed {:#x}",
         gpu.info().name,
         gpu.info().arch,
-        if gpu.info().early_launch { "on" } else { "off" },
         plan.family(),
         plan.num_layers(),
         ck.entries().len(),

@@ -20,19 +20,6 @@ typedef unsigned long long u64;
 #define FMT_Q4_1 4
 #define FMT_Q8_0 5
 
-// Every kernel's first statement (or, where a kernel reads weights first, the statement after
-// those reads). On sm_90 and newer a kernel may be launched early, while the grid before it still
-// runs (programmatic dependent launch, src/launch.rs): this waits until that grid has finished
-// and its writes are visible. Nothing before it may read what an earlier kernel writes; weights
-// are written only at load. No kernel signals its dependents early, so a kernel's blocks are
-// scheduled as the blocks of the grid before it finish. Elsewhere (older GPUs, the host
-// emulation) it does nothing, and launches are ordered as usual.
-__device__ __forceinline__ void tf_grid_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ float tf_bits(u32 b) { return __int_as_float((int)b); }
 
 // IEEE half bits to f32 (exact).

@@ -548,7 +548,6 @@ __device__ __forceinline__ void tf_matmul_rows(const u8* __restrict__ W,
 #define TF_MATMUL_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
-        tf_grid_wait();                                                                       \
         TF_MATMUL_IMPL<FMT, PLANT, 0>(W, x, y, n, rows, cols);                                \
     }
 // NAME and NAME_mmq (4 threads a row), for tf_mmq's formats.
@@ -556,7 +555,6 @@ __device__ __forceinline__ void tf_matmul_rows(const u8* __restrict__ W,
     TF_MATMUL_ENTRY(NAME, FMT, PLANT)                                                         \
     extern "C" __global__ void NAME##_mmq(const u8* W, const float* x, float* y, int n,       \
                                           int rows, int cols) {                               \
-        tf_grid_wait();                                                                       \
         TF_MATMUL_IMPL<FMT, PLANT, 1>(W, x, y, n, rows, cols);                                \
     }
 
@@ -580,7 +578,6 @@ __device__ __forceinline__ void tf_embed(const u8* __restrict__ W, const int* __
 
 #define TF_EMBED_ENTRY(NAME, FMT)                                                             \
     extern "C" __global__ void NAME(const u8* W, const int* tokens, float* out, int cols) {   \
-        tf_grid_wait();                                                                       \
         tf_embed<FMT>(W, tokens, out, cols);                                                  \
     }
 

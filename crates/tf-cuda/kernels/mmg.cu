@@ -219,7 +219,6 @@ __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __
     extern "C" __global__ void __launch_bounds__(MMG_THREADS, 2)                                \
         tf_##FNAME(const u8* W, const float* x, const float* g, float eps, float* y, int n,     \
                    int rows, int cols, int x_stride) {                                          \
-        tf_grid_wait();                                                                         \
         tf_mmg<FMT, XF, EP, PLANT>(W, x, g, eps, y, n, rows, cols, x_stride);                   \
     }
 #define TF_MMG_FORMAT(NAME, FMT)                                       \

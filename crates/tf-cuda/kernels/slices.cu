@@ -208,9 +208,8 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
 // in turn (RJ = tf_slice_one_rows), one unit of a lane a step, the next step's loads (of the
 // same group or the next) in flight while a step is multiplied, so a warp waits on memory once,
 // not once a group. The same sums as tf_slices_tile at NT = 1. Dynamic shared memory: 4 KiB a
-// 32 units (cols / 1024 rounded up). WAITS: W is a kernel parameter (weights, written only at
-// load), so the warp's first loads start before tf_grid_wait (else the caller has waited).
-template <int FMT, int PLANT, int WAITS = 0>
+// 32 units (cols / 1024 rounded up).
+template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
                                               const float* __restrict__ x,
                                               float* __restrict__ y, int rows, int cols,
@@ -237,7 +236,6 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     };
     u32 cur[RJ][NW];
     if (g < gend) fetch(g, 0, cur);  // in flight while x is copied
-    if constexpr (WAITS) tf_grid_wait();
     for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
         const int u = f >> 3;
         xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
@@ -268,12 +266,11 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
-        tf_grid_wait();                                                                       \
         tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
     }                                                                                         \
     extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int rows,    \
                                           int cols, int per) {                                \
-        tf_slices_one<FMT, PLANT, 1>(W, x, y, rows, cols, per);                               \
+        tf_slices_one<FMT, PLANT>(W, x, y, rows, cols, per);                                  \
     }
 
 TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)

@@ -143,16 +143,13 @@ pub struct DeviceInfo {
     /// Dynamic shared memory a block of the big kernels may take (the device's opt-in limit,
     /// less room for their static shared memory).
     pub smem_per_block: usize,
-    /// Whether kernels are launched early (programmatic dependent launch, src/launch.rs).
-    pub early_launch: bool,
 }
 
 /// A CUDA device with the program loaded: the context, the stream every launch goes to, and
 /// the kernels by name. Dropping it releases everything (RAII).
 pub struct Gpu {
     stream: Arc<CudaStream>,
-    /// Each kernel with its parameter count and whether it is launched early.
-    functions: HashMap<String, (CudaFunction, usize, bool)>,
+    functions: HashMap<String, (CudaFunction, usize)>,
     /// [`Gpu::resident_blocks`] answers, asked of the driver once per (kernel, block size, shared
     /// memory).
     resident: Mutex<HashMap<(String, u32, u32), usize>>,
@@ -202,13 +199,9 @@ impl Gpu {
         let arch = format!("compute_{}{}", cc.0, cc.1);
         let t0 = Instant::now();
         let (ptx, ptx_origin) = program_ptx(&arch)?;
-        let ptx_text = ptx.to_src();
-        let counts: HashMap<String, usize> = crate::launch::ptx_param_counts(&ptx_text)
+        let counts: HashMap<String, usize> = crate::launch::ptx_param_counts(&ptx.to_src())
             .into_iter()
             .collect();
-        let early_launch =
-            crate::launch::early_launch_available(cc, crate::launch::driver_version()?);
-        let waits = crate::launch::ptx_grid_waits(&ptx_text);
         let module = ctx
             .load_module(ptx)
             .map_err(drv("loading the kernel module"))?;
@@ -221,8 +214,7 @@ impl Gpu {
                 op: "kernel lookup",
                 detail: format!("no PTX signature for {name}"),
             })?;
-            let early = early_launch && waits.contains(&name);
-            functions.insert(name, (f, params, early));
+            functions.insert(name, (f, params));
         }
         // Let the kernels that stage tiles in shared memory take up to the opt-in limit.
         let optin = ctx
@@ -230,7 +222,7 @@ impl Gpu {
             .map_err(drv("reading the shared memory limit"))?
             .max(48 * 1024) as usize;
         let smem_per_block = optin - 1024;
-        for (name, (f, ..)) in &functions {
+        for (name, (f, _)) in &functions {
             if name.starts_with("tf_mmf_") || name.contains("attend") || name.contains("slices_") {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -254,7 +246,6 @@ impl Gpu {
             ptx_origin,
             load_time: t0.elapsed(),
             smem_per_block,
-            early_launch,
         };
         Ok(Gpu {
             stream,
@@ -280,7 +271,7 @@ impl Gpu {
         self.entry(name).map(|e| &e.0)
     }
 
-    fn entry(&self, name: &str) -> Result<&(CudaFunction, usize, bool)> {
+    fn entry(&self, name: &str) -> Result<&(CudaFunction, usize)> {
         self.functions.get(name).ok_or_else(|| CudaError::Shape {
             op: "kernel lookup",
             detail: format!("no kernel named {name}"),
@@ -319,13 +310,12 @@ impl Gpu {
 
     /// A launch of kernel `name` on the stream, checked against its parameter count.
     pub(crate) fn launcher(&self, name: &str) -> Result<crate::launch::Launch<'_>> {
-        let (f, params, early) = self.entry(name)?;
+        let (f, params) = self.entry(name)?;
         Ok(crate::launch::Launch::new(
             self,
-            f.cu_function(),
+            self.stream.launch_builder(f),
             name,
             *params,
-            *early,
         ))
     }
 

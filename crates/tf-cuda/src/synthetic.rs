@@ -211,10 +211,7 @@ unsafe fn fill(
     seed: u64,
     out: Option<FloatKind>,
 ) -> Result<()> {
-    // The fill ends before the next kernel starts: tf_slices_one reads weights before it waits
-    // for the kernel before it (tf_grid_wait).
-    let end = |launched: Result<()>| launched.and_then(|()| gpu.synchronize());
-    end(match fill_args(e, seed, out)? {
+    match fill_args(e, seed, out)? {
         FillArgs::Dense {
             n,
             key,
@@ -251,7 +248,7 @@ unsafe fn fill(
             // SAFETY: argument types and order as tf_synth_blocks; `ptr` holds n blocks (caller).
             unsafe { launch.go(config(n), "filling synthetic packed blocks") }
         }
-    })
+    }
 }
 
 fn config(items: u64) -> cudarc::driver::LaunchConfig {

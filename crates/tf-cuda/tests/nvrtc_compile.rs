@@ -46,27 +46,6 @@ fn every_kernel_compiles_for_compute_90() {
         "expected explicit fmaf in the PTX"
     );
     assert!(ptx.contains(".target sm_90"), "PTX not for sm_90");
-    // Every kernel waits for the grid before it, so every launch may be early (src/launch.rs).
-    let waits = tf_cuda::launch::ptx_grid_waits(&ptx);
-    let missing: Vec<_> = names.iter().filter(|n| !waits.contains(n)).collect();
-    assert!(
-        missing.is_empty(),
-        "kernels without tf_grid_wait: {missing:?}"
-    );
-}
-
-#[test]
-fn before_sm_90_no_kernel_waits() {
-    if !nvrtc_or_skip() {
-        return;
-    }
-    let ptx = compile_to_ptx("tensorfold.cu", &program_source(), "compute_80")
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        ptx.contains(".entry tf_attend("),
-        "no kernels in the sm_80 PTX"
-    );
-    assert_eq!(tf_cuda::launch::ptx_grid_waits(&ptx), Vec::<String>::new());
 }
 
 #[test]
@@ -108,13 +87,4 @@ fn ptx_param_counts_reads_entry_signatures() {
     // A control: a signature with one more parameter is counted differently.
     let more = ptx.replace("a_1\n", "a_1,\n .param .u32 a_2\n");
     assert_eq!(tf_cuda::launch::ptx_param_counts(&more)[0].1, 3);
-}
-
-#[test]
-fn ptx_grid_waits_finds_the_entries_that_wait() {
-    let ptx = ".visible .entry a(\n .param .u64 a_0\n)\n{ griddepcontrol.wait; ret; }\n.visible .entry b()\n{ ret; }\n";
-    assert_eq!(tf_cuda::launch::ptx_grid_waits(ptx), vec!["a".to_string()]);
-    // A control: once b waits too, it is found.
-    let both = ptx.replace("{ ret; }", "{ griddepcontrol.wait; ret; }");
-    assert_eq!(tf_cuda::launch::ptx_grid_waits(&both), vec!["a", "b"]);
 }

@@ -29,15 +29,14 @@ fn main() -> ExitCode {
     };
     let info = gpu.info();
     let header = format!(
-        "device: {} (compute capability {}.{}, {:.1} GiB), kernels for {} ({:?}, {:.2} s to compile/load), early launch {}\ndepth: {depth:?}\n",
+        "device: {} (compute capability {}.{}, {:.1} GiB), kernels for {} ({:?}, {:.2} s to compile/load)\ndepth: {depth:?}\n",
         info.name,
         info.compute_capability.0,
         info.compute_capability.1,
         info.total_memory as f64 / (1u64 << 30) as f64,
         info.arch,
         info.ptx_origin,
-        info.load_time.as_secs_f64(),
-        if info.early_launch { "on" } else { "off" }
+        info.load_time.as_secs_f64()
     );
     print!("{header}");
     let result = match run_all(&gpu, depth) {
