@@ -113,11 +113,7 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
 }
 
 /// MoE in mlx-lm's order: router → routing per row → fc1_latent_proj → routed experts →
-/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input). The shared
-/// expert runs on the side stream, beside the routed path: it reads only `ws.h`, which nothing
-/// writes until the next layer, and writes only `ws.up`, `ws.act` and `ws.shared`, which the
-/// routed path does not touch; so each kernel reads what it read in order, and the bits are the
-/// same.
+/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input).
 pub(super) fn moe(
     g: &Gpu,
     m: &MoeLayer,
@@ -126,9 +122,6 @@ pub(super) fn moe(
     hidden: usize,
     ws: &mut Workspace,
 ) -> Result<()> {
-    if let Some(sh) = &m.shared {
-        g.beside(|| mlp_rows(g, sh, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.shared))?;
-    }
     ops::matmul(g, &m.gate, &ws.h, n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
     let xe = match &m.latent {
@@ -146,8 +139,8 @@ pub(super) fn moe(
         }
         None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
     }
-    if m.shared.is_some() {
-        g.join_side()?;
+    if let Some(sh) = &m.shared {
+        mlp_rows(g, sh, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.shared)?;
         ops::add_inplace(g, &mut ws.o, &ws.shared, n * hidden)?;
     }
     Ok(())
