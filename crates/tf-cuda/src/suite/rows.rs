@@ -1,5 +1,4 @@
-//! Contract cases for the row operators: RMSNorm (alone and after the residual add), RoPE,
-//! SwiGLU, and the exp they share.
+//! Contract cases for the row operators: RMSNorm, RoPE, SwiGLU, and the exp they share.
 
 use super::{compare_bits, control, verdict, CaseResult, CpuBits, Depth, ErrSlot, SuiteResult};
 use crate::device::Gpu;
@@ -26,9 +25,6 @@ fn cpu_err(op: &'static str) -> impl Fn(tf_kernels::ops::OpError) -> CudaError {
 pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
     for (i, width) in [576usize, 1536, 577].into_iter().enumerate() {
         norm(gpu, depth, width, i == 0, out, 0x40 + i as u64)?;
-    }
-    for (i, width) in [4096usize, 577].into_iter().enumerate() {
-        add_norm(gpu, depth, width, i == 0, out, 0x50 + i as u64)?;
     }
     for (i, (heads, pairing)) in [
         (9usize, Pairing::Interleaved),
@@ -134,107 +130,6 @@ fn norm(
             "rms_norm: eps 10% larger when n > 1 (arithmetic depends on the row count)",
             &op,
             &drift,
-            &cfg,
-            &errs,
-        ));
-    }
-    Ok(())
-}
-
-/// `tf_add_rms_norm`: a row is `[x | o]`, its output `[x + o | rms_norm(x + o)]` (the updated
-/// residual and the norm), against the reference, row invariance, and the CPU's bits of the add
-/// then `rms_norm`.
-fn add_norm(
-    gpu: &Gpu,
-    depth: Depth,
-    width: usize,
-    with_controls: bool,
-    out: &mut SuiteResult,
-    seed: u64,
-) -> Result<()> {
-    let eps = 1e-5f32;
-    let mut rng = Rng::new(seed);
-    let gain_h = rng.vec_uniform(width, 0.5, 1.5);
-    let gain = gpu.upload(&gain_h)?;
-    let bufs = RefCell::new([
-        gpu.zeros::<f32>(MAX_ROWS * width)?,
-        gpu.zeros::<f32>(MAX_ROWS * width)?,
-        gpu.zeros::<f32>(MAX_ROWS * width)?,
-    ]);
-    let errs = ErrSlot::default();
-    let run_with = |kernel: &'static str, rows: &[Vec<f32>], o: &mut [f32]| {
-        let r = (|| -> Result<()> {
-            let n = rows.len();
-            let half = |h: usize| -> Vec<f32> {
-                rows.iter()
-                    .flat_map(|r| &r[h * width..(h + 1) * width])
-                    .copied()
-                    .collect()
-            };
-            let [x, res, y] = &mut *bufs.borrow_mut();
-            gpu.write(&half(0), x)?;
-            gpu.write(&half(1), res)?;
-            ops::add_rms_norm_with(gpu, kernel, x, res, &gain, eps, n, y)?;
-            let (xs, ys) = (gpu.download(x, n * width)?, gpu.download(y, n * width)?);
-            for (i, row) in o.chunks_mut(2 * width).enumerate() {
-                row[..width].copy_from_slice(&xs[i * width..(i + 1) * width]);
-                row[width..].copy_from_slice(&ys[i * width..(i + 1) * width]);
-            }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            errs.put(e, o);
-        }
-    };
-    let gen = |r: &mut Rng, _: usize| r.vec_normal(2 * width, 1.5);
-    let sum = |row: &Vec<f32>| -> Vec<f32> {
-        row[..width]
-            .iter()
-            .zip(&row[width..])
-            .map(|(a, b)| a + b)
-            .collect()
-    };
-    let reference = |row: &Vec<f32>, o: &mut [f64]| {
-        let x = sum(row);
-        let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
-        let r = 1.0 / (ss / width as f64 + eps as f64).sqrt();
-        for (k, &v) in x.iter().enumerate() {
-            o[k] = v as f64;
-            o[width + k] = gain_h[k] as f64 * v as f64 * r;
-        }
-    };
-    let op = RowOp {
-        name: "add_rms_norm",
-        out_width: 2 * width,
-        tolerance: Tolerance::new(1e-6, 2e-6),
-        gen_row: &gen,
-        reference: &reference,
-    };
-    let cfg = depth.config(seed);
-    let run = |rows: &[Vec<f32>], o: &mut [f32]| run_with("tf_add_rms_norm", rows, o);
-    let v = verdict(&op, &run, &cfg, &errs);
-    let rows: Vec<Vec<f32>> = (0..33).map(|_| rng.vec_normal(2 * width, 1.5)).collect();
-    let mut g = vec![0f32; 33 * 2 * width];
-    run(&rows, &mut g);
-    let mut c = vec![0f32; 33 * 2 * width];
-    for (row, o) in rows.iter().zip(c.chunks_mut(2 * width)) {
-        let x = sum(row);
-        cpu_rms_norm(&x, &gain_h, eps, 1, &mut o[width..]).map_err(cpu_err("cpu rms_norm"))?;
-        o[..width].copy_from_slice(&x);
-    }
-    out.cases.push(CaseResult {
-        op: "add_rms_norm".into(),
-        case: format!("width {width}, eps 1e-5, output [x + o | norm]"),
-        verdict: v,
-        cpu_bits: Some(compare_bits(&g, &c)),
-    });
-    if with_controls {
-        let short =
-            |rows: &[Vec<f32>], o: &mut [f32]| run_with("tf_plant_add_rms_norm_short", rows, o);
-        out.controls.push(control(
-            "add_rms_norm: sum of squares skips the last element",
-            &op,
-            &short,
             &cfg,
             &errs,
         ));
