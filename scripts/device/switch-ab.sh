@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One build, its receipts, then an environment switch timed on and off in the same call (the
+# only comparison the device's noise allows), from the repository root on the H200 machine:
+#   bash scripts/device/switch-ab.sh VAR [ROUNDS]
+# e.g. VAR=TF_SLICES_REGS. Needs dist/tensorfold, dist/tf-cuda-contract, dist/tf-cuda-nemotron,
+# dist/tf-cuda-muse and dist/tf-cuda-synthetic of one build (built here with
+#   cargo build --profile ci -p tensorfold -p tf-cuda --bins --examples
+# from target/ci/ and target/ci/examples/). First the receipts with the switch at its default
+# (the kernel contract, every Nemotron-H and Muse Spark fixture against the CPU engine, every
+# fixture through `tensorfold score`), then per round VAR=1 and VAR=0: `tf-cuda-synthetic` at the
+# default model's shape and Lightning's (1 / 4 / 16 streams), and Bolt's (1 / 4 / 16 / 64).
+# About 8 minutes with ROUNDS=1 (the first run compiles the kernels, about 80 s).
+set -uo pipefail
+. scripts/device/env.sh >/dev/null
+var=${1:?usage: switch-ab.sh VAR [ROUNDS]}
+rounds=${2:-1}
+out="${OUT:-/tmp}"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+fails=0
+step() {
+  local name=$1; shift
+  local t0=$SECONDS
+  timeout "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc, $((SECONDS - t0)) s"
+  return $rc
+}
+step contract 240 ./dist/tf-cuda-contract --out "$out/contract.md" || fails=$((fails + 1))
+tail -1 "$out/contract.log"
+step nemotron 120 bash scripts/device/nemotron.sh || fails=$((fails + 1))
+tail -1 "$out/nemotron.log"
+step muse 60 bash scripts/device/muse.sh || fails=$((fails + 1))
+tail -1 "$out/muse.log"
+step fixtures 150 bash scripts/device/fixtures.sh || fails=$((fails + 1))
+echo "$(grep -c '^PASS' "$out/fixtures.log") fixtures PASS"; grep FAIL "$out/fixtures.log" | head -3
+small=(--model "smollm2-135m:q4_1,embed=q8_0,dense=f32" --model lightning --bench 32 --streams 1,4,16)
+for r in $(seq 1 "$rounds"); do
+  for v in 1 0; do
+    step "small-$var=$v-$r" 90 env "$var=$v" ./dist/tf-cuda-synthetic "${small[@]}" || fails=$((fails + 1))
+    grep -E '^# |^\| [0-9]+ \|' "$out/small-$var=$v-$r.log"
+    step "bolt-$var=$v-$r" 120 env "$var=$v" ./dist/tf-cuda-synthetic --model bolt --bench 16 || fails=$((fails + 1))
+    grep -E '^\| [0-9]+ \|' "$out/bolt-$var=$v-$r.log"
+  done
+done
+[ "$fails" = 0 ] && echo "switch-ab: PASS" || echo "switch-ab: FAIL ($fails steps failed)"
+[ "$fails" = 0 ]
