@@ -263,16 +263,21 @@ fn config(items: u64) -> cudarc::driver::LaunchConfig {
     }
 }
 
-/// A zero packed view of `[rows, cols]` in `format` over `zeros` (for allocating the device
-/// matrix through [`GpuMatrix::upload`]).
-fn zero_view<'a>(e: &TensorEntry, zeros: &'a [u8]) -> Result<PackedMatrix<'a>> {
+/// The `[rows, cols]` of a matrix entry.
+fn matrix_shape(e: &TensorEntry) -> Result<(usize, usize)> {
     let [rows, cols] = e.shape[..] else {
         return Err(CudaError::Shape {
             op: "synthetic matrix",
             detail: format!("{}: expected a matrix, found shape {:?}", e.name, e.shape),
         });
     };
-    let (rows, cols) = (rows as usize, cols as usize);
+    Ok((rows as usize, cols as usize))
+}
+
+/// A zero packed view of `[rows, cols]` in `format` over `zeros` (the host view whose GPU format
+/// [`gpu_format`] asks for).
+fn zero_view<'a>(e: &TensorEntry, zeros: &'a [u8]) -> Result<PackedMatrix<'a>> {
+    let (rows, cols) = matrix_shape(e)?;
     let bad = |err: String| CudaError::Shape {
         op: "synthetic matrix",
         detail: format!("{}: {err}", e.name),
@@ -333,21 +338,28 @@ fn zero_len(e: &TensorEntry) -> usize {
 
 /// A synthetic `[rows, cols]` matrix, or several of one format and width as one matrix (rows in
 /// order), allocated on the device in the format's GPU layout and filled there.
-///
-/// The allocation goes through [`GpuMatrix::upload`] of zeros (one host zero buffer, reused);
-/// a device-side constructor of [`GpuMatrix`] would spare that copy.
 pub fn matrices(gpu: &Gpu, seed: u64, es: &[&TensorEntry]) -> Result<GpuMatrix> {
-    let zeros = vec![0u8; es.iter().map(|e| zero_len(e)).max().unwrap_or(0)];
-    let mut views = Vec::with_capacity(es.len());
-    let mut want = 0u64;
+    let first = es.first().ok_or_else(|| CudaError::Shape {
+        op: "synthetic matrix",
+        detail: "no tensors".into(),
+    })?;
+    let (format, cols) = (gpu_format(first)?, matrix_shape(first)?.1);
+    let (mut rows, mut want) = (0, 0u64);
     for e in es {
-        views.push(zero_view(e, &zeros)?);
+        let (r, c) = matrix_shape(e)?;
+        if gpu_format(e)? != format || c != cols {
+            return Err(CudaError::Shape {
+                op: "synthetic matrix",
+                detail: format!(
+                    "{}: not {format:?} with {cols} columns like {}",
+                    e.name, first.name
+                ),
+            });
+        }
+        rows += r;
         want += layout_of(e)?.bytes(e.elements());
     }
-    let m = match views.as_slice() {
-        [one] => GpuMatrix::upload(gpu, one)?,
-        _ => GpuMatrix::concat(gpu, &views)?,
-    };
+    let m = GpuMatrix::zeroed(gpu, format, rows, cols)?;
     if m.storage_bytes() as u64 != want {
         return Err(CudaError::Shape {
             op: "synthetic matrix",
@@ -390,20 +402,13 @@ pub fn experts(gpu: &Gpu, seed: u64, e: &TensorEntry, n: usize) -> Result<GpuExp
             detail: format!("{}: {ne} experts stored, {n} expected", e.name),
         });
     }
-    let one = TensorEntry {
+    let flat = TensorEntry {
         name: e.name.clone(),
         format: e.format,
-        shape: vec![rows, cols],
-    };
-    let flat = TensorEntry {
         shape: vec![ne * rows, cols],
-        ..one.clone()
     };
-    let zeros = vec![0u8; zero_len(&one)];
-    let views = (0..n)
-        .map(|_| zero_view(&one, &zeros))
-        .collect::<Result<Vec<_>>>()?;
-    let x = GpuExperts::upload(gpu, &views)?;
+    let matrix = GpuMatrix::zeroed(gpu, gpu_format(&flat)?, (ne * rows) as usize, cols as usize)?;
+    let x = GpuExperts::stacked(matrix, n)?;
     let want = layout_of(&flat)?.bytes(flat.elements());
     if x.storage_bytes() as u64 != want {
         return Err(CudaError::Shape {

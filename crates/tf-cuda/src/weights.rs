@@ -247,6 +247,17 @@ pub fn device_bytes<'a>(m: &PackedMatrix<'a>) -> Result<Cow<'a, [u8]>> {
     }
 }
 
+/// Refuses a shape the kernels cannot index (rows and columns are i32 there).
+fn fits_i32(op: &'static str, rows: usize, cols: usize) -> Result<()> {
+    if rows > i32::MAX as usize || cols > i32::MAX as usize {
+        return Err(CudaError::Shape {
+            op,
+            detail: format!("shape [{rows}, {cols}] exceeds i32 indexing"),
+        });
+    }
+    Ok(())
+}
+
 /// A `[rows, cols]` weight matrix in device memory, in the checkpoint's own bytes (MLX re-laid).
 pub struct GpuMatrix {
     rows: usize,
@@ -273,12 +284,7 @@ impl GpuMatrix {
         cols: usize,
         host: &[u8],
     ) -> Result<GpuMatrix> {
-        if rows > i32::MAX as usize || cols > i32::MAX as usize {
-            return Err(CudaError::Shape {
-                op: "weight upload",
-                detail: format!("shape [{rows}, {cols}] exceeds i32 indexing"),
-            });
-        }
+        fits_i32("weight upload", rows, cols)?;
         if host.len() != rows * format.row_bytes(cols) {
             return Err(CudaError::Shape {
                 op: "weight upload",
@@ -324,17 +330,24 @@ impl GpuMatrix {
             host.extend_from_slice(&device_bytes(m)?);
             rows += m.rows();
         }
-        if rows > i32::MAX as usize || cols > i32::MAX as usize {
-            return Err(CudaError::Shape {
-                op: "weight concat",
-                detail: format!("shape [{rows}, {cols}] exceeds i32 indexing"),
-            });
-        }
+        fits_i32("weight concat", rows, cols)?;
         Ok(GpuMatrix {
             rows,
             cols,
             format,
             bytes: gpu.upload(&host)?,
+        })
+    }
+
+    /// A matrix of zero bytes in the device layout of `format`, allocated on the device with
+    /// no host copy (for weights generated there, src/synthetic.rs).
+    pub fn zeroed(gpu: &Gpu, format: GpuFormat, rows: usize, cols: usize) -> Result<GpuMatrix> {
+        fits_i32("weight allocation", rows, cols)?;
+        Ok(GpuMatrix {
+            rows,
+            cols,
+            format,
+            bytes: gpu.zeros(rows * format.row_bytes(cols))?,
         })
     }
 

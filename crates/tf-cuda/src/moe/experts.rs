@@ -28,7 +28,17 @@ impl GpuExperts {
                 detail: format!("an expert of {} rows beside {}", m.rows(), first.rows()),
             });
         }
-        let matrix = GpuMatrix::concat(gpu, experts)?;
+        Self::stacked(GpuMatrix::concat(gpu, experts)?, experts.len())
+    }
+
+    /// `matrix` as `n_experts` experts of equal rows, stacked in order.
+    pub fn stacked(matrix: GpuMatrix, n_experts: usize) -> Result<GpuExperts> {
+        if n_experts == 0 || !matrix.rows().is_multiple_of(n_experts) {
+            return Err(CudaError::Shape {
+                op: "experts",
+                detail: format!("{} rows as {n_experts} experts", matrix.rows()),
+            });
+        }
         let tag = matrix.format().kernel_tag();
         let kernel = KERNEL_NAMES
             .iter()
@@ -39,8 +49,8 @@ impl GpuExperts {
             })?;
         Ok(GpuExperts {
             kernel,
-            n_experts: experts.len(),
-            rows: first.rows(),
+            n_experts,
+            rows: matrix.rows() / n_experts,
             matrix,
         })
     }
