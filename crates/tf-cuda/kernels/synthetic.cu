@@ -24,15 +24,6 @@ __device__ __forceinline__ u32 tf_synth_scale_bits(int kind, u32 m, int e, int n
     return (s << 15) | ((16u + m) << (sh > 0 ? sh : 0));
 }
 
-__device__ __forceinline__ void tf_synth_put(u8* p, int kind, u32 bits) {
-    p[0] = (u8)bits;
-    p[1] = (u8)(bits >> 8);
-    if (kind == 0) {
-        p[2] = (u8)(bits >> 16);
-        p[3] = (u8)(bits >> 24);
-    }
-}
-
 // 2^e as an f32 (normal range).
 __device__ __forceinline__ float tf_synth_pow2(int e) {
     int b = e + 127;
@@ -64,26 +55,34 @@ __device__ __forceinline__ float tf_synth_widen(u32 bits, int kind) {
     return tf_f16((u16)bits);
 }
 
+// Byte i (0..3, little-endian) of the field bits.
+__device__ __forceinline__ u8 tf_synth_byte(u32 bits, int i) { return (u8)(bits >> (8 * i)); }
+
 // Packed blocks (BlockLayout): block b takes stream bytes b*stream_bytes .. into its first
 // stream_bytes bytes, then the scale (and min/bias) fields, drawn once per group_blocks blocks.
+// The fields are written over the stream where they overlap (the min/bias field last). A thread
+// a byte, so a warp's stores are consecutive bytes; bytes of no field are left as they are.
 extern "C" __global__ void tf_synth_blocks(u8* out, u64 nblocks, u64 key, u64 scale_key,
                                            int block_bytes, int stream_bytes, int group_blocks,
                                            int scale_off, int scale_kind, int scale_exp,
                                            int min_off, int min_kind, int min_exp, int min_neg) {
-    u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 b = (u64)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks; b += stride) {
-        u8* p = out + b * (u64)block_bytes;
-        u64 base = b * (u64)stream_bytes;
-        u64 r = 0;
-        for (int k = 0; k < stream_bytes; k++) {
-            u64 o = base + (u64)k;
-            if (k == 0 || (o & 7ull) == 0) r = tf_rand64(key, o >> 3);
-            p[k] = (u8)(r >> (8ull * (o & 7ull)));
+    const u64 total = nblocks * (u64)block_bytes, stride = (u64)gridDim.x * blockDim.x;
+    const int scale_w = scale_kind == 0 ? 4 : 2, min_w = min_kind == 0 ? 4 : 2;
+    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        const u64 b = t / (u64)block_bytes;
+        const int k = (int)(t - b * (u64)block_bytes);
+        const bool in_scale = k >= scale_off && k < scale_off + scale_w;
+        const bool in_min = min_off >= 0 && k >= min_off && k < min_off + min_w;
+        if (in_scale || in_min) {
+            const u32 m = (u32)(tf_rand64(scale_key, b / (u64)group_blocks) >> 60);
+            out[t] = in_min ? tf_synth_byte(tf_synth_scale_bits(min_kind, m, min_exp, min_neg),
+                                            k - min_off)
+                            : tf_synth_byte(tf_synth_scale_bits(scale_kind, m, scale_exp, 0),
+                                            k - scale_off);
+        } else if (k < stream_bytes) {
+            const u64 o = b * (u64)stream_bytes + (u64)k;
+            out[t] = (u8)(tf_rand64(key, o >> 3) >> (8ull * (o & 7ull)));
         }
-        u32 m = (u32)(tf_rand64(scale_key, b / (u64)group_blocks) >> 60);
-        tf_synth_put(p + scale_off, scale_kind, tf_synth_scale_bits(scale_kind, m, scale_exp, 0));
-        if (min_off >= 0)
-            tf_synth_put(p + min_off, min_kind, tf_synth_scale_bits(min_kind, m, min_exp, min_neg));
     }
 }
 

@@ -245,8 +245,10 @@ unsafe fn fill(
             for v in &ints {
                 launch.arg(v);
             }
+            // A thread a byte of the n blocks of ints[0] bytes.
+            let bytes = n * ints[0] as u64;
             // SAFETY: argument types and order as tf_synth_blocks; `ptr` holds n blocks (caller).
-            unsafe { launch.go(config(n), "filling synthetic packed blocks") }
+            unsafe { launch.go(config(bytes), "filling synthetic packed blocks") }
         }
     }
 }
