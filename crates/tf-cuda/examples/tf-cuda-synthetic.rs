@@ -8,11 +8,11 @@
 //! 1. Generator check: a few tensors filled on the device (embedding, a projection, a fused
 //!    [gate|up] or a stack of routed experts, a norm) are downloaded and compared byte for byte
 //!    with the host generator; a planted control (another seed) must differ.
-//! 2. Decode rounds on the synthetic weights at 1 / 4 / 16 / 64 streams (or `--streams`; graphed), logits
-//!    finite, aggregate tok/s and the fraction of the memory roofline: bytes one step must read
-//!    / 3.97e12 B/s, where a MoE layer's routed experts count the expected share touched by n
-//!    tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random weights route near
-//!    uniformly).
+//! 2. Decode rounds on the synthetic weights at 1 / 4 / 16 / 64 streams (or `--streams`;
+//!    graphed), logits finite, aggregate tok/s and the fraction of the memory roofline: bytes
+//!    one step must read / 3.97e12 B/s, where a MoE layer's routed experts count the expected
+//!    share touched by n tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random
+//!    weights route near uniformly).
 //!
 //! 3. With `--leave-out N`: at one stream, the launches of a step by kernel, and what each
 //!    kernel costs inside the graphed step: N replays of the whole step's graph against N of a
