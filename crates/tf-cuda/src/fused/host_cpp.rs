@@ -24,7 +24,9 @@ mod harness;
 mod rope;
 use harness::{host_source, FORMATS};
 
-/// One emulated launch and the bits it must (or, for a planted control, must not) give.
+/// One emulated launch and the bits it must (or, for a planted control, must not) give; the
+/// fields a kind does not use stay at their defaults (empty, zero).
+#[derive(Default)]
 struct Case {
     label: String,
     name: String,
@@ -105,18 +107,13 @@ impl Case {
             rows: w.rows,
             cols: w.cols,
             n,
-            experts: 0,
             x_stride: w.cols,
             bytes,
             off,
-            offsets: vec![],
             want: cpu(w, &x, n, pool),
             x,
-            gain: vec![],
-            eps: 0.0,
-            y0: vec![],
-            smem: 0,
             must_match,
+            ..Default::default()
         }
     }
 
@@ -145,15 +142,11 @@ impl Case {
             experts,
             x_stride: cols,
             bytes,
-            off: 0,
             offsets,
             want,
             x,
-            gain: vec![],
-            eps: 0.0,
-            y0: vec![],
-            smem: 0,
             must_match,
+            ..Default::default()
         }
     }
 
@@ -337,18 +330,12 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
                 rows: w.rows,
                 cols: w.cols,
                 n,
-                experts: 0,
                 x_stride: w.cols,
                 bytes: bytes.to_vec(),
-                off: 0,
-                offsets: vec![],
                 want,
                 x,
-                gain: vec![],
-                eps: 0.0,
-                y0: vec![],
-                smem: 0,
                 must_match,
+                ..Default::default()
             });
         };
     for (cols, ty) in [
@@ -531,11 +518,9 @@ impl Fused<'_> {
             rows,
             cols,
             n,
-            experts: 0,
             x_stride,
             bytes: bytes.to_vec(),
             off: self.off,
-            offsets: vec![],
             x,
             gain,
             eps,
@@ -543,6 +528,7 @@ impl Fused<'_> {
             smem: self.smem,
             want,
             must_match: self.must_match,
+            ..Default::default()
         }
     }
 }
