@@ -1,29 +1,49 @@
-// Row operators: RMSNorm, RoPE, SwiGLU, residual add, the KV append, and a probe of exp.
+// Row operators: RMSNorm (alone or after the residual add), RoPE, SwiGLU, residual add, the KV
+// append, and a probe of exp.
 // Each row is computed by its own block (or element-wise), with the CPU contract's arithmetic.
 
 // RMSNorm, one block per row (blockDim a multiple of 32): ss = dot(x, x) in the 16-lane order
-// (tf_block_sumsq16), r = 1 / sqrt(ss / n + eps), then y = g * (x * r).
-// PLANT = 1 is a planted control: the sum of squares skips the last element of the row.
-template <int PLANT>
-__device__ __forceinline__ void tf_rms_norm(const float* __restrict__ x, const float* __restrict__ g,
-                                            float* __restrict__ y, int width, float eps) {
-    const float* xr = x + (size_t)blockIdx.x * width;
+// (tf_block_sumsq16), r = 1 / sqrt(ss / n + eps), then y = g * (x * r). ADD: the residual add
+// first, x = x + o, written back, and the norm of that sum (the bits of tf_add_inplace and then
+// tf_rms_norm, in one launch). PLANT = 1 is a planted control: the sum of squares skips the last
+// element of the row.
+template <int PLANT, bool ADD>
+__device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* __restrict__ o,
+                                            const float* __restrict__ g, float* __restrict__ y,
+                                            int width, float eps) {
+    float* xr = x + (size_t)blockIdx.x * width;
+    const float* orow = ADD ? o + (size_t)blockIdx.x * width : nullptr;
     float* yr = y + (size_t)blockIdx.x * width;
+    auto v = [&](int k) { return ADD ? xr[k] + orow[k] : xr[k]; };
     const int end = PLANT == 1 ? width - 1 : width;
-    const float ss = tf_block_sumsq16([&](int k) { return xr[k]; }, end);
+    const float ss = tf_block_sumsq16(v, end);  // ends with a barrier: x is read before written
     const float r = tf_inv_rms(ss, width, eps);
 #pragma unroll 4
-    for (int k = threadIdx.x; k < width; k += blockDim.x) yr[k] = g[k] * (xr[k] * r);
+    for (int k = threadIdx.x; k < width; k += blockDim.x) {
+        const float e = v(k);
+        if (ADD) xr[k] = e;
+        yr[k] = g[k] * (e * r);
+    }
 }
 
 extern "C" __global__ void tf_rms_norm(const float* x, const float* g, float* y, int width,
                                        float eps) {
-    tf_rms_norm<0>(x, g, y, width, eps);
+    tf_rms_norm<0, false>((float*)x, nullptr, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_plant_rms_norm_short(const float* x, const float* g, float* y,
                                                    int width, float eps) {
-    tf_rms_norm<1>(x, g, y, width, eps);
+    tf_rms_norm<1, false>((float*)x, nullptr, g, y, width, eps);
+}
+
+extern "C" __global__ void tf_add_rms_norm(float* x, const float* o, const float* g, float* y,
+                                           int width, float eps) {
+    tf_rms_norm<0, true>(x, o, g, y, width, eps);
+}
+
+extern "C" __global__ void tf_plant_add_rms_norm_short(float* x, const float* o, const float* g,
+                                                       float* y, int width, float eps) {
+    tf_rms_norm<1, true>(x, o, g, y, width, eps);
 }
 
 // RoPE in place on x [n, heads * head_dim] with per-row angles cs [n, 2 * half] (cos then sin,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 0);
 
 /// Every kernel entry point of the program (loaded at start; a missing one is an error).
-pub const KERNELS: [&str; 22] = [
+pub const KERNELS: [&str; 24] = [
     "tf_matmul_f32",
     "tf_matmul_f16",
     "tf_matmul_bf16",
@@ -29,6 +29,8 @@ pub const KERNELS: [&str; 22] = [
     "tf_embed_q8_0",
     "tf_rms_norm",
     "tf_plant_rms_norm_short",
+    "tf_add_rms_norm",
+    "tf_plant_add_rms_norm_short",
     "tf_rope",
     "tf_silu_mul",
     "tf_add_inplace",

@@ -8,6 +8,8 @@ use crate::weights::{geometry_kernel, GpuMatrix};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 mod attention;
+#[cfg(test)]
+mod norm_host;
 pub(crate) use attention::attend_tiled;
 pub use attention::{
     attend, attend_launch_smem, attend_smem_bytes, attend_tile, attend_with, AttnShape,
@@ -245,9 +247,58 @@ pub fn rms_norm_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
+    norm(gpu, kernel, x, None, gain, eps, n, y)
+}
+
+/// The residual add and the next norm in one launch: `x = x + o`, then `y = rms_norm(x)` (the
+/// bits of [`add_inplace`] then [`rms_norm`]), for `n` rows of `gain.len()` elements.
+pub fn add_rms_norm(
+    gpu: &Gpu,
+    x: &mut CudaSlice<f32>,
+    o: &CudaSlice<f32>,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    add_rms_norm_with(gpu, "tf_add_rms_norm", x, o, gain, eps, n, y)
+}
+
+/// [`add_rms_norm`] through a named kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_with(
+    gpu: &Gpu,
+    kernel: &'static str,
+    x: &mut CudaSlice<f32>,
+    o: &CudaSlice<f32>,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    // The kernel writes x through the pointer it is given.
+    norm(gpu, kernel, x, Some(o), gain, eps, n, y)
+}
+
+/// A norm of `n` rows of `gain.len()` elements: the kernel's arguments are x, then o where the
+/// residual add comes first, then gain, y, width and eps.
+#[allow(clippy::too_many_arguments)]
+fn norm(
+    gpu: &Gpu,
+    kernel: &'static str,
+    x: &CudaSlice<f32>,
+    o: Option<&CudaSlice<f32>>,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
     const OP: &str = "rms_norm";
     let width = gain.len();
     need(OP, "x", x.len(), n * width)?;
+    if let Some(o) = o {
+        need(OP, "o", o.len(), n * width)?;
+    }
     need(OP, "y", y.len(), n * width)?;
     if !(eps.is_finite() && eps >= 0.0) {
         return Err(CudaError::Param {
@@ -262,14 +313,18 @@ pub fn rms_norm_with(
     }
     let w = i32_of(OP, "width", width)?;
     let mut b = gpu.launcher(kernel)?;
-    b.arg(x).arg(gain).arg(y).arg(&w).arg(&eps);
+    b.arg(x);
+    if let Some(o) = o {
+        b.arg(o);
+    }
+    b.arg(gain).arg(y).arg(&w).arg(&eps);
     // A block a row: its loads all in flight at once (tf_block_sumsq16), then 16 chains.
     let cfg = LaunchConfig {
         grid_dim: (n as u32, 1, 1),
         block_dim: (1024, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: (f32*, f32*, f32*, i32, f32); lengths checked above.
+    // SAFETY: (f32*, [f32*,] f32*, f32*, i32, f32); lengths checked above.
     unsafe { b.go(cfg, "launching rms_norm") }?;
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! MoE), over rounds of rows from any number of stream slots, with the CPU forward's arithmetic
 //! (`tf_models::nemotron_h`) kernel for kernel.
 //!
-//! Per layer: `h = rms_norm(x)`, `o = mixer(h)`, `x = x + o`; then the final norm and the head.
+//! Per layer: `h = rms_norm(x)`, `o = mixer(h)`, `x = x + o`; then the final norm and the head
+//! (each `x = x + o` launched with the norm after it).
 //! A round is uploaded once (tokens, slots, positions); the launches then read only device
 //! buffers, so the sequence for a row count can be captured as a CUDA graph and replayed. Each
 //! slot holds a KV cache per attention layer and a conv + SSM state per Mamba layer; a row at
@@ -98,6 +99,21 @@ impl Widths {
             }
         }
         w
+    }
+}
+
+/// `h = rms_norm(x)`, first adding the last mixer's output `o` to `x` unless `added`.
+fn norm_into_h(
+    g: &Gpu,
+    added: bool,
+    ws: &mut Workspace,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+) -> Result<()> {
+    match added {
+        true => ops::rms_norm(g, &ws.x, gain, eps, n, &mut ws.h),
+        false => ops::add_rms_norm(g, &mut ws.x, &ws.o, gain, eps, n, &mut ws.h),
     }
 }
 
@@ -467,8 +483,11 @@ impl GpuNemotronH {
         let ws = &mut self.ws;
         let hidden = self.hidden;
         ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
+        // A layer's residual add is launched with the next norm (the final one after the last).
+        let mut added = true;
         for l in &self.layers {
-            ops::rms_norm(g, &ws.x, &l.norm, self.eps, n, &mut ws.h)?;
+            norm_into_h(g, added, ws, &l.norm, self.eps, n)?;
+            added = false;
             match &l.mixer {
                 Mixer::Mamba(m) => {
                     mixers::mamba(g, m, &mut self.mamba, &self.rows, self.eps, n, ws)?
@@ -492,9 +511,8 @@ impl GpuNemotronH {
                     mixers::moe(g, m, buf, n, hidden, ws)?
                 }
             }
-            ops::add_inplace(g, &mut ws.x, &ws.o, n * hidden)?;
         }
-        ops::rms_norm(g, &ws.x, &self.final_norm, self.eps, n, &mut ws.h)?;
+        norm_into_h(g, added, ws, &self.final_norm, self.eps, n)?;
         let head = self.head.as_ref().unwrap_or(&self.embed);
         ops::matmul(g, head, &ws.h, n, &mut ws.logits)
     }

@@ -1,4 +1,5 @@
-//! Contract cases for the row operators: RMSNorm, RoPE, SwiGLU, and the exp they share.
+//! Contract cases for the row operators: RMSNorm (alone and after the residual add), RoPE,
+//! SwiGLU, and the exp they share.
 
 use super::{compare_bits, control, verdict, CaseResult, CpuBits, Depth, ErrSlot, SuiteResult};
 use crate::device::Gpu;
@@ -24,7 +25,10 @@ fn cpu_err(op: &'static str) -> impl Fn(tf_kernels::ops::OpError) -> CudaError {
 /// Runs the row-operator cases and controls.
 pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
     for (i, width) in [576usize, 1536, 577].into_iter().enumerate() {
-        norm(gpu, depth, width, i == 0, out, 0x40 + i as u64)?;
+        norm(gpu, depth, width, false, i == 0, out, 0x40 + i as u64)?;
+    }
+    for (i, width) in [4096usize, 577].into_iter().enumerate() {
+        norm(gpu, depth, width, true, i == 0, out, 0x50 + i as u64)?;
     }
     for (i, (heads, pairing)) in [
         (9usize, Pairing::Interleaved),
@@ -40,94 +44,139 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
     exp_probe(gpu, out)
 }
 
+/// RMSNorm (`add` false: a row is x, its output `rms_norm(x)`) or the residual add and the norm
+/// in one launch (`add`: a row is `[x | o]`, its output `[x + o | rms_norm(x + o)]`, the written
+/// residual and the norm), against the reference, row invariance, and the CPU's bits (of the add
+/// then `rms_norm`).
 fn norm(
     gpu: &Gpu,
     depth: Depth,
     width: usize,
+    add: bool,
     with_controls: bool,
     out: &mut SuiteResult,
     seed: u64,
 ) -> Result<()> {
     let eps = 1e-5f32;
+    let parts = if add { 2 } else { 1 };
+    let (name, kernel, short_kernel) = match add {
+        false => ("rms_norm", "tf_rms_norm", "tf_plant_rms_norm_short"),
+        true => (
+            "add_rms_norm",
+            "tf_add_rms_norm",
+            "tf_plant_add_rms_norm_short",
+        ),
+    };
     let mut rng = Rng::new(seed);
     let gain_h = rng.vec_uniform(width, 0.5, 1.5);
     let gain = gpu.upload(&gain_h)?;
-    let x = RefCell::new(gpu.zeros::<f32>(MAX_ROWS * width)?);
-    let y = RefCell::new(gpu.zeros::<f32>(MAX_ROWS * width)?);
+    let bufs = RefCell::new([
+        gpu.zeros::<f32>(MAX_ROWS * width)?,
+        gpu.zeros::<f32>(MAX_ROWS * width)?,
+        gpu.zeros::<f32>(MAX_ROWS * width)?,
+    ]);
     let errs = ErrSlot::default();
     let run_with =
         |kernel: &'static str, eps_n: &dyn Fn(usize) -> f32, rows: &[Vec<f32>], o: &mut [f32]| {
             let r = (|| -> Result<()> {
-                let flat: Vec<f32> = rows.iter().flatten().copied().collect();
-                let (mut xb, mut yb) = (x.borrow_mut(), y.borrow_mut());
-                gpu.write(&flat, &mut xb)?;
-                ops::rms_norm_with(
-                    gpu,
-                    kernel,
-                    &xb,
-                    &gain,
-                    eps_n(rows.len()),
-                    rows.len(),
-                    &mut yb,
-                )?;
-                o.copy_from_slice(&gpu.download(&yb, o.len())?);
+                let n = rows.len();
+                let part = |h: usize| -> Vec<f32> {
+                    rows.iter()
+                        .flat_map(|r| &r[h * width..(h + 1) * width])
+                        .copied()
+                        .collect()
+                };
+                let [x, res, y] = &mut *bufs.borrow_mut();
+                gpu.write(&part(0), x)?;
+                if add {
+                    gpu.write(&part(1), res)?;
+                    ops::add_rms_norm_with(gpu, kernel, x, res, &gain, eps_n(n), n, y)?;
+                } else {
+                    ops::rms_norm_with(gpu, kernel, x, &gain, eps_n(n), n, y)?;
+                }
+                let (xs, ys) = (gpu.download(x, n * width)?, gpu.download(y, n * width)?);
+                for (i, row) in o.chunks_mut(parts * width).enumerate() {
+                    if add {
+                        row[..width].copy_from_slice(&xs[i * width..(i + 1) * width]);
+                    }
+                    row[(parts - 1) * width..].copy_from_slice(&ys[i * width..(i + 1) * width]);
+                }
                 Ok(())
             })();
             if let Err(e) = r {
                 errs.put(e, o);
             }
         };
-    let gen = |r: &mut Rng, _: usize| r.vec_normal(width, 1.5);
-    let reference = |x: &Vec<f32>, o: &mut [f64]| {
+    // The vector the norm is taken of: x, or x + o.
+    let residual = |row: &Vec<f32>| -> Vec<f32> {
+        match add {
+            false => row.clone(),
+            true => row[..width]
+                .iter()
+                .zip(&row[width..])
+                .map(|(a, b)| a + b)
+                .collect(),
+        }
+    };
+    let gen = |r: &mut Rng, _: usize| r.vec_normal(parts * width, 1.5);
+    let reference = |row: &Vec<f32>, o: &mut [f64]| {
+        let x = residual(row);
         let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
         let r = 1.0 / (ss / width as f64 + eps as f64).sqrt();
-        for ((o, &v), &g) in o.iter_mut().zip(x).zip(&gain_h) {
-            *o = g as f64 * v as f64 * r;
+        for (k, (&v, &g)) in x.iter().zip(&gain_h).enumerate() {
+            if add {
+                o[k] = v as f64;
+            }
+            o[(parts - 1) * width + k] = g as f64 * v as f64 * r;
         }
     };
     let op = RowOp {
-        name: "rms_norm",
-        out_width: width,
+        name,
+        out_width: parts * width,
         tolerance: Tolerance::new(1e-6, 2e-6),
         gen_row: &gen,
         reference: &reference,
     };
     let cfg = depth.config(seed);
-    let run = |rows: &[Vec<f32>], o: &mut [f32]| run_with("tf_rms_norm", &|_| eps, rows, o);
+    let run = |rows: &[Vec<f32>], o: &mut [f32]| run_with(kernel, &|_| eps, rows, o);
     let v = verdict(&op, &run, &cfg, &errs);
-    let xs: Vec<Vec<f32>> = (0..33).map(|_| rng.vec_normal(width, 1.5)).collect();
-    let mut g = vec![0f32; 33 * width];
-    run(&xs, &mut g);
-    let mut c = vec![0f32; 33 * width];
-    let flat: Vec<f32> = xs.iter().flatten().copied().collect();
-    cpu_rms_norm(&flat, &gain_h, eps, 33, &mut c).map_err(cpu_err("cpu rms_norm"))?;
+    let rows: Vec<Vec<f32>> = (0..33)
+        .map(|_| rng.vec_normal(parts * width, 1.5))
+        .collect();
+    let mut g = vec![0f32; 33 * parts * width];
+    run(&rows, &mut g);
+    let mut c = vec![0f32; 33 * parts * width];
+    for (row, o) in rows.iter().zip(c.chunks_mut(parts * width)) {
+        let x = residual(row);
+        cpu_rms_norm(&x, &gain_h, eps, 1, &mut o[(parts - 1) * width..])
+            .map_err(cpu_err("cpu rms_norm"))?;
+        if add {
+            o[..width].copy_from_slice(&x);
+        }
+    }
     out.cases.push(CaseResult {
-        op: "rms_norm".into(),
-        case: format!("width {width}, eps 1e-5"),
+        op: name.into(),
+        case: match add {
+            false => format!("width {width}, eps 1e-5"),
+            true => format!("width {width}, eps 1e-5, output [x + o | norm]"),
+        },
         verdict: v,
         cpu_bits: Some(compare_bits(&g, &c)),
     });
     if with_controls {
-        let short = |rows: &[Vec<f32>], o: &mut [f32]| {
-            run_with("tf_plant_rms_norm_short", &|_| eps, rows, o)
-        };
+        let short = |rows: &[Vec<f32>], o: &mut [f32]| run_with(short_kernel, &|_| eps, rows, o);
         out.controls.push(control(
-            "rms_norm: sum of squares skips the last element",
+            &format!("{name}: sum of squares skips the last element"),
             &op,
             &short,
             &cfg,
             &errs,
         ));
         let drift = |rows: &[Vec<f32>], o: &mut [f32]| {
-            run_with(
-                "tf_rms_norm",
-                &|n| if n > 1 { eps * 1.1 } else { eps },
-                rows,
-                o,
-            )
+            run_with(kernel, &|n| if n > 1 { eps * 1.1 } else { eps }, rows, o)
         };
         out.controls.push(control(
-            "rms_norm: eps 10% larger when n > 1 (arithmetic depends on the row count)",
+            &format!("{name}: eps 10% larger when n > 1 (arithmetic depends on the row count)"),
             &op,
             &drift,
             &cfg,
