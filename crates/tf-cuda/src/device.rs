@@ -1,4 +1,5 @@
-//! The GPU handle: a CUDA context, one stream, and the compiled kernels.
+//! The GPU handle: a CUDA context, its streams (the main one and a side one), and the compiled
+//! kernels.
 
 use crate::compile::{program_ptx, PtxOrigin};
 use crate::error::{drv, CudaError, Result};
@@ -6,6 +7,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -151,6 +153,11 @@ pub struct DeviceInfo {
 /// the kernels by name. Dropping it releases everything (RAII).
 pub struct Gpu {
     stream: Arc<CudaStream>,
+    /// The stream of [`Gpu::beside`]'s launches (None: `TF_CUDA_SIDE_STREAM=0`, they go to the
+    /// main stream in order).
+    side: Option<Arc<CudaStream>>,
+    /// Whether launches go to the side stream now.
+    on_side: AtomicBool,
     functions: HashMap<String, (CudaFunction, usize)>,
     /// [`Gpu::resident_blocks`] answers, asked of the driver once per (kernel, block size, shared
     /// memory).
@@ -163,6 +170,16 @@ pub struct Gpu {
 pub fn driver_present() -> bool {
     // SAFETY: only tries to open the library by its candidate names.
     unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Makes `waiter` wait for the work enqueued on `on` so far.
+fn wait_for(waiter: &CudaStream, on: &CudaStream) -> Result<()> {
+    let done = on
+        .record_event(Some(
+            cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+        ))
+        .map_err(drv("recording an event"))?;
+    waiter.wait(&done).map_err(drv("waiting for an event"))
 }
 
 impl Gpu {
@@ -198,6 +215,11 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         // A created stream (not the legacy default stream): graph capture needs one.
         let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
+        let side_off = std::env::var("TF_CUDA_SIDE_STREAM").is_ok_and(|v| v == "0");
+        let side = match side_off {
+            true => None,
+            false => Some(ctx.new_stream().map_err(drv("creating a stream"))?),
+        };
         let arch = format!("compute_{}{}", cc.0, cc.1);
         let t0 = Instant::now();
         let (ptx, ptx_origin) = program_ptx(&arch)?;
@@ -251,6 +273,8 @@ impl Gpu {
         };
         Ok(Gpu {
             stream,
+            side,
+            on_side: AtomicBool::new(false),
             functions,
             resident: Mutex::new(HashMap::new()),
             info,
@@ -263,9 +287,32 @@ impl Gpu {
         &self.info
     }
 
-    /// The stream all launches go to.
+    /// The main stream: every launch goes to it but [`Gpu::beside`]'s, and every copy.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Enqueues `launch`'s launches on the side stream, to run beside what the main stream does
+    /// next: they start after everything enqueued so far. Before anything reads what they write,
+    /// and before the round ends, call [`Gpu::join_side`]. Inside a graph capture the side
+    /// stream joins the capture, and the graph holds the two branches.
+    pub fn beside(&self, launch: impl FnOnce() -> Result<()>) -> Result<()> {
+        let Some(side) = &self.side else {
+            return launch();
+        };
+        wait_for(side, &self.stream)?;
+        self.on_side.store(true, Ordering::Relaxed);
+        let launched = launch();
+        self.on_side.store(false, Ordering::Relaxed);
+        launched
+    }
+
+    /// Makes the main stream wait for the side stream's launches.
+    pub fn join_side(&self) -> Result<()> {
+        match &self.side {
+            Some(side) => wait_for(&self.stream, side),
+            None => Ok(()),
+        }
     }
 
     /// The kernel `name` (one of [`all_kernel_names`]).
@@ -313,9 +360,13 @@ impl Gpu {
     /// A launch of kernel `name` on the stream, checked against its parameter count.
     pub(crate) fn launcher(&self, name: &str) -> Result<crate::launch::Launch<'_>> {
         let (f, params) = self.entry(name)?;
+        let stream = match &self.side {
+            Some(side) if self.on_side.load(Ordering::Relaxed) => side,
+            _ => &self.stream,
+        };
         Ok(crate::launch::Launch::new(
             self,
-            self.stream.launch_builder(f),
+            stream.launch_builder(f),
             name,
             *params,
         ))
@@ -390,10 +441,11 @@ impl Gpu {
             .map_err(drv("binding the context to this thread"))
     }
 
-    /// Waits for every launch so far and reports any asynchronous error.
+    /// Waits for every launch so far (both streams) and reports any asynchronous error.
     pub fn synchronize(&self) -> Result<()> {
-        self.stream
-            .synchronize()
-            .map_err(drv("synchronizing the stream"))
+        for s in std::iter::once(&self.stream).chain(&self.side) {
+            s.synchronize().map_err(drv("synchronizing the stream"))?;
+        }
+        Ok(())
     }
 }

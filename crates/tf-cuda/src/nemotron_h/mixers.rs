@@ -113,7 +113,11 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
 }
 
 /// MoE in mlx-lm's order: router → routing per row → fc1_latent_proj → routed experts →
-/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input).
+/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input). The shared
+/// expert runs on the side stream, beside the routed path: it reads only `ws.h`, which nothing
+/// writes until the next layer, and writes only `ws.up`, `ws.act` and `ws.shared`, which the
+/// routed path does not touch; so each kernel reads what it read in order, and the bits are the
+/// same.
 pub(super) fn moe(
     g: &Gpu,
     m: &MoeLayer,
@@ -122,6 +126,9 @@ pub(super) fn moe(
     hidden: usize,
     ws: &mut Workspace,
 ) -> Result<()> {
+    if let Some(sh) = &m.shared {
+        g.beside(|| mlp_rows(g, sh, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.shared))?;
+    }
     ops::matmul(g, &m.gate, &ws.h, n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
     let xe = match &m.latent {
@@ -139,8 +146,8 @@ pub(super) fn moe(
         }
         None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
     }
-    if let Some(sh) = &m.shared {
-        mlp_rows(g, sh, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.shared)?;
+    if m.shared.is_some() {
+        g.join_side()?;
         ops::add_inplace(g, &mut ws.o, &ws.shared, n * hidden)?;
     }
     Ok(())
