@@ -37,10 +37,10 @@ echo "$(grep -c '^PASS' "$out/fixtures.log") fixtures PASS"; grep FAIL "$out/fix
 small=(--model "smollm2-135m:q4_1,embed=q8_0,dense=f32" --model lightning --bench 32 --streams 1,4,16)
 for r in $(seq 1 "$rounds"); do
   for v in 1 0; do
-    step "small-$var=$v-$r" 90 env "$var=$v" ./dist/tf-cuda-synthetic "${small[@]}" || fails=$((fails + 1))
-    grep -E '^# |^\| [0-9]+ \|' "$out/small-$var=$v-$r.log"
-    step "bolt-$var=$v-$r" 120 env "$var=$v" ./dist/tf-cuda-synthetic --model bolt --bench 16 || fails=$((fails + 1))
-    grep -E '^\| [0-9]+ \|' "$out/bolt-$var=$v-$r.log"
+    step "small-$var-$v-$r" 90 env "$var=$v" ./dist/tf-cuda-synthetic "${small[@]}" || fails=$((fails + 1))
+    grep -E '^# |^\| [0-9]+ \|' "$out/small-$var-$v-$r.log"
+    step "bolt-$var-$v-$r" 120 env "$var=$v" ./dist/tf-cuda-synthetic --model bolt --bench 16 || fails=$((fails + 1))
+    grep -E '^\| [0-9]+ \|' "$out/bolt-$var-$v-$r.log"
   done
 done
 [ "$fails" = 0 ] && echo "switch-ab: PASS" || echo "switch-ab: FAIL ($fails steps failed)"

@@ -1,8 +1,8 @@
-//! `tf-cuda-mmbench [--iters N] [--peak BYTES_PER_S] [--quick] [--only TEXT]`: the matmul kernels
-//! alone at the decode shapes of the synthetic models (Lightning and Bolt MLX 4-bit, Bolt's bf16
-//! router and latent projections, Llama-3-8B Q4_0, the default model's SmolLM2 matrices, and one
-//! matrix of every other format; `--only`: the shapes whose label contains TEXT), checked and
-//! timed.
+//! `tf-cuda-mmbench [--iters N] [--peak BYTES_PER_S] [--quick] [--only TEXT] [--hot]`: the
+//! matmul kernels alone at the decode shapes of the synthetic models (Lightning and Bolt MLX
+//! 4-bit, Bolt's bf16 router and latent projections, Llama-3-8B Q4_0, the default model's
+//! SmolLM2 matrices, and one matrix of every other format; `--only`: the shapes whose label
+//! contains TEXT), checked and timed.
 //!
 //! For each shape:
 //! 1. Check: `ops::matmul` on the GPU at 1, 5 and 37 rows must give the CPU matmul's bits (the
@@ -15,8 +15,10 @@
 //! 2. Time: back-to-back launches between two CUDA events, cycling over enough copies of the
 //!    weights that none is still in L2 when it is read again; microseconds per call, GB/s of
 //!    weight bytes and the fraction of `--peak` (default 3.97e12 B/s, the synthetic bench's
-//!    roofline) at 1, 4 and 16 rows; for the shapes the fused kernels take, also the fused
-//!    matmul (norm, store) at 1 to 64 rows, as `tf_mmf` and as the tiled `tf_mmg`.
+//!    roofline) at 1, 4 and 16 rows (`--hot`: one copy, read again while still in L2, for what
+//!    the kernel does when memory is not what holds it); for the shapes the fused kernels
+//!    take, also the fused matmul (norm, store) at 1 to 64 rows, as `tf_mmf` and as the tiled
+//!    `tf_mmg`.
 //!
 //! Prints PASS/FAIL last; exits non-zero on any mismatch or error.
 
@@ -250,6 +252,7 @@ fn run() -> Res<bool> {
         .unwrap_or(3.97e12);
     let quick = args.iter().any(|a| a == "--quick");
     let only = value("--only").unwrap_or_default();
+    let hot = args.iter().any(|a| a == "--hot");
     let gpu = Gpu::open(0)?;
     let pool = Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
@@ -329,8 +332,12 @@ fn run() -> Res<bool> {
                 ok = false;
             }
         }
-        // Timing over copies that together exceed L2 several times.
-        let copies = (512usize << 20).div_ceil(bytes).clamp(1, 64);
+        // Timing over copies that together exceed L2 several times (one with --hot).
+        let copies = if hot {
+            1
+        } else {
+            (512usize << 20).div_ceil(bytes).clamp(1, 64)
+        };
         let mut ws = vec![w];
         for _ in 1..copies {
             ws.push(GpuMatrix::upload(&gpu, &packed)?);

@@ -398,9 +398,9 @@ __device__ __forceinline__ void tf_moe_slices(const u8* __restrict__ W, const fl
                                     int rows, int cols, int n_experts) {                      \
         tf_moe_slices<FMT, 0>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }                                                                                         \
-    extern "C" __global__ void NAME##_one(const u8* W, const float* xg, float* yg,           \
-                                          const int* offsets, int rows, int cols,             \
-                                          int n_experts) {                                    \
+    extern "C" __global__ void SL_ONE_BOUNDS NAME##_one(const u8* W, const float* xg, float* yg, \
+                                                        const int* offsets, int rows, int cols, \
+                                                        int n_experts) {                      \
         tf_moe_slices<FMT, 1>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }
 

@@ -39,9 +39,15 @@ __device__ __forceinline__ void tf_slice_load(const u8* p, u32* w) {
     }
 }
 
-// The weights of a unit's elements 8m .. 8m + 7 from its raw words.
+// 0x4b000000 (the exponent byte of tf_byte_f) held in a register the compiler cannot fold to an
+// immediate (n >= 0, so n >> 31 is 0): the byte permutes then take their selectors as the
+// immediate and need no register move each (about 100 fewer instructions a step of the one-row
+// loop, `bash scripts/sass.sh tf_slices_mlx4_one`).
+__device__ __forceinline__ u32 tf_exp_byte(int n) { return 0x4b000000u | ((u32)n >> 31); }
+
+// The weights of a unit's elements 8m .. 8m + 7 from its raw words (mg: tf_exp_byte).
 template <int FMT>
-__device__ __forceinline__ void tf_slice_decode(const u32* w, int m, float* out) {
+__device__ __forceinline__ void tf_slice_decode(const u32* w, int m, float* out, u32 mg) {
     if constexpr (FMT == FMT_BF16) {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -55,8 +61,8 @@ __device__ __forceinline__ void tf_slice_decode(const u32* w, int m, float* out)
         const u32 lo = w[m] & 0x0f0f0f0fu, hi = (w[m] >> 4) & 0x0f0f0f0fu;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            out[2 * i] = fmaf(s, tf_byte_f(lo, i) - M23, b);
-            out[2 * i + 1] = fmaf(s, tf_byte_f(hi, i) - M23, b);
+            out[2 * i] = fmaf(s, __int_as_float((int)__byte_perm(lo, mg, 0x7440 + i)) - M23, b);
+            out[2 * i + 1] = fmaf(s, __int_as_float((int)__byte_perm(hi, mg, 0x7440 + i)) - M23, b);
         }
     }
 }
@@ -72,10 +78,10 @@ __device__ __forceinline__ float tf_fold32_sum(float v) {
 __host__ __device__ constexpr int tf_slice_one_rows(int fmt) { return fmt == FMT_BF16 ? 2 : 4; }
 
 // One unit of the warp's RJ weight rows (raw words w[r]) into the chains of NT activation rows;
-// xin(i, q) is the float4 q (0..7) of row i's inputs of the unit.
+// xin(i, q) is the float4 q (0..7) of row i's inputs of the unit; mg: tf_exp_byte.
 template <int FMT, int NT, int RJ, class XIn>
 __device__ __forceinline__ void tf_slice_unit(const u32 (*w)[tf_slice_words(FMT)], XIn xin,
-                                              float (*c)[RJ][4]) {
+                                              float (*c)[RJ][4], u32 mg) {
 #pragma unroll
     for (int m = 0; m < 4; m++) {
         float xv[NT][8];
@@ -88,7 +94,7 @@ __device__ __forceinline__ void tf_slice_unit(const u32 (*w)[tf_slice_words(FMT)
 #pragma unroll
         for (int r = 0; r < RJ; r++) {
             float wd[8];
-            tf_slice_decode<FMT>(w[r], m, wd);
+            tf_slice_decode<FMT>(w[r], m, wd, mg);
 #pragma unroll
             for (int i = 0; i < NT; i++)
 #pragma unroll
@@ -151,6 +157,7 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, bool has,
         tf_cp_async_commit();
     };
     float c[NT][SL_RJ][4] = {};
+    const u32 mg = tf_exp_byte(rows);
     u32 cur[SL_RJ][NW];
     auto fetch = [&](int t, u32 (*buf)[NW]) {
         if (has && slab(t) < nu)
@@ -169,7 +176,7 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, bool has,
         if (has && slab(t) < nu) {
             const float4* xb = xs + (size_t)(t & 1) * NT * SL_SLAB + p;
             tf_slice_unit<FMT, NT, SL_RJ>(
-                cur, [&](int i, int q) { return xb[i * SL_SLAB + q * 32]; }, c);
+                cur, [&](int i, int q) { return xb[i * SL_SLAB + q * 32]; }, c, mg);
         }
 #pragma unroll
         for (int r = 0; r < SL_RJ; r++)
@@ -202,6 +209,10 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
     }
 }
 
+// The one-row entries' blocks: 128 threads (BLOCK in slices.rs) and, with at most 96 registers
+// a thread, five of them an SM (their loop taken in pairs would otherwise hold more).
+#define SL_ONE_BOUNDS __launch_bounds__(128, 5)
+
 // One activation row (the _one entries): the block first copies x into shared memory, lane-major
 // (the float4 q of the lane's t-th unit at xs[(8 t + q) * 32 + p], so a warp's reads of it are
 // consecutive, not 128 bytes apart); warp w takes the RJ-row groups w * per .. w * per + per - 1
@@ -225,17 +236,24 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units
     const int steps = (units + 31) >> 5;                         // a group's steps (the warp's)
     const size_t rb = (size_t)units * UB;
-    // The raw words of the lane's unit t of group g (none if it lacks that unit).
-    auto fetch = [&](int g, int t, u32 (*buf)[NW]) {
+    const u32 mg = tf_exp_byte(rows);
+    // The lane's first unit of each row of the group the next fetch reads (the last row again
+    // past the matrix's end), set when a group starts.
+    const u8* nr[RJ];
+    auto point = [&](int g) {
+#pragma unroll
+        for (int r = 0; r < RJ; r++)
+            nr[r] = W + (size_t)min(g * RJ + r, rows - 1) * rb + (size_t)p * UB;
+    };
+    // The raw words of the lane's unit t of those rows (none if it lacks that unit).
+    auto fetch = [&](int t, u32 (*buf)[NW]) {
         if (t < nu)
 #pragma unroll
-            for (int r = 0; r < RJ; r++) {
-                const u8* row = W + (size_t)min(g * RJ + r, rows - 1) * rb;
-                tf_slice_load<FMT>(row + (size_t)(p + 32 * t) * UB, buf[r]);
-            }
+            for (int r = 0; r < RJ; r++) tf_slice_load<FMT>(nr[r] + (size_t)t * (32 * UB), buf[r]);
     };
     u32 cur[RJ][NW];
-    if (g < gend) fetch(g, 0, cur);  // in flight while x is copied
+    point(g);
+    if (g < gend) fetch(0, cur);  // in flight while x is copied
     for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
         const int u = f >> 3;
         xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
@@ -243,33 +261,38 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     __syncthreads();
     if (g >= gend) return;  // the whole warp
     float c[1][RJ][4] = {};
-    for (int t = 0;;) {
+    int t = 0;
+    // One step on the raw words in `use`, the next step's loads into `into` in flight while it
+    // is multiplied; false after the warp's last step. Taken in pairs, the two buffers swap
+    // roles without copying.
+    auto step = [&](u32 (*use)[NW], u32 (*into)[NW]) {
         const int gn = t + 1 == steps ? g + 1 : g, tn = t + 1 == steps ? 0 : t + 1;
         const bool more = gn < gend;
-        u32 nxt[RJ][NW];
-        if (more) fetch(gn, tn, nxt);  // in flight while this step is multiplied
+        if (more) {
+            if (tn == 0) point(gn);
+            fetch(tn, into);
+        }
         if (t < nu)
             tf_slice_unit<FMT, 1, RJ>(
-                cur, [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c);
+                use, [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c, mg);
         // The group is done: fold and store, then start the next.
         if (t + 1 == steps) tf_slice_store<PLANT, 1, RJ>(c, y, 0, g * RJ, rows);
-        if (!more) break;
-#pragma unroll
-        for (int r = 0; r < RJ; r++)
-#pragma unroll
-            for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
         g = gn, t = tn;
+        return more;
+    };
+    u32 nxt[RJ][NW];
+    while (step(cur, nxt) && step(nxt, cur)) {
     }
 }
 
-// NAME (any n) and NAME_one (n = 1; `per` row groups a warp).
+// NAME (any n) and NAME_one (n = 1; `per` row groups a warp; SL_ONE_BOUNDS).
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
         tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
     }                                                                                         \
-    extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int rows,    \
-                                          int cols, int per) {                                \
+    extern "C" __global__ void SL_ONE_BOUNDS NAME##_one(const u8* W, const float* x, float* y, \
+                                                        int rows, int cols, int per) {        \
         tf_slices_one<FMT, PLANT>(W, x, y, rows, cols, per);                                  \
     }
 

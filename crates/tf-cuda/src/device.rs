@@ -1,4 +1,4 @@
-//! The GPU handle: a CUDA context, its streams (the main one and a side one), and the compiled
+//! The GPU handle: a CUDA context, its streams (the main one and the side ones), and the compiled
 //! kernels.
 
 use crate::compile::{program_ptx, PtxOrigin};
@@ -7,12 +7,15 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Oldest compute capability the kernels are built for (warp shuffles with widths, fp16 cvt).
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 0);
+
+/// Side streams a [`Gpu`] has for [`Gpu::beside`].
+pub const SIDE_STREAMS: usize = 2;
 
 /// Every kernel entry point of the program (loaded at start; a missing one is an error).
 pub const KERNELS: [&str; 24] = [
@@ -153,11 +156,11 @@ pub struct DeviceInfo {
 /// the kernels by name. Dropping it releases everything (RAII).
 pub struct Gpu {
     stream: Arc<CudaStream>,
-    /// The stream of [`Gpu::beside`]'s launches (None: `TF_CUDA_SIDE_STREAM=0`, they go to the
-    /// main stream in order).
-    side: Option<Arc<CudaStream>>,
-    /// Whether launches go to the side stream now.
-    on_side: AtomicBool,
+    /// The streams of [`Gpu::beside`]'s launches, [`SIDE_STREAMS`] of them (none with
+    /// `TF_CUDA_SIDE_STREAM=0`: they go to the main stream in order).
+    side: Vec<Arc<CudaStream>>,
+    /// Which stream launches go to now: 0 the main one, `k + 1` side stream `k`.
+    on_side: AtomicUsize,
     functions: HashMap<String, (CudaFunction, usize)>,
     /// [`Gpu::resident_blocks`] answers, asked of the driver once per (kernel, block size, shared
     /// memory).
@@ -217,8 +220,10 @@ impl Gpu {
         let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
         let side_off = std::env::var("TF_CUDA_SIDE_STREAM").is_ok_and(|v| v == "0");
         let side = match side_off {
-            true => None,
-            false => Some(ctx.new_stream().map_err(drv("creating a stream"))?),
+            true => Vec::new(),
+            false => (0..SIDE_STREAMS)
+                .map(|_| ctx.new_stream().map_err(drv("creating a stream")))
+                .collect::<Result<_>>()?,
         };
         let arch = format!("compute_{}{}", cc.0, cc.1);
         let t0 = Instant::now();
@@ -274,7 +279,7 @@ impl Gpu {
         Ok(Gpu {
             stream,
             side,
-            on_side: AtomicBool::new(false),
+            on_side: AtomicUsize::new(0),
             functions,
             resident: Mutex::new(HashMap::new()),
             info,
@@ -292,24 +297,25 @@ impl Gpu {
         &self.stream
     }
 
-    /// Enqueues `launch`'s launches on the side stream, to run beside what the main stream does
-    /// next: they start after everything enqueued so far. Before anything reads what they write,
-    /// and before the round ends, call [`Gpu::join_side`]. Inside a graph capture the side
-    /// stream joins the capture, and the graph holds the two branches.
-    pub fn beside(&self, launch: impl FnOnce() -> Result<()>) -> Result<()> {
-        let Some(side) = &self.side else {
+    /// Enqueues `launch`'s launches on side stream `k` (< [`SIDE_STREAMS`]), to run beside what
+    /// the main stream does next: they start after everything enqueued so far on the main
+    /// stream. Before anything reads what they write, and before the round ends, call
+    /// [`Gpu::join_side`]. Inside a graph capture the side stream joins the capture, and the
+    /// graph holds the branches.
+    pub fn beside(&self, k: usize, launch: impl FnOnce() -> Result<()>) -> Result<()> {
+        let Some(side) = self.side.get(k) else {
             return launch();
         };
         wait_for(side, &self.stream)?;
-        self.on_side.store(true, Ordering::Relaxed);
+        self.on_side.store(k + 1, Ordering::Relaxed);
         let launched = launch();
-        self.on_side.store(false, Ordering::Relaxed);
+        self.on_side.store(0, Ordering::Relaxed);
         launched
     }
 
-    /// Makes the main stream wait for the side stream's launches.
-    pub fn join_side(&self) -> Result<()> {
-        match &self.side {
+    /// Makes the main stream wait for side stream `k`'s launches.
+    pub fn join_side(&self, k: usize) -> Result<()> {
+        match self.side.get(k) {
             Some(side) => wait_for(&self.stream, side),
             None => Ok(()),
         }
@@ -360,9 +366,9 @@ impl Gpu {
     /// A launch of kernel `name` on the stream, checked against its parameter count.
     pub(crate) fn launcher(&self, name: &str) -> Result<crate::launch::Launch<'_>> {
         let (f, params) = self.entry(name)?;
-        let stream = match &self.side {
-            Some(side) if self.on_side.load(Ordering::Relaxed) => side,
-            _ => &self.stream,
+        let stream = match self.on_side.load(Ordering::Relaxed) {
+            0 => &self.stream,
+            k => &self.side[k - 1],
         };
         Ok(crate::launch::Launch::new(
             self,

@@ -113,11 +113,12 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
 }
 
 /// MoE in mlx-lm's order: router → routing per row → fc1_latent_proj → routed experts →
-/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input). The shared
-/// expert runs on the side stream, beside the routed path: it reads only `ws.h`, which nothing
-/// writes until the next layer, and writes only `ws.up`, `ws.act` and `ws.shared`, which the
-/// routed path does not touch; so each kernel reads what it read in order, and the bits are the
-/// same.
+/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input). Two
+/// branches run beside the router and the routing, on the side streams: fc1 (joined before the
+/// experts) and the shared expert (joined before its add). Each reads only `ws.h`, which
+/// nothing writes until the next layer, and writes only its own buffers (`ws.latent`; `ws.up`,
+/// `ws.act`, `ws.shared`), which no other branch touches; so each kernel reads what it read in
+/// order, and the bits are the same.
 pub(super) fn moe(
     g: &Gpu,
     m: &MoeLayer,
@@ -126,14 +127,21 @@ pub(super) fn moe(
     hidden: usize,
     ws: &mut Workspace,
 ) -> Result<()> {
+    const FC1: usize = 0;
+    const SHARED: usize = 1;
+    if let Some((fc1, _)) = &m.latent {
+        g.beside(FC1, || ops::matmul(g, fc1, &ws.h, n, &mut ws.latent))?;
+    }
     if let Some(sh) = &m.shared {
-        g.beside(|| mlp_rows(g, sh, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.shared))?;
+        g.beside(SHARED, || {
+            mlp_rows(g, sh, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.shared)
+        })?;
     }
     ops::matmul(g, &m.gate, &ws.h, n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
     let xe = match &m.latent {
-        Some((fc1, _)) => {
-            ops::matmul(g, fc1, &ws.h, n, &mut ws.latent)?;
+        Some(_) => {
+            g.join_side(FC1)?;
             &ws.latent
         }
         None => &ws.h,
@@ -147,7 +155,7 @@ pub(super) fn moe(
         None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
     }
     if m.shared.is_some() {
-        g.join_side()?;
+        g.join_side(SHARED)?;
         ops::add_inplace(g, &mut ws.o, &ws.shared, n * hidden)?;
     }
     Ok(())
