@@ -377,7 +377,8 @@ TF_MOE_MATMUL_ENTRIES(tf_moe_matmul_mlx8, FMT_MLX8, 0)
 // Expert matmuls in the GPU's own order (tf_slices, slices.cu), MLX 4-bit and bf16: block row
 // y takes the y-th non-empty expert as tf_moe_matmul does and runs tf_slices on its matrix and
 // group (NAME, any group size), or tf_slices_one (NAME_one, for rounds of one token, where each
-// group is one row): the bits of tf_slices on that expert's matrix and rows.
+// group is one row; 128 threads a block, as slices.rs launches it, held to 96 registers so
+// five blocks fit an SM): the bits of tf_slices on that expert's matrix and rows.
 template <int FMT, int ONE>
 __device__ __forceinline__ void tf_moe_slices(const u8* __restrict__ W, const float* __restrict__ xg,
                                               float* __restrict__ yg, const int* __restrict__ offsets,
@@ -398,9 +399,9 @@ __device__ __forceinline__ void tf_moe_slices(const u8* __restrict__ W, const fl
                                     int rows, int cols, int n_experts) {                      \
         tf_moe_slices<FMT, 0>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }                                                                                         \
-    extern "C" __global__ void SL_ONE_BOUNDS NAME##_one(const u8* W, const float* xg, float* yg, \
-                                                        const int* offsets, int rows, int cols, \
-                                                        int n_experts) {                      \
+    extern "C" __global__ void __launch_bounds__(128, 5)                                      \
+        NAME##_one(const u8* W, const float* xg, float* yg, const int* offsets, int rows,    \
+                   int cols, int n_experts) {                                                 \
         tf_moe_slices<FMT, 1>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }
 

@@ -209,10 +209,6 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
     }
 }
 
-// The one-row entries' blocks: 128 threads (BLOCK in slices.rs) and, with at most 96 registers
-// a thread, five of them an SM (their loop taken in pairs would otherwise hold more).
-#define SL_ONE_BOUNDS __launch_bounds__(128, 5)
-
 // One activation row (the _one entries): the block first copies x into shared memory, lane-major
 // (the float4 q of the lane's t-th unit at xs[(8 t + q) * 32 + p], so a warp's reads of it are
 // consecutive, not 128 bytes apart); warp w takes the RJ-row groups w * per .. w * per + per - 1
@@ -237,23 +233,17 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     const int steps = (units + 31) >> 5;                         // a group's steps (the warp's)
     const size_t rb = (size_t)units * UB;
     const u32 mg = tf_exp_byte(rows);
-    // The lane's first unit of each row of the group the next fetch reads (the last row again
-    // past the matrix's end), set when a group starts.
-    const u8* nr[RJ];
-    auto point = [&](int g) {
-#pragma unroll
-        for (int r = 0; r < RJ; r++)
-            nr[r] = W + (size_t)min(g * RJ + r, rows - 1) * rb + (size_t)p * UB;
-    };
-    // The raw words of the lane's unit t of those rows (none if it lacks that unit).
-    auto fetch = [&](int t, u32 (*buf)[NW]) {
+    // The raw words of the lane's unit t of group g (none if it lacks that unit).
+    auto fetch = [&](int g, int t, u32 (*buf)[NW]) {
         if (t < nu)
 #pragma unroll
-            for (int r = 0; r < RJ; r++) tf_slice_load<FMT>(nr[r] + (size_t)t * (32 * UB), buf[r]);
+            for (int r = 0; r < RJ; r++) {
+                const u8* row = W + (size_t)min(g * RJ + r, rows - 1) * rb;
+                tf_slice_load<FMT>(row + (size_t)(p + 32 * t) * UB, buf[r]);
+            }
     };
     u32 cur[RJ][NW];
-    point(g);
-    if (g < gend) fetch(0, cur);  // in flight while x is copied
+    if (g < gend) fetch(g, 0, cur);  // in flight while x is copied
     for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
         const int u = f >> 3;
         xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
@@ -261,38 +251,33 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     __syncthreads();
     if (g >= gend) return;  // the whole warp
     float c[1][RJ][4] = {};
-    int t = 0;
-    // One step on the raw words in `use`, the next step's loads into `into` in flight while it
-    // is multiplied; false after the warp's last step. Taken in pairs, the two buffers swap
-    // roles without copying.
-    auto step = [&](u32 (*use)[NW], u32 (*into)[NW]) {
+    for (int t = 0;;) {
         const int gn = t + 1 == steps ? g + 1 : g, tn = t + 1 == steps ? 0 : t + 1;
         const bool more = gn < gend;
-        if (more) {
-            if (tn == 0) point(gn);
-            fetch(tn, into);
-        }
+        u32 nxt[RJ][NW];
+        if (more) fetch(gn, tn, nxt);  // in flight while this step is multiplied
         if (t < nu)
             tf_slice_unit<FMT, 1, RJ>(
-                use, [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c, mg);
+                cur, [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c, mg);
         // The group is done: fold and store, then start the next.
         if (t + 1 == steps) tf_slice_store<PLANT, 1, RJ>(c, y, 0, g * RJ, rows);
+        if (!more) break;
+#pragma unroll
+        for (int r = 0; r < RJ; r++)
+#pragma unroll
+            for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
         g = gn, t = tn;
-        return more;
-    };
-    u32 nxt[RJ][NW];
-    while (step(cur, nxt) && step(nxt, cur)) {
     }
 }
 
-// NAME (any n) and NAME_one (n = 1; `per` row groups a warp; SL_ONE_BOUNDS).
+// NAME (any n) and NAME_one (n = 1; `per` row groups a warp).
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
                                     int cols) {                                               \
         tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
     }                                                                                         \
-    extern "C" __global__ void SL_ONE_BOUNDS NAME##_one(const u8* W, const float* x, float* y, \
-                                                        int rows, int cols, int per) {        \
+    extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int rows,    \
+                                          int cols, int per) {                                \
         tf_slices_one<FMT, PLANT>(W, x, y, rows, cols, per);                                  \
     }
 
