@@ -2,7 +2,7 @@
 # One build, its receipts, then an environment switch timed on and off in the same call (the
 # only comparison the device's noise allows), from the repository root on the H200 machine:
 #   bash scripts/device/switch-ab.sh VAR [ROUNDS]
-# e.g. VAR=TF_CUDA_SIDE_STREAM (session 11's pending side stream, docs/perf.md). Needs
+# e.g. VAR=TF_CUDA_SIDE_STREAM (the MoE side streams, docs/perf.md session 12). Needs
 # dist/tensorfold, dist/tf-cuda-contract, dist/tf-cuda-nemotron, dist/tf-cuda-muse and
 # dist/tf-cuda-synthetic of one build (built here with
 #   cargo build --profile ci -p tensorfold -p tf-cuda --bins --examples
