@@ -339,10 +339,10 @@ __device__ __forceinline__ u32 tf_smem_u32(const u8* p) {
     return __funnelshift_r(w[0], w[1], 8 * (int)((size_t)p & 3));
 }
 
-// 2^23 + byte i of v, as an f32 (one byte permute under the exponent byte 0x4b): exact, so
-// subtracting 2^23 (+ an offset) gives the code as tf_decode's conversion does.
-__device__ __forceinline__ float tf_byte_f(u32 v, int i) {
-    return __int_as_float((int)__byte_perm(v, 0x4b000000u, 0x7440 + i));
+// 2^23 + byte i of v, as an f32 (one byte permute under the exponent byte 0x4b, from mg):
+// exact, so subtracting 2^23 (+ an offset) gives the code as tf_decode's conversion does.
+__device__ __forceinline__ float tf_byte_f(u32 v, int i, u32 mg = 0x4b000000u) {
+    return __int_as_float((int)__byte_perm(v, mg, 0x7440 + i));
 }
 
 // The eight weights of lanes 4q .. 4q + 3 in a unit at p: w[4c + i] is element 16c + 4q + i,

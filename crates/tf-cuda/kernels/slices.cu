@@ -39,10 +39,10 @@ __device__ __forceinline__ void tf_slice_load(const u8* p, u32* w) {
     }
 }
 
-// 0x4b000000 (the exponent byte of tf_byte_f) held in a register the compiler cannot fold to an
-// immediate (n >= 0, so n >> 31 is 0): the byte permutes then take their selectors as the
-// immediate and need no register move each (about 100 fewer instructions a step of the one-row
-// loop, `bash scripts/sass.sh tf_slices_mlx4_one`).
+// tf_byte_f's 0x4b000000 held in a register the compiler cannot fold to an immediate (n >= 0,
+// so n >> 31 is 0): the byte permutes then take their selectors as the immediate and need no
+// register move each (about 100 fewer instructions a step of the one-row loop, `bash
+// scripts/sass.sh tf_slices_mlx4_one`).
 __device__ __forceinline__ u32 tf_exp_byte(int n) { return 0x4b000000u | ((u32)n >> 31); }
 
 // The weights of a unit's elements 8m .. 8m + 7 from its raw words (mg: tf_exp_byte).
@@ -61,8 +61,8 @@ __device__ __forceinline__ void tf_slice_decode(const u32* w, int m, float* out,
         const u32 lo = w[m] & 0x0f0f0f0fu, hi = (w[m] >> 4) & 0x0f0f0f0fu;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            out[2 * i] = fmaf(s, __int_as_float((int)__byte_perm(lo, mg, 0x7440 + i)) - M23, b);
-            out[2 * i + 1] = fmaf(s, __int_as_float((int)__byte_perm(hi, mg, 0x7440 + i)) - M23, b);
+            out[2 * i] = fmaf(s, tf_byte_f(lo, i, mg) - M23, b);
+            out[2 * i + 1] = fmaf(s, tf_byte_f(hi, i, mg) - M23, b);
         }
     }
 }

@@ -447,7 +447,7 @@ impl Gpu {
             .map_err(drv("binding the context to this thread"))
     }
 
-    /// Waits for every launch so far (both streams) and reports any asynchronous error.
+    /// Waits for every launch so far (on every stream) and reports any asynchronous error.
     pub fn synchronize(&self) -> Result<()> {
         for s in std::iter::once(&self.stream).chain(&self.side) {
             s.synchronize().map_err(drv("synchronizing the stream"))?;
