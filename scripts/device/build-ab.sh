@@ -15,34 +15,16 @@
 # ROUNDS=2 (estimated: session 12 ran these steps by hand, docs/perf.md; this script itself
 # has not run yet).
 set -uo pipefail
-. scripts/device/env.sh >/dev/null
 rounds=${1:-2}
-out="${OUT:-/tmp}"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-fails=0
-step() {
-  local name=$1; shift
-  local t0=$SECONDS
-  timeout "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  echo "== $name: exit $rc, $((SECONDS - t0)) s"
-  return $rc
-}
-step contract 240 ./dist/tf-cuda-contract --out "$out/contract.md" || fails=$((fails + 1))
-tail -1 "$out/contract.log"
-step nemotron 120 bash scripts/device/nemotron.sh || fails=$((fails + 1))
-tail -1 "$out/nemotron.log"
-step muse 60 bash scripts/device/muse.sh || fails=$((fails + 1))
-tail -1 "$out/muse.log"
-step fixtures 150 bash scripts/device/fixtures.sh || fails=$((fails + 1))
-echo "$(grep -c '^PASS' "$out/fixtures.log") fixtures PASS"; grep FAIL "$out/fixtures.log" | head -3
+. scripts/device/ab-common.sh
+receipts
 for r in $(seq 1 "$rounds"); do
   for b in dist dist-base; do
-    step "mm-$b-$r" 200 "./$b/tf-cuda-mmbench" --quick --only bolt || fails=$((fails + 1))
+    step "mm-$b-$r" 200 "./$b/tf-cuda-mmbench" --quick --only bolt
     grep -E '_one|CHECK' "$out/mm-$b-$r.log" | cut -d'|' -f2,7
   done
   for b in dist dist-base; do
-    step "bolt-$b-$r" 200 "./$b/tf-cuda-synthetic" --model bolt --bench 16 || fails=$((fails + 1))
+    step "bolt-$b-$r" 200 "./$b/tf-cuda-synthetic" --model bolt --bench 16
     grep -E '^\| [0-9]+ \|' "$out/bolt-$b-$r.log"
   done
 done

@@ -12,34 +12,16 @@
 # default model's shape and Lightning's (1 / 4 / 16 streams), and Bolt's (1 / 4 / 16 / 64).
 # About 8 minutes with ROUNDS=1 (the first run compiles the kernels, about 80 s).
 set -uo pipefail
-. scripts/device/env.sh >/dev/null
 var=${1:?usage: switch-ab.sh VAR [ROUNDS]}
 rounds=${2:-1}
-out="${OUT:-/tmp}"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-fails=0
-step() {
-  local name=$1; shift
-  local t0=$SECONDS
-  timeout "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  echo "== $name: exit $rc, $((SECONDS - t0)) s"
-  return $rc
-}
-step contract 240 ./dist/tf-cuda-contract --out "$out/contract.md" || fails=$((fails + 1))
-tail -1 "$out/contract.log"
-step nemotron 120 bash scripts/device/nemotron.sh || fails=$((fails + 1))
-tail -1 "$out/nemotron.log"
-step muse 60 bash scripts/device/muse.sh || fails=$((fails + 1))
-tail -1 "$out/muse.log"
-step fixtures 150 bash scripts/device/fixtures.sh || fails=$((fails + 1))
-echo "$(grep -c '^PASS' "$out/fixtures.log") fixtures PASS"; grep FAIL "$out/fixtures.log" | head -3
+. scripts/device/ab-common.sh
+receipts
 small=(--model "smollm2-135m:q4_1,embed=q8_0,dense=f32" --model lightning --bench 32 --streams 1,4,16)
 for r in $(seq 1 "$rounds"); do
   for v in 1 0; do
-    step "small-$var-$v-$r" 90 env "$var=$v" ./dist/tf-cuda-synthetic "${small[@]}" || fails=$((fails + 1))
+    step "small-$var-$v-$r" 90 env "$var=$v" ./dist/tf-cuda-synthetic "${small[@]}"
     grep -E '^# |^\| [0-9]+ \|' "$out/small-$var-$v-$r.log"
-    step "bolt-$var-$v-$r" 120 env "$var=$v" ./dist/tf-cuda-synthetic --model bolt --bench 16 || fails=$((fails + 1))
+    step "bolt-$var-$v-$r" 120 env "$var=$v" ./dist/tf-cuda-synthetic --model bolt --bench 16
     grep -E '^\| [0-9]+ \|' "$out/bolt-$var-$v-$r.log"
   done
 done
