@@ -146,15 +146,16 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
         }
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int j = 0; j < k; j++) pw[j] = probs[pk[j]];
-    if (norm_topk && k > 1) {
-        float sum = 0.0f;
-        for (int j = 0; j < k; j++) sum = sum + pw[j];
-        const float denom = sum + 1e-20f;
-        for (int j = 0; j < k; j++) pw[j] = pw[j] / denom;
+    if (threadIdx.x == 0) {
+        for (int j = 0; j < k; j++) pw[j] = probs[pk[j]];
+        if (norm_topk && k > 1) {
+            float sum = 0.0f;
+            for (int j = 0; j < k; j++) sum = sum + pw[j];
+            const float denom = sum + 1e-20f;
+            for (int j = 0; j < k; j++) pw[j] = pw[j] / denom;
+        }
+        for (int j = 0; j < k; j++) pw[j] = pw[j] * scaling;
     }
-    for (int j = 0; j < k; j++) pw[j] = pw[j] * scaling;
 }
 
 extern "C" __global__ void tf_moe_route_grouped(const float* logits, const float* corr,
@@ -174,57 +175,17 @@ extern "C" __global__ void tf_plant_moe_route_tie_high(const float* logits, cons
                             topk_group, scaling, norm_topk, fill);
 }
 
-// Dynamic shared memory: scores[n_experts], biased[n_experts], picked[top_k].
-extern "C" __global__ void tf_moe_route_muse(const float* logits, const float* bias, int* experts,
-                                             float* weights, int n_experts, int top_k,
-                                             float multiplier, float scale) {
-    extern __shared__ float muse_smem[];
-    float* scores = muse_smem;
-    float* biased = muse_smem + n_experts;
-    float* picked = biased + n_experts;
-    const int i = blockIdx.x;
-    const float* lr = logits + (size_t)i * n_experts;
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
-        const float s = tf_muse_score(lr[e] * multiplier);
-        scores[e] = s;
-        biased[e] = s + bias[e];
-    }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    int* pk = experts + (size_t)i * top_k;
-    float* pw = weights + (size_t)i * top_k;
-    int count = 0;
-    for (int r = 0; r < top_k; r++) {
-        int at = -1;
-        for (int e = 0; e < n_experts; e++) {
-            const float v = biased[e];
-            if (!isnan(v) && (at < 0 || v > biased[at])) at = e;
-        }
-        if (at < 0) break;
-        pk[r] = at;
-        picked[r] = scores[at];
-        biased[at] = __int_as_float(0xff800000);
-        count++;
-    }
-    float total = 0.0f;
-    for (int r = 0; r < count; r++) total = total + picked[r];
-    for (int r = 0; r < count; r++) pw[r] = picked[r] / (total + 1e-15f) * scale;
-    for (int r = count; r < top_k; r++) {
-        pk[r] = -1;
-        pw[r] = 0.0f;
-    }
-}
-
 // Lists each expert's slots: offsets[e]..offsets[e + 1] of `order` hold the slots picking e (in
 // slot order); where_[slot] is the slot's position in `order` (-1 without a pick). One block:
 // the block counts each expert's slots and scans the counts into offsets; then its first warp
 // places the slots 32 at a time in slot order (a slot's place among its expert's slots in the
-// chunk from __match_any_sync). Dynamic shared memory: a cursor per expert, then 32 warp sums.
-extern "C" __global__ void tf_moe_sort(const int* experts, int* offsets, int* order, int* where_,
-                                       int slots, int n_experts) {
-    extern __shared__ int sort_smem[];
-    int* cursor = sort_smem;
-    int* wsum = sort_smem + n_experts;
+// chunk from __match_any_sync). smem: a cursor per expert, then 32 warp sums (n_experts + 32
+// ints). blockDim: a multiple of 32, at most 1024.
+__device__ __forceinline__ void tf_moe_sort_block(const int* experts, int* offsets, int* order,
+                                                  int* where_, int slots, int n_experts,
+                                                  int* smem) {
+    int* cursor = smem;
+    int* wsum = smem + n_experts;
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
     auto valid = [&](int e) { return e >= 0 && e < n_experts; };
     for (int e = tid; e < n_experts; e += nt) cursor[e] = 0;
@@ -284,6 +245,69 @@ extern "C" __global__ void tf_moe_sort(const int* experts, int* offsets, int* or
         if (ok && rank == count - 1) cursor[e] += count;  // the chunk's last slot of e
         __syncwarp();
     }
+}
+
+// A round of one row: tf_moe_route_grouped, then tf_moe_sort on its picks, in one block and
+// one launch (the same code, so the same picks, weights and lists). Dynamic shared memory: the
+// larger of the two's; the sort reuses the routing's after a barrier.
+extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, const float* corr,
+                                                       int* experts, float* weights,
+                                                       int n_experts, int top_k, int n_group,
+                                                       int topk_group, float scaling,
+                                                       int norm_topk, float fill, int* offsets,
+                                                       int* order, int* where_) {
+    extern __shared__ unsigned long long rt_keys[];
+    tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k, n_group,
+                            topk_group, scaling, norm_topk, fill);
+    __syncthreads();  // the picks are written, and the routing's shared memory is free
+    tf_moe_sort_block(experts, offsets, order, where_, top_k, n_experts, (int*)rt_keys);
+}
+
+// Dynamic shared memory: scores[n_experts], biased[n_experts], picked[top_k].
+extern "C" __global__ void tf_moe_route_muse(const float* logits, const float* bias, int* experts,
+                                             float* weights, int n_experts, int top_k,
+                                             float multiplier, float scale) {
+    extern __shared__ float muse_smem[];
+    float* scores = muse_smem;
+    float* biased = muse_smem + n_experts;
+    float* picked = biased + n_experts;
+    const int i = blockIdx.x;
+    const float* lr = logits + (size_t)i * n_experts;
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+        const float s = tf_muse_score(lr[e] * multiplier);
+        scores[e] = s;
+        biased[e] = s + bias[e];
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    int* pk = experts + (size_t)i * top_k;
+    float* pw = weights + (size_t)i * top_k;
+    int count = 0;
+    for (int r = 0; r < top_k; r++) {
+        int at = -1;
+        for (int e = 0; e < n_experts; e++) {
+            const float v = biased[e];
+            if (!isnan(v) && (at < 0 || v > biased[at])) at = e;
+        }
+        if (at < 0) break;
+        pk[r] = at;
+        picked[r] = scores[at];
+        biased[at] = __int_as_float(0xff800000);
+        count++;
+    }
+    float total = 0.0f;
+    for (int r = 0; r < count; r++) total = total + picked[r];
+    for (int r = 0; r < count; r++) pw[r] = picked[r] / (total + 1e-15f) * scale;
+    for (int r = count; r < top_k; r++) {
+        pk[r] = -1;
+        pw[r] = 0.0f;
+    }
+}
+
+extern "C" __global__ void tf_moe_sort(const int* experts, int* offsets, int* order, int* where_,
+                                       int slots, int n_experts) {
+    extern __shared__ int sort_smem[];
+    tf_moe_sort_block(experts, offsets, order, where_, slots, n_experts, sort_smem);
 }
 
 // Gathers the routed rows: xg[p] = x[order[p] / top_k] for p < offsets[n_experts]. One block per

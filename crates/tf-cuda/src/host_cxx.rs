@@ -143,6 +143,20 @@ static inline unsigned __shfl_sync(unsigned, unsigned v, int src, int width = 32
     const int lane = threadIdx.x & 31;
     return (unsigned)__float_as_int(tf_from_lane(__int_as_float((int)v), (lane / width) * width + src % width));
 }
+static inline int __shfl_up_sync(unsigned, int v, int delta, int width = 32) {
+    const int lane = threadIdx.x & 31;
+    return __float_as_int(tf_from_lane(__int_as_float(v), (lane % width) >= delta ? lane - delta : lane));
+}
+static inline unsigned __match_any_sync(unsigned, int v) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int lanes = std::min(32, (int)blockDim.x - 32 * w);
+    tf_shfl64[w][lane] = (unsigned)v;
+    tf_warp_bars[w]->arrive_and_wait();
+    unsigned m = 0;
+    for (int l = 0; l < lanes; l++) m |= (int)(unsigned)tf_shfl64[w][l] == v ? 1u << l : 0u;
+    tf_warp_bars[w]->arrive_and_wait();
+    return m;
+}
 static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const unsigned long long v = ((unsigned long long)y << 32) | x;
     unsigned r = 0;
@@ -154,6 +168,7 @@ static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, int sh) {
     return (unsigned)(v >> (sh & 31));
 }
 static inline u32 atomicAdd(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline float tf_host_f16(unsigned short h) {
     const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
     double v = e == 0 ? std::ldexp((double)m, -24)

@@ -32,6 +32,7 @@ pub use experts::{ExpertMlp, GpuExperts};
 /// Kernel entry points defined in kernels/moe.cu.
 pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_route_grouped",
+    "tf_moe_route_grouped_sorted",
     "tf_plant_moe_route_tie_high",
     "tf_moe_route_muse",
     "tf_moe_sort",
@@ -278,10 +279,12 @@ pub fn route_with(
                     detail: format!("{e} experts need {smem} bytes of shared memory"),
                 });
             }
-            let kernel = if plant {
-                "tf_plant_moe_route_tie_high"
-            } else {
-                "tf_moe_route_grouped"
+            // A round of one row routes and sorts in one launch (the same code).
+            let sorted = n == 1 && !plant;
+            let kernel = match (plant, sorted) {
+                (true, _) => "tf_plant_moe_route_tie_high",
+                (false, true) => "tf_moe_route_grouped_sorted",
+                (false, false) => "tf_moe_route_grouped",
             };
             let (g_, tg_) = (
                 i32_of(OP, "n_group", p.n_group)?,
@@ -304,6 +307,15 @@ pub fn route_with(
                 .arg(&p.scaling)
                 .arg(&norm)
                 .arg(&fill);
+            if sorted {
+                b.arg(&mut buf.offsets)
+                    .arg(&mut buf.order)
+                    .arg(&mut buf.where_);
+                let smem = smem.max(sort_smem(e));
+                // SAFETY: (f32*, f32*, i32*, f32*, i32 x4, f32, i32, f32, i32* x3); buffers
+                // checked above; offsets holds e + 1, order and where_ k (one row).
+                return unsafe { b.go(cfg(smem, ROUTE_THREADS), "launching moe route") };
+            }
             // SAFETY: (f32*, f32*, i32*, f32*, i32 x4, f32, i32, f32); buffers checked above.
             unsafe { b.go(cfg(smem, ROUTE_THREADS), "launching moe route") }?;
         }
@@ -347,7 +359,7 @@ pub fn route_with(
     let one = LaunchConfig {
         grid_dim: (1, 1, 1),
         block_dim: (SORT_THREADS, 1, 1),
-        shared_mem_bytes: (e * 4 + 32 * 4) as u32,
+        shared_mem_bytes: sort_smem(e) as u32,
     };
     // SAFETY: (i32*, i32*, i32*, i32*, i32, i32); offsets holds e + 1, the rest n * k.
     unsafe { b.go(one, "launching moe sort") }
@@ -355,6 +367,11 @@ pub fn route_with(
 
 /// Threads of the sort's one block (at most 1024: its scan takes 32 warp sums).
 const SORT_THREADS: u32 = 512;
+
+/// Dynamic shared memory of the sort over `e` experts: a cursor each, then 32 warp sums.
+fn sort_smem(e: usize) -> usize {
+    (e + 32) * 4
+}
 
 /// Runs the routed experts of the last [`route`] on `x` (`[n, mlp.dim()]`, the rows routing saw):
 /// each slot's output row is left in the buffers for [`combine`].

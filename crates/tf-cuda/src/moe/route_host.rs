@@ -3,8 +3,9 @@
 //! `route` bit for bit — 368 and 512 experts with top 9 (the candidate path), top 40 (every
 //! expert ranked), grouped routing with dropped groups, twin experts (equal scores, ties to the
 //! lower id), a NaN logit — at 512 threads (the launch's) and at 96 (chunks that do not divide
-//! the experts); the planted control (ties toward the higher id) must differ. Skipped, with a
-//! message, when no C++ compiler runs (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a
+//! the experts); the planted control (ties toward the higher id) must differ. The one-row
+//! launch that also sorts (`tf_moe_route_grouped_sorted`) must give the same picks and the
+//! expert lists of a counting sort. Skipped, with a message, when no C++ compiler runs (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a
 //! failure.
 
 use std::io::Write;
@@ -12,8 +13,9 @@ use tf_kernels::contract::Rng;
 use tf_kernels::ops::{route, DroppedGroups, Pick, RouteParams, RouteScratch};
 
 /// Reads cases from argv[1] (i32 n, experts, top_k, n_group, topk_group, norm, neg_inf, threads,
-/// plant, f32 scaling, then n * experts logits and experts corrections), writes each case's
-/// n * top_k expert ids (i32) and weights (f32) to argv[2].
+/// kind (0 routing, 1 the plant, 2 routing and sorting, n = 1), f32 scaling, then n * experts
+/// logits and experts corrections), writes each case's n * top_k expert ids (i32) and weights
+/// (f32) to argv[2], and for kind 2 then offsets (experts + 1), order and where (top_k each).
 const MAIN: &str = r#"
 int main(int argc, char** argv) {
     FILE *fi, *fo;
@@ -26,16 +28,22 @@ int main(int argc, char** argv) {
         std::vector<float> logits((size_t)n * e), corr(e);
         if (std::fread(logits.data(), 4, logits.size(), fi) != logits.size()) return 3;
         if (std::fread(corr.data(), 4, corr.size(), fi) != corr.size()) return 3;
-        std::vector<int> ex((size_t)n * k, -7);
+        std::vector<int> ex((size_t)n * k, -7), offs(e + 1, -7), order(k, -7), where(k, -7);
         std::vector<float> w((size_t)n * k, -7.0f);
         const size_t e32 = (e + 31) / 32 * 32;
         const size_t smem = 8 * e32 + (2 * (size_t)e + g) * 4 + 4 * e32;
         tf_launch(D3{(unsigned)n, 1, 1}, h[7], smem, [&] {
-            if (h[8]) tf_plant_moe_route_tie_high(logits.data(), corr.data(), ex.data(), w.data(), e, k, g, tg, scaling, norm, fill);
+            if (h[8] == 1) tf_plant_moe_route_tie_high(logits.data(), corr.data(), ex.data(), w.data(), e, k, g, tg, scaling, norm, fill);
+            else if (h[8] == 2) tf_moe_route_grouped_sorted(logits.data(), corr.data(), ex.data(), w.data(), e, k, g, tg, scaling, norm, fill, offs.data(), order.data(), where.data());
             else tf_moe_route_grouped(logits.data(), corr.data(), ex.data(), w.data(), e, k, g, tg, scaling, norm, fill);
         });
         std::fwrite(ex.data(), 4, ex.size(), fo);
         std::fwrite(w.data(), 4, w.size(), fo);
+        if (h[8] == 2) {
+            std::fwrite(offs.data(), 4, offs.size(), fo);
+            std::fwrite(order.data(), 4, order.size(), fo);
+            std::fwrite(where.data(), 4, where.size(), fo);
+        }
     }
     std::fclose(fo);
     return 0;
@@ -65,6 +73,29 @@ struct Case {
     p: RouteParams,
     threads: i32,
     plant: bool,
+    /// One row, routed and sorted in one launch.
+    sorted: bool,
+}
+
+/// A counting sort of one row's picks: (offsets, order, where), as tf_moe_sort lists them.
+fn lists(ids: &[i32], experts: usize) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
+    let mut offsets = vec![0i32; experts + 1];
+    for &e in ids {
+        offsets[e as usize + 1] += 1;
+    }
+    for e in 0..experts {
+        offsets[e + 1] += offsets[e];
+    }
+    let mut order = vec![0i32; ids.len()];
+    let mut place = vec![0i32; ids.len()];
+    let mut next = offsets.clone();
+    for (s, &e) in ids.iter().enumerate() {
+        let p = next[e as usize];
+        next[e as usize] += 1;
+        order[p as usize] = s as i32;
+        place[s] = p;
+    }
+    (offsets, order, place)
 }
 
 /// The CPU's picks of every row of `c`: (expert ids, weight bits).
@@ -130,6 +161,7 @@ fn cases(rng: &mut Rng) -> Vec<Case> {
             p,
             threads,
             plant,
+            sorted: false,
         });
     };
     for threads in [512, 96] {
@@ -168,6 +200,21 @@ fn cases(rng: &mut Rng) -> Vec<Case> {
         );
     }
     add(params(512, 9, 1, 1, false), 512, true, false, true, rng);
+    // One row routed and sorted in one launch: Bolt's expert counts, a grouped router.
+    for (p, threads) in [
+        (params(368, 9, 1, 1, false), 512),
+        (params(512, 9, 1, 1, false), 96),
+        (params(64, 6, 8, 4, true), 512),
+    ] {
+        out.push(Case {
+            logits: rng.vec_uniform(p.n_experts, -4.0, 4.0),
+            corr: rng.vec_uniform(p.n_experts, -0.05, 0.05),
+            p,
+            threads,
+            plant: false,
+            sorted: true,
+        });
+    }
     out
 }
 
@@ -191,7 +238,7 @@ fn grouped_routing_compiled_for_the_host_gives_the_cpu_picks() {
             i32::from(p.norm_topk_prob),
             i32::from(matches!(p.dropped, DroppedGroups::NegInf)),
             c.threads,
-            i32::from(c.plant),
+            if c.sorted { 2 } else { i32::from(c.plant) },
         ] {
             f.write_all(&v.to_le_bytes()).unwrap();
         }
@@ -210,14 +257,23 @@ fn grouped_routing_compiled_for_the_host_gives_the_cpu_picks() {
         let ids: Vec<i32> = (0..len).map(|j| word(at + j) as i32).collect();
         let ws: Vec<u32> = (0..len).map(|j| word(at + len + j)).collect();
         at += 2 * len;
-        let equal = (ids.clone(), ws) == cpu(c);
+        let mut equal = (ids.clone(), ws) == cpu(c);
+        if c.sorted {
+            let e = c.p.n_experts;
+            let n = e + 1 + 2 * len;
+            let got: Vec<i32> = (0..n).map(|j| word(at + j) as i32).collect();
+            at += n;
+            let (o, r, w) = lists(&cpu(c).0, e);
+            equal &= got == [o, r, w].concat();
+        }
         let label = format!(
-            "case {i}: {} experts top {} groups {} at {} threads{}",
+            "case {i}: {} experts top {} groups {} at {} threads{}{}",
             c.p.n_experts,
             c.p.top_k,
             c.p.n_group,
             c.threads,
-            if c.plant { " (plant)" } else { "" }
+            if c.plant { " (plant)" } else { "" },
+            if c.sorted { " (routed and sorted)" } else { "" }
         );
         if equal == c.plant {
             failures.push(format!("{label}: GPU {ids:?} vs CPU {:?}", cpu(c).0));
