@@ -7,14 +7,9 @@
 // rule); they are not the CPU's, and the difference is measured as fidelity (docs/fidelity.md):
 //
 //   lane p of 32 owns the row's units u = p, p + 32, ... (32 elements each, ascending u); four
-//   chains c_m (m = 0..3) take the unit's elements e = 8m .. 8m + 7; the 32 lane sums fold by
-//   the shuffle tree (16, 8, 4, 2, 1).
-//   bf16: c_m takes x_e * w_e for e ascending; the lane's sum is (c_0 + c_1) + (c_2 + c_3).
-//   MLX (w_e = s_u q_e + b_u, never formed): d_m = sum of q_e * x_e (e ascending, from zero),
-//   c_m takes s_u * d_m; a fifth chain c_4 takes b_u * X_u, where X_u is the unit's input sum
-//   (tf_unit_sum); the lane's sum is ((c_0 + c_1) + (c_2 + c_3)) + c_4. Every step is one
-//   rounding (fmaf). X_u does not depend on the weight row, so a warp forms it once for all
-//   its rows.
+//   chains c_m (m = 0..3) take x_e * w_e for the unit's elements e = 8m .. 8m + 7, ascending;
+//   the lane's sum is (c_0 + c_1) + (c_2 + c_3); the 32 lane sums fold by the shuffle tree
+//   (16, 8, 4, 2, 1). MLX: w_e = fmaf(s_u, q_e, b_u), one rounding. bf16: w_e is the value.
 //
 // A warp takes SL_RJ weight rows (the one-row entries: tf_slice_one_rows) and up to MM_RT
 // activation rows at a time, loads each unit whole (24 or 64 bytes, the warp's 32 lanes reading
@@ -82,53 +77,11 @@ __device__ __forceinline__ float tf_fold32_sum(float v) {
 // Weight rows a warp of the one-row entries takes at a time.
 __host__ __device__ constexpr int tf_slice_one_rows(int fmt) { return fmt == FMT_BF16 ? 2 : 4; }
 
-// Chains a lane keeps for a weight row: four, and MLX's fifth (the bias's).
-__host__ __device__ constexpr int tf_slice_chains(int fmt) { return fmt == FMT_BF16 ? 4 : 5; }
-
-// X_u of the header: the sum of a unit's 32 inputs, each 8 (e = 8m .. 8m + 7) added in
-// ascending order into s_m (tf_sum8), then (s_0 + s_1) + (s_2 + s_3).
-__device__ __forceinline__ float tf_sum8(const float* v) {
-    float s = v[0];
-#pragma unroll
-    for (int e = 1; e < 8; e++) s = s + v[e];
-    return s;
-}
-__device__ __forceinline__ float tf_sum_of_sums(const float* s) {
-    return (s[0] + s[1]) + (s[2] + s[3]);
-}
-
-// X_u of the unit whose float4 q (0..7) is xq(q).
-template <class XQ>
-__device__ __forceinline__ float tf_unit_sum(XQ xq) {
-    float s[4];
-#pragma unroll
-    for (int m = 0; m < 4; m++) {
-        const float4 a = xq(2 * m), b = xq(2 * m + 1);
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        s[m] = tf_sum8(v);
-    }
-    return tf_sum_of_sums(s);
-}
-
-// The codes q_e of a unit's elements 8m .. 8m + 7 as floats (exact; mg: tf_exp_byte).
-__device__ __forceinline__ void tf_slice_codes(const u32* w, int m, float* out, u32 mg) {
-    constexpr float M23 = 8388608.0f;  // 2^23
-    const u32 lo = w[m] & 0x0f0f0f0fu, hi = (w[m] >> 4) & 0x0f0f0f0fu;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        out[2 * i] = __int_as_float((int)__byte_perm(lo, mg, 0x7440 + i)) - M23;
-        out[2 * i + 1] = __int_as_float((int)__byte_perm(hi, mg, 0x7440 + i)) - M23;
-    }
-}
-
 // One unit of the warp's RJ weight rows (raw words w[r]) into the chains of NT activation rows;
-// xin(i, q) is the float4 q (0..7) of row i's inputs of the unit; MLX: xsum(i, s) is its X_u,
-// given s_m (tf_sum8 of the row's inputs) to add up or a value formed before; mg: tf_exp_byte.
-template <int FMT, int NT, int RJ, class XIn, class XSum>
+// xin(i, q) is the float4 q (0..7) of row i's inputs of the unit; mg: tf_exp_byte.
+template <int FMT, int NT, int RJ, class XIn>
 __device__ __forceinline__ void tf_slice_unit(const u32 (*w)[tf_slice_words(FMT)], XIn xin,
-                                              XSum xsum, float (*c)[RJ][tf_slice_chains(FMT)],
-                                              u32 mg) {
-    float sm[NT][4];  // MLX: s_m of each activation row
+                                              float (*c)[RJ][4], u32 mg) {
 #pragma unroll
     for (int m = 0; m < 4; m++) {
         float xv[NT][8];
@@ -137,59 +90,36 @@ __device__ __forceinline__ void tf_slice_unit(const u32 (*w)[tf_slice_words(FMT)
             const float4 a = xin(i, 2 * m), b = xin(i, 2 * m + 1);
             xv[i][0] = a.x, xv[i][1] = a.y, xv[i][2] = a.z, xv[i][3] = a.w;
             xv[i][4] = b.x, xv[i][5] = b.y, xv[i][6] = b.z, xv[i][7] = b.w;
-            if constexpr (FMT != FMT_BF16) sm[i][m] = tf_sum8(xv[i]);
         }
 #pragma unroll
         for (int r = 0; r < RJ; r++) {
             float wd[8];
-            if constexpr (FMT == FMT_BF16) {
-                tf_slice_decode<FMT>(w[r], m, wd, mg);
+            tf_slice_decode<FMT>(w[r], m, wd, mg);
 #pragma unroll
-                for (int i = 0; i < NT; i++)
+            for (int i = 0; i < NT; i++)
 #pragma unroll
-                    for (int e = 0; e < 8; e++) c[i][r][m] = fmaf(xv[i][e], wd[e], c[i][r][m]);
-            } else {
-                tf_slice_codes(w[r], m, wd, mg);
-                const float su = __int_as_float((int)w[r][4]);
-#pragma unroll
-                for (int i = 0; i < NT; i++) {
-                    float d = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) d = fmaf(wd[e], xv[i][e], d);
-                    c[i][r][m] = fmaf(su, d, c[i][r][m]);
-                }
-            }
-        }
-    }
-    if constexpr (FMT != FMT_BF16) {
-#pragma unroll
-        for (int i = 0; i < NT; i++) {
-            const float xu = xsum(i, sm[i]);
-#pragma unroll
-            for (int r = 0; r < RJ; r++)
-                c[i][r][4] = fmaf(__int_as_float((int)w[r][5]), xu, c[i][r][4]);
+                for (int e = 0; e < 8; e++) c[i][r][m] = fmaf(xv[i][e], wd[e], c[i][r][m]);
         }
     }
 }
 
-// Folds the warp's chains (NC a row: tf_slice_chains) of NT activation rows (from i0) and RJ
-// weight rows (from j0) into y and zeroes them. PLANT 2 (a planted control): the first four
-// chains added as (c_0 + c_2) + (c_1 + c_3), accurate and row-invariant but not tf_slices'
-// bits. Every lane of the warp calls it.
-template <int PLANT, int NT, int RJ, int NC>
-__device__ __forceinline__ void tf_slice_store(float (*c)[RJ][NC], float* __restrict__ y,
+// Folds the warp's chains of NT activation rows (from i0) and RJ weight rows (from j0) into y
+// and zeroes them. PLANT 2 (a planted control): the lane's sum as (c_0 + c_2) + (c_1 + c_3),
+// accurate and row-invariant but not tf_slices' bits. Every lane of the warp calls it.
+template <int PLANT, int NT, int RJ>
+__device__ __forceinline__ void tf_slice_store(float (*c)[RJ][4], float* __restrict__ y,
                                                int i0, int j0, int rows) {
 #pragma unroll
     for (int i = 0; i < NT; i++)
 #pragma unroll
         for (int r = 0; r < RJ; r++) {
             float* a = c[i][r];
-            float l = PLANT == 2 ? (a[0] + a[2]) + (a[1] + a[3]) : (a[0] + a[1]) + (a[2] + a[3]);
-            if constexpr (NC == 5) l = l + a[4];
+            const float l =
+                PLANT == 2 ? (a[0] + a[2]) + (a[1] + a[3]) : (a[0] + a[1]) + (a[2] + a[3]);
             const float s = tf_fold32_sum(l);
             if ((threadIdx.x & 31) == 0 && j0 + r < rows) y[(size_t)(i0 + i) * rows + j0 + r] = s;
 #pragma unroll
-            for (int m = 0; m < NC; m++) a[m] = 0.0f;
+            for (int m = 0; m < 4; m++) a[m] = 0.0f;
         }
 }
 
@@ -226,8 +156,7 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, bool has,
         }
         tf_cp_async_commit();
     };
-    constexpr int NC = tf_slice_chains(FMT);
-    float c[NT][SL_RJ][NC] = {};
+    float c[NT][SL_RJ][4] = {};
     const u32 mg = tf_exp_byte(rows);
     u32 cur[SL_RJ][NW];
     auto fetch = [&](int t, u32 (*buf)[NW]) {
@@ -247,8 +176,7 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, bool has,
         if (has && slab(t) < nu) {
             const float4* xb = xs + (size_t)(t & 1) * NT * SL_SLAB + p;
             tf_slice_unit<FMT, NT, SL_RJ>(
-                cur, [&](int i, int q) { return xb[i * SL_SLAB + q * 32]; },
-                [](int, const float* s) { return tf_sum_of_sums(s); }, c, mg);
+                cur, [&](int i, int q) { return xb[i * SL_SLAB + q * 32]; }, c, mg);
         }
 #pragma unroll
         for (int r = 0; r < SL_RJ; r++)
@@ -256,7 +184,7 @@ __device__ __forceinline__ void tf_slices_tile(const u8* const* wr, bool has,
             for (int v = 0; v < NW; v++) cur[r][v] = nxt[r][v];
     }
     __syncthreads();  // the next tile's copies reuse the buffers
-    if (has) tf_slice_store<PLANT, NT, SL_RJ, NC>(c, y, i0, j0, rows);
+    if (has) tf_slice_store<PLANT, NT, SL_RJ>(c, y, i0, j0, rows);
 }
 
 // y[i, j] for i < n: warp w takes weight rows SL_RJ w .. SL_RJ w + SL_RJ - 1 (cols a multiple
@@ -286,9 +214,8 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
 // consecutive, not 128 bytes apart); warp w takes the RJ-row groups w * per .. w * per + per - 1
 // in turn (RJ = tf_slice_one_rows), one unit of a lane a step, the next step's loads (of the
 // same group or the next) in flight while a step is multiplied, so a warp waits on memory once,
-// not once a group. MLX: the block also forms every unit's X_u (tf_unit_sum) once, into
-// shared memory after x. The same sums as tf_slices_tile at NT = 1. Dynamic shared memory:
-// 4 KiB and 128 bytes a 32 units (cols / 1024 rounded up).
+// not once a group. The same sums as tf_slices_tile at NT = 1. Dynamic shared memory: 4 KiB a
+// 32 units (cols / 1024 rounded up).
 template <int FMT, int PLANT>
 __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
                                               const float* __restrict__ x,
@@ -321,14 +248,9 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
         const int u = f >> 3;
         xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
     }
-    float* xsu = (float*)(tf_smem + (size_t)steps * 4096);  // X_u at xsu[u]
-    if constexpr (FMT != FMT_BF16)
-        for (int u = threadIdx.x; u < units; u += blockDim.x)
-            xsu[u] = tf_unit_sum([&](int q) { return __ldg((const float4*)x + 8 * u + q); });
     __syncthreads();
     if (g >= gend) return;  // the whole warp
-    constexpr int NC = tf_slice_chains(FMT);
-    float c[1][RJ][NC] = {};
+    float c[1][RJ][4] = {};
     for (int t = 0;;) {
         const int gn = t + 1 == steps ? g + 1 : g, tn = t + 1 == steps ? 0 : t + 1;
         const bool more = gn < gend;
@@ -336,10 +258,9 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
         if (more) fetch(gn, tn, nxt);  // in flight while this step is multiplied
         if (t < nu)
             tf_slice_unit<FMT, 1, RJ>(
-                cur, [&](int, int q) { return xs[(8 * t + q) * 32 + p]; },
-                [&](int, const float*) { return xsu[32 * t + p]; }, c, mg);
+                cur, [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c, mg);
         // The group is done: fold and store, then start the next.
-        if (t + 1 == steps) tf_slice_store<PLANT, 1, RJ, NC>(c, y, 0, g * RJ, rows);
+        if (t + 1 == steps) tf_slice_store<PLANT, 1, RJ>(c, y, 0, g * RJ, rows);
         if (!more) break;
 #pragma unroll
         for (int r = 0; r < RJ; r++)
@@ -355,8 +276,8 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
                                     int cols) {                                               \
         tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
     }                                                                                         \
-    extern "C" __global__ void __launch_bounds__(128, 5)                                      \
-        NAME##_one(const u8* W, const float* x, float* y, int rows, int cols, int per) {      \
+    extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int rows,    \
+                                          int cols, int per) {                                \
         tf_slices_one<FMT, PLANT>(W, x, y, rows, cols, per);                                  \
     }
 

@@ -57,8 +57,8 @@ fn one_row_rows(format: GpuFormat) -> usize {
     }
 }
 
-/// Most columns a `tf_slices` matrix may have: the one-row entry holds its activation row and
-/// its units' input sums in shared memory (132 KiB at most).
+/// Most columns a `tf_slices` matrix may have: the one-row entry holds its activation row in
+/// shared memory (128 KiB at most).
 const MAX_COLS: usize = 32768;
 
 /// The `tf_slices` kernel for a matrix of `format` with `cols` columns, if it has one.
@@ -100,9 +100,9 @@ pub fn groups_per_warp(gpu: &Gpu, kernel: &str, w: &GpuMatrix) -> Result<usize> 
 }
 
 /// Dynamic shared memory of a one-row launch: the activation row, lane-major (in whole
-/// 32-unit strides of 4 KiB), then its units' input sums (128 bytes a stride).
+/// 32-unit strides of 4 KiB).
 fn one_row_smem(cols: usize) -> u32 {
-    (cols.div_ceil(1024) * (4096 + 128)) as u32
+    (cols.div_ceil(1024) * 4096) as u32
 }
 
 /// Threads a block of the one-row `tf_slices` launches.
@@ -189,8 +189,7 @@ pub(crate) fn launch_config(
     cfg
 }
 
-/// The values of one unit's elements `8m .. 8m + 8` from its device bytes: bf16 weights, or
-/// MLX codes (as floats; the scale and bias are the unit's words 4 and 5).
+/// The weights of one unit's elements `8m .. 8m + 8` from its device bytes.
 fn decode(format: GpuFormat, unit: &[u8], m: usize) -> [f32; 8] {
     let word = |i: usize| u32::from_le_bytes(unit[4 * i..4 * i + 4].try_into().unwrap());
     let mut w = [0f32; 8];
@@ -203,59 +202,15 @@ fn decode(format: GpuFormat, unit: &[u8], m: usize) -> [f32; 8] {
             }
         }
         _ => {
+            let (s, b) = (f32::from_bits(word(4)), f32::from_bits(word(5)));
             let v = word(m);
             for (e, w) in w.iter_mut().enumerate() {
-                *w = ((v >> (4 * e)) & 15) as f32;
+                let q = (v >> (4 * e)) & 15;
+                *w = s.mul_add(q as f32, b);
             }
         }
     }
     w
-}
-
-/// X_u: the sum of a unit's 32 inputs, each 8 in ascending order, then (s0 + s1) + (s2 + s3)
-/// (`tf_unit_sum`).
-fn unit_sum(x: &[f32]) -> f32 {
-    let s: [f32; 4] =
-        std::array::from_fn(|m| x[8 * m + 1..8 * m + 8].iter().fold(x[8 * m], |a, &v| a + v));
-    (s[0] + s[1]) + (s[2] + s[3])
-}
-
-/// One lane's sum over its units `p, p + 32, ...` of a row (kernels/slices.cu's header).
-fn lane_sum(format: GpuFormat, row: &[u8], ub: usize, xr: &[f32], p: usize) -> f32 {
-    let units = xr.len() / 32;
-    let mut c = [0f32; 5];
-    for u in (p..units).step_by(32) {
-        let unit = &row[u * ub..(u + 1) * ub];
-        let xu = &xr[32 * u..32 * u + 32];
-        match format {
-            GpuFormat::Bf16 => {
-                for (m, c) in c[..4].iter_mut().enumerate() {
-                    let w = decode(format, unit, m);
-                    for e in 0..8 {
-                        *c = xu[8 * m + e].mul_add(w[e], *c);
-                    }
-                }
-            }
-            _ => {
-                let word = |i: usize| {
-                    f32::from_bits(u32::from_le_bytes(
-                        unit[4 * i..4 * i + 4].try_into().unwrap(),
-                    ))
-                };
-                for (m, c) in c[..4].iter_mut().enumerate() {
-                    let q = decode(format, unit, m);
-                    let d = (0..8).fold(0f32, |d, e| q[e].mul_add(xu[8 * m + e], d));
-                    *c = word(4).mul_add(d, *c);
-                }
-                c[4] = word(5).mul_add(unit_sum(xu), c[4]);
-            }
-        }
-    }
-    let four = (c[0] + c[1]) + (c[2] + c[3]);
-    match format {
-        GpuFormat::Bf16 => four,
-        _ => four + c[4],
-    }
 }
 
 /// `tf_slices`' result on the host, bit for bit: `bytes` is the matrix's device layout
@@ -278,7 +233,20 @@ pub fn reference(
         let xr = &x[i * cols..(i + 1) * cols];
         for j in 0..rows {
             let row = &bytes[j * units * ub..(j + 1) * units * ub];
-            let mut lane: Vec<f32> = (0..32).map(|p| lane_sum(format, row, ub, xr, p)).collect();
+            let mut lane = [0f32; 32];
+            for (p, l) in lane.iter_mut().enumerate() {
+                let mut c = [0f32; 4];
+                for u in (p..units).step_by(32) {
+                    let unit = &row[u * ub..(u + 1) * ub];
+                    for (m, c) in c.iter_mut().enumerate() {
+                        let w = decode(format, unit, m);
+                        for e in 0..8 {
+                            *c = xr[32 * u + 8 * m + e].mul_add(w[e], *c);
+                        }
+                    }
+                }
+                *l = (c[0] + c[1]) + (c[2] + c[3]);
+            }
             let mut off = 16;
             while off > 0 {
                 for l in 0..off {

@@ -57,13 +57,12 @@ int main(int argc, char** argv) {
         // 4 threads a row run the format's tf_mmq twin (as geometry_kernel names it).
         const std::string entry = tpr == 4 ? name + "_mmq" : name;
         if (kind == 4) {
-            // A tf_slices one-row entry: (rows, cols, row groups a warp = tpr); shared memory as
-            // slices.rs's one_row_smem.
+            // A tf_slices one-row entry: (rows, cols, row groups a warp = tpr).
             auto it = mm.find(name);
             if (it == mm.end()) return 4;
             const int rj = name.find("bf16") != std::string::npos ? 2 : 4;  // tf_slice_one_rows
             const unsigned warps = (unsigned)(((rows + rj - 1) / rj + tpr - 1) / tpr);
-            tf_launch(D3{(warps * 32 + 127) / 128, 1, 1}, 128, (4096 + 128) * (size_t)((cols + 1023) / 1024), [&] { it->second(W, x.data(), y.data(), rows, cols, tpr); });
+            tf_launch(D3{(warps * 32 + 127) / 128, 1, 1}, 128, 4096 * (size_t)((cols + 1023) / 1024), [&] { it->second(W, x.data(), y.data(), rows, cols, tpr); });
         } else if (kind == 0) {
             auto it = mm.find(entry);
             if (it == mm.end()) return 4;
@@ -77,7 +76,7 @@ int main(int argc, char** argv) {
             const unsigned groups = (unsigned)std::max(1, std::min(experts, n));
             // tf_moe_slices: the larger of its two bodies' x copies.
             const size_t smem = name.find("slices") == std::string::npos ? 0
-                : std::max(8192 * (size_t)std::min(n, MM_RT), (4096 + 128) * (size_t)((cols + 1023) / 1024));
+                : std::max(8192 * (size_t)std::min(n, MM_RT), 4096 * (size_t)((cols + 1023) / 1024));
             tf_launch(D3{blocks, groups, 1}, 128, smem, [&] { it->second(W, x.data(), y.data(), offs.data(), rows, cols, experts); });
         } else {
             auto it = mmf.find(name);
