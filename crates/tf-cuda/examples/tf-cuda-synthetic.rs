@@ -251,6 +251,12 @@ impl Decoder {
             Decoder::Nemotron(g) => g.forward_graphed(rows, logits),
         }
     }
+    fn graph_edges(&self) -> (usize, usize) {
+        match self {
+            Decoder::Llama(g) => g.graph_edges(),
+            Decoder::Nemotron(g) => g.graph_edges(),
+        }
+    }
     fn clear_graphs(&mut self) {
         match self {
             Decoder::Llama(g) => g.clear_graphs(),
@@ -389,6 +395,8 @@ fn run_model(spec: &str, bench: usize, leave_out: usize, streams_list: &[usize])
             roofline_s / dt
         );
     }
+    let (programmatic, edges) = g.graph_edges();
+    println!("graph edges made programmatic (kernel to kernel; none with TF_CUDA_PDL=0): {programmatic} of {edges}");
     if leave_out > 0 {
         leave_out_table(&mut g, leave_out)?;
     }

@@ -20,6 +20,27 @@ typedef unsigned long long u64;
 #define FMT_Q4_1 4
 #define FMT_Q8_0 5
 
+#ifndef TF_HOST_SIMT  // the host emulation's prelude (src/host_cxx.rs) has its own
+// Every kernel's first statement (tf_slices_one's first loads of weights, which nothing writes,
+// go before it). Inside a round's graph, kernels follow each other by programmatic edges
+// (src/graphs.rs): the next kernel may start while this one runs, so each waits here until the
+// kernels before it have finished and their writes are visible, then lets the one after it
+// start launching. Outside such an edge both are no-ops.
+__device__ __forceinline__ void tf_follow() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Asks L2 for the 128-byte line at p (no register written, nothing waited for).
+__device__ __forceinline__ void tf_prefetch_l2(const void* p) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+#endif
+}
+#endif
+
 __device__ __forceinline__ float tf_bits(u32 b) { return __int_as_float((int)b); }
 
 // IEEE half bits to f32 (exact).

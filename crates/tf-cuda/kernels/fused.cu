@@ -247,7 +247,7 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
 #define TF_MMF_ENTRY(FNAME, FMT, XF, EP)                                                        \
     extern "C" __global__ void __launch_bounds__(MMF_THREADS)                                   \
         tf_mmf_##FNAME(const u8* W, const float* x, const float* g, float eps, float* y, int n, \
-                       int rows, int cols, int x_stride) {                                      \
+                       int rows, int cols, int x_stride) { tf_follow();                         \
         tf_mmf<FMT, XF, EP>(W, x, g, eps, y, n, rows, cols, x_stride, TfRope{});                \
     }
 // The [q | k | v] projection with the input norm, RoPE and the KV append (EP_ROPE).
@@ -256,7 +256,7 @@ __device__ __forceinline__ void tf_mmf(const u8* __restrict__ W, const float* __
         const u8* W, const float* x, const float* g, float eps, float* y, int n, int rows,      \
         int cols, int x_stride, const float* cs, float* kpool, float* vpool, const int* slots,  \
         const int* pos, int heads, int kv_heads, int head_dim, int pairing, int n_layers,       \
-        int layer, int capacity) {                                                              \
+        int layer, int capacity) { tf_follow();                                                 \
         const TfRope rp{cs, kpool, vpool, slots, pos, heads, kv_heads, head_dim, pairing,       \
                         n_layers, layer, capacity};                                             \
         tf_mmf<FMT, XF_NORM, EP_ROPE>(W, x, g, eps, y, n, rows, cols, x_stride, rp);            \
@@ -285,6 +285,7 @@ extern "C" __global__ void tf_rope_append(float* qkv, const float* cs, float* kp
                                           const int* slots, const int* pos, int heads,
                                           int kv_heads, int head_dim, int half, int pairing,
                                           int n_layers, int layer, int capacity) {
+    tf_follow();
     const int i = blockIdx.x;
     const int row_w = kv_heads * head_dim;
     float* q = qkv + (size_t)i * (heads + 2 * kv_heads) * head_dim;

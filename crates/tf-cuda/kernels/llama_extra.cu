@@ -18,11 +18,13 @@ __device__ __forceinline__ void tf_bias_rows_impl(float* y, const float* b, int 
 }
 
 extern "C" __global__ void tf_bias_rows(float* y, const float* b, int n, int width) {
+    tf_follow();
     tf_bias_rows_impl<0>(y, b, n, width);
 }
 
 extern "C" __global__ void tf_plant_bias_rows_skip_last(float* y, const float* b, int n,
                                                         int width) {
+    tf_follow();
     tf_bias_rows_impl<1>(y, b, n, width);
 }
 
@@ -43,11 +45,13 @@ __device__ __forceinline__ void tf_bias_residual_impl(float* x, const float* s, 
 
 extern "C" __global__ void tf_bias_residual(float* x, const float* s, const float* b, int n,
                                             int width) {
+    tf_follow();
     tf_bias_residual_impl<0>(x, s, b, n, width);
 }
 
 extern "C" __global__ void tf_plant_bias_residual_reordered(float* x, const float* s,
                                                             const float* b, int n, int width) {
+    tf_follow();
     tf_bias_residual_impl<1>(x, s, b, n, width);
 }
 
@@ -77,11 +81,13 @@ __device__ __forceinline__ void tf_head_rms_norm_impl(float* x, const float* g, 
 
 extern "C" __global__ void tf_head_rms_norm(float* x, const float* g, int heads, int head_dim,
                                             int row_stride, int offset, float eps) {
+    tf_follow();
     tf_head_rms_norm_impl<0>(x, g, heads, head_dim, row_stride, offset, eps);
 }
 
 extern "C" __global__ void tf_plant_head_rms_norm_short(float* x, const float* g, int heads,
                                                         int head_dim, int row_stride, int offset,
                                                         float eps) {
+    tf_follow();
     tf_head_rms_norm_impl<1>(x, g, heads, head_dim, row_stride, offset, eps);
 }

@@ -86,7 +86,7 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
                                     const float* bias, int has_bias, float* pool,                \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int cd, int kernel,   \
-                                    float* out) {                                                \
+                                    float* out) { tf_follow();                                   \
         tf_mamba_conv<PLANT>(proj, proj_stride, x_off, w, bias, has_bias, pool, slots, pos,     \
                              n_slots, slot_stride, layer_off, n, cd, kernel, out);               \
     }
@@ -186,7 +186,7 @@ __device__ __forceinline__ void tf_mamba_ssm(
                                     const float* dt_bias, float dt_lo, float dt_hi, float* pool, \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int heads,            \
-                                    int head_dim, int groups, int ns, float* y) {                \
+                                    int head_dim, int groups, int ns, float* y) { tf_follow();   \
         tf_mamba_ssm<PLANT>(xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo, dt_hi, \
                             pool, slots, pos, n_slots, slot_stride, layer_off, n, heads,         \
                             head_dim, groups, ns, y);                                            \
@@ -202,6 +202,7 @@ TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2)
 extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, int z_stride,
                                                const float* gain, float eps, int width, int groups,
                                                float* out) {
+    tf_follow();
     const int i = blockIdx.x, grp = blockIdx.y;
     const int gs = width / groups;
     const size_t base = (size_t)i * width + (size_t)grp * gs;
@@ -221,6 +222,7 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
 
 // relu^2: out = r * r with r = x if x > 0 else 0 (tf_kernels::ops::relu2), element-wise.
 extern "C" __global__ void tf_nh_relu2(const float* x, float* out, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) {
         const float v = x[t];
@@ -231,6 +233,7 @@ extern "C" __global__ void tf_nh_relu2(const float* x, float* out, int len) {
 
 // Bias add over rows: y[i, j] = y[i, j] + bias[j] for len = n * width elements.
 extern "C" __global__ void tf_nh_add_bias(float* y, const float* bias, int width, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) y[t] = y[t] + bias[t % width];
 }

@@ -547,14 +547,14 @@ __device__ __forceinline__ void tf_matmul_rows(const u8* __restrict__ W,
 // NAME: 16 threads a row.
 #define TF_MATMUL_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
-                                    int cols) {                                               \
+                                    int cols) { tf_follow();                                  \
         TF_MATMUL_IMPL<FMT, PLANT, 0>(W, x, y, n, rows, cols);                                \
     }
 // NAME and NAME_mmq (4 threads a row), for tf_mmq's formats.
 #define TF_MATMUL_ENTRIES(NAME, FMT, PLANT)                                                   \
     TF_MATMUL_ENTRY(NAME, FMT, PLANT)                                                         \
     extern "C" __global__ void NAME##_mmq(const u8* W, const float* x, float* y, int n,       \
-                                          int rows, int cols) {                               \
+                                          int rows, int cols) { tf_follow();                  \
         TF_MATMUL_IMPL<FMT, PLANT, 1>(W, x, y, n, rows, cols);                                \
     }
 
@@ -578,6 +578,7 @@ __device__ __forceinline__ void tf_embed(const u8* __restrict__ W, const int* __
 
 #define TF_EMBED_ENTRY(NAME, FMT)                                                             \
     extern "C" __global__ void NAME(const u8* W, const int* tokens, float* out, int cols) {   \
+        tf_follow();                                                                          \
         tf_embed<FMT>(W, tokens, out, cols);                                                  \
     }
 

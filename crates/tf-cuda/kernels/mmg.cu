@@ -218,7 +218,7 @@ __device__ __forceinline__ void tf_mmg(const u8* __restrict__ W, const float* __
 #define TF_MMG_ENTRY(FNAME, FMT, XF, EP, PLANT)                                                 \
     extern "C" __global__ void __launch_bounds__(MMG_THREADS, 2)                                \
         tf_##FNAME(const u8* W, const float* x, const float* g, float eps, float* y, int n,     \
-                   int rows, int cols, int x_stride) {                                          \
+                   int rows, int cols, int x_stride) { tf_follow();                             \
         tf_mmg<FMT, XF, EP, PLANT>(W, x, g, eps, y, n, rows, cols, x_stride);                   \
     }
 #define TF_MMG_FORMAT(NAME, FMT)                                       \

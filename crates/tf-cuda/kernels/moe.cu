@@ -162,6 +162,7 @@ extern "C" __global__ void tf_moe_route_grouped(const float* logits, const float
                                                 int* experts, float* weights, int n_experts,
                                                 int top_k, int n_group, int topk_group,
                                                 float scaling, int norm_topk, float fill) {
+    tf_follow();
     tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k, n_group,
                             topk_group, scaling, norm_topk, fill);
 }
@@ -171,6 +172,7 @@ extern "C" __global__ void tf_plant_moe_route_tie_high(const float* logits, cons
                                                        int n_experts, int top_k, int n_group,
                                                        int topk_group, float scaling,
                                                        int norm_topk, float fill) {
+    tf_follow();
     tf_moe_route_grouped<1>(logits, corr, experts, weights, n_experts, top_k, n_group,
                             topk_group, scaling, norm_topk, fill);
 }
@@ -256,6 +258,7 @@ extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, cons
                                                        int topk_group, float scaling,
                                                        int norm_topk, float fill, int* offsets,
                                                        int* order, int* where_) {
+    tf_follow();
     extern __shared__ unsigned long long rt_keys[];
     tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k, n_group,
                             topk_group, scaling, norm_topk, fill);
@@ -267,6 +270,7 @@ extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, cons
 extern "C" __global__ void tf_moe_route_muse(const float* logits, const float* bias, int* experts,
                                              float* weights, int n_experts, int top_k,
                                              float multiplier, float scale) {
+    tf_follow();
     extern __shared__ float muse_smem[];
     float* scores = muse_smem;
     float* biased = muse_smem + n_experts;
@@ -306,6 +310,7 @@ extern "C" __global__ void tf_moe_route_muse(const float* logits, const float* b
 
 extern "C" __global__ void tf_moe_sort(const int* experts, int* offsets, int* order, int* where_,
                                        int slots, int n_experts) {
+    tf_follow();
     extern __shared__ int sort_smem[];
     tf_moe_sort_block(experts, offsets, order, where_, slots, n_experts, sort_smem);
 }
@@ -314,6 +319,7 @@ extern "C" __global__ void tf_moe_sort(const int* experts, int* offsets, int* or
 // position (the grid covers every slot; positions past the total return).
 extern "C" __global__ void tf_moe_gather(const float* x, const int* order, const int* offsets,
                                          float* xg, int top_k, int width, int n_experts) {
+    tf_follow();
     const int p = blockIdx.x;
     if (p >= offsets[n_experts]) return;
     const float* src = x + (size_t)(order[p] / top_k) * width;
@@ -369,7 +375,7 @@ __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const fl
 
 #define TF_MOE_MATMUL_ENTRY(NAME, FMT, PLANT)                                                 \
     extern "C" __global__ void NAME(const u8* W, const float* xg, float* yg, const int* offsets, \
-                                    int rows, int cols, int n_experts) {                      \
+                                    int rows, int cols, int n_experts) { tf_follow();         \
         tf_moe_matmul<FMT, PLANT, 0>(W, xg, yg, offsets, rows, cols, n_experts);              \
     }
 // NAME and NAME_mmq (tf_mmq's geometry), for tf_mmq's formats.
@@ -377,7 +383,7 @@ __device__ __forceinline__ void tf_moe_matmul(const u8* __restrict__ W, const fl
     TF_MOE_MATMUL_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME##_mmq(const u8* W, const float* xg, float* yg,           \
                                           const int* offsets, int rows, int cols,             \
-                                          int n_experts) {                                    \
+                                          int n_experts) { tf_follow();                       \
         tf_moe_matmul<FMT, PLANT, 1>(W, xg, yg, offsets, rows, cols, n_experts);              \
     }
 
@@ -420,12 +426,12 @@ __device__ __forceinline__ void tf_moe_slices(const u8* __restrict__ W, const fl
 
 #define TF_MOE_SLICES_ENTRIES(NAME, FMT)                                                      \
     extern "C" __global__ void NAME(const u8* W, const float* xg, float* yg, const int* offsets, \
-                                    int rows, int cols, int n_experts) {                      \
+                                    int rows, int cols, int n_experts) { tf_follow();         \
         tf_moe_slices<FMT, 0>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }                                                                                         \
     extern "C" __global__ void __launch_bounds__(128, 5)                                      \
         NAME##_one(const u8* W, const float* xg, float* yg, const int* offsets, int rows,    \
-                   int cols, int n_experts) {                                                 \
+                   int cols, int n_experts) { tf_follow();                                    \
         tf_moe_slices<FMT, 1>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }
 
@@ -434,6 +440,7 @@ TF_MOE_SLICES_ENTRIES(tf_moe_slices_bf16, FMT_BF16)
 
 // relu²: out = max(x, 0)², as tf_kernels' relu2 (r = x > 0 ? x : 0; r * r).
 extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) {
         const float v = x[t];
@@ -499,6 +506,7 @@ __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
 extern "C" __global__ void tf_moe_combine(const float* yg, const int* where_, const float* weights,
                                           const float* gain, float* out, int top_k, int width,
                                           int norm, float eps) {
+    tf_follow();
     tf_moe_combine<0>(yg, where_, weights, gain, out, top_k, width, norm, eps);
 }
 
@@ -506,6 +514,7 @@ extern "C" __global__ void tf_plant_moe_combine_reversed(const float* yg, const 
                                                          const float* weights, const float* gain,
                                                          float* out, int top_k, int width,
                                                          int norm, float eps) {
+    tf_follow();
     tf_moe_combine<1>(yg, where_, weights, gain, out, top_k, width, norm, eps);
 }
 
@@ -514,6 +523,7 @@ extern "C" __global__ void tf_plant_moe_combine_reversed(const float* yg, const 
 // dst[i, c] = src[i * src_stride + offset + c] for c < width. One block per row.
 extern "C" __global__ void tf_moe_take_cols(const float* src, float* dst, int src_stride,
                                             int offset, int width) {
+    tf_follow();
     const int i = blockIdx.x;
     const float* s = src + (size_t)i * src_stride + offset;
     float* d = dst + (size_t)i * width;
@@ -522,18 +532,21 @@ extern "C" __global__ void tf_moe_take_cols(const float* src, float* dst, int sr
 
 // x = x * s.
 extern "C" __global__ void tf_moe_scale(float* x, float s, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) x[t] = x[t] * s;
 }
 
 // x[i, c] = x[i, c] * g[c] (rows of `width`).
 extern "C" __global__ void tf_moe_mul_cols(float* x, const float* g, int width, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) x[t] = x[t] * g[t % width];
 }
 
 // o = o * sigmoid(g), sigmoid(g) = 1 / (1 + exp(-g)).
 extern "C" __global__ void tf_muse_sigmoid_mul(float* o, const float* g, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) o[t] = o[t] * tf_moe_sigmoid(g[t]);
 }
@@ -541,6 +554,7 @@ extern "C" __global__ void tf_muse_sigmoid_mul(float* o, const float* g, int len
 // h[i, c] = alpha[c] * h[i, c] + beta[c] * v[i, c] (each product rounded, then added).
 extern "C" __global__ void tf_muse_gated_add(float* h, const float* v, const float* alpha,
                                              const float* beta, int width, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) {
         const int c = t % width;
@@ -550,6 +564,7 @@ extern "C" __global__ void tf_muse_gated_add(float* h, const float* v, const flo
 
 // x = cap * tanh((x * mult) / cap), tanh in double rounded to float (the CPU's softcap).
 extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) {
         const float v = x[t] * mult;

@@ -28,21 +28,25 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
 
 extern "C" __global__ void tf_rms_norm(const float* x, const float* g, float* y, int width,
                                        float eps) {
+    tf_follow();
     tf_rms_norm<0, false>((float*)x, nullptr, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_plant_rms_norm_short(const float* x, const float* g, float* y,
                                                    int width, float eps) {
+    tf_follow();
     tf_rms_norm<1, false>((float*)x, nullptr, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_add_rms_norm(float* x, const float* o, const float* g, float* y,
                                            int width, float eps) {
+    tf_follow();
     tf_rms_norm<0, true>(x, o, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_plant_add_rms_norm_short(float* x, const float* o, const float* g,
                                                        float* y, int width, float eps) {
+    tf_follow();
     tf_rms_norm<1, true>(x, o, g, y, width, eps);
 }
 
@@ -51,6 +55,7 @@ extern "C" __global__ void tf_plant_add_rms_norm_short(float* x, const float* o,
 // A pair (a, b) becomes (a*c - b*s, b*c + a*s), every product rounded (no fma).
 extern "C" __global__ void tf_rope(float* x, const float* cs, int n, int heads, int head_dim,
                                    int half, int pairing) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const int per_row = heads * half;
     if (t >= n * per_row) return;
@@ -69,18 +74,21 @@ extern "C" __global__ void tf_rope(float* x, const float* cs, int n, int heads, 
 
 // SwiGLU: out = silu(gate) * up, element-wise.
 extern "C" __global__ void tf_silu_mul(const float* gate, const float* up, float* out, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) out[t] = tf_silu(gate[t]) * up[t];
 }
 
 // Residual: acc += x, element-wise.
 extern "C" __global__ void tf_add_inplace(float* acc, const float* x, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) acc[t] = acc[t] + x[t];
 }
 
 // out = exp(x) element-wise (checks the device exp against the CPU's bit for bit).
 extern "C" __global__ void tf_exp_map(const float* x, float* out, int len) {
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) out[t] = tf_exp(x[t]);
 }
@@ -90,6 +98,7 @@ extern "C" __global__ void tf_exp_map(const float* x, float* out, int len) {
 extern "C" __global__ void tf_kv_append(const float* k, const float* v, float* kpool,
                                         float* vpool, const int* slots, const int* pos,
                                         int n_layers, int layer, int capacity, int row_w) {
+    tf_follow();
     const int i = blockIdx.x;
     const size_t dst =
         (((size_t)slots[i] * n_layers + layer) * capacity + (size_t)pos[i]) * row_w;

@@ -75,6 +75,7 @@ __device__ __forceinline__ void tf_select_batch(float* v, const float* __restric
 extern "C" __global__ void __launch_bounds__(TF_SELECT_THREADS)
     tf_select_topc(const float* __restrict__ logits, const int* __restrict__ rows, int vocab,
                    int cap, int plant, int radix, int* __restrict__ out) {
+    tf_follow();
     __shared__ u64 pool[TF_SELECT_POOL];
     __shared__ u32 hist[256];
     __shared__ u32 whist[TF_SELECT_THREADS / 32][256];  // per-warp counts (less contention)
@@ -250,6 +251,7 @@ extern "C" __global__ void tf_select_gather(const float* __restrict__ logits, in
                                             const int* __restrict__ rows,
                                             const int* __restrict__ ids, int m,
                                             float* __restrict__ out) {
+    tf_follow();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j < m) out[j] = logits[(size_t)rows[j] * (size_t)vocab + (size_t)ids[j]];
 }

@@ -244,6 +244,14 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     };
     u32 cur[RJ][NW];
     if (g < gend) fetch(g, 0, cur);  // in flight while x is copied
+    // Weights are never written: the warp's first loads and an L2 prefetch of all its rows go
+    // out before the wait for the kernels before this one (x is theirs).
+    if (g < gend) {
+        const u8* a = W + (size_t)g * RJ * rb;
+        const size_t len = (size_t)(min(gend * RJ, rows) - g * RJ) * rb;
+        for (size_t o = (size_t)p * 128; o < len; o += 32 * 128) tf_prefetch_l2(a + o);
+    }
+    tf_follow();
     for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
         const int u = f >> 3;
         xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
@@ -273,7 +281,7 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
 // NAME (any n) and NAME_one (n = 1; `per` row groups a warp).
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
-                                    int cols) {                                               \
+                                    int cols) { tf_follow();                                  \
         tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);                                        \
     }                                                                                         \
     extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int rows,    \

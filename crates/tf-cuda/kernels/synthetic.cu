@@ -66,6 +66,7 @@ extern "C" __global__ void tf_synth_blocks(u8* out, u64 nblocks, u64 key, u64 sc
                                            int block_bytes, int stream_bytes, int group_blocks,
                                            int scale_off, int scale_kind, int scale_exp,
                                            int min_off, int min_kind, int min_exp, int min_neg) {
+    tf_follow();
     const u64 total = nblocks * (u64)block_bytes, stride = (u64)gridDim.x * blockDim.x;
     const int scale_w = scale_kind == 0 ? 4 : 2, min_w = min_kind == 0 ? 4 : 2;
     for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
@@ -90,6 +91,7 @@ extern "C" __global__ void tf_synth_blocks(u8* out, u64 nblocks, u64 key, u64 sc
 // (the stored value widened when out_kind is f32 and store_kind is not).
 extern "C" __global__ void tf_synth_dense(u8* out, u64 n, u64 key, int out_kind, int store_kind,
                                           u32 center_bits, int qbits, int exp) {
+    tf_follow();
     u64 stride = (u64)gridDim.x * blockDim.x;
     float center = __int_as_float((int)center_bits);
     float step = tf_synth_pow2(exp);

@@ -4,19 +4,28 @@
 use crate::device::Gpu;
 use crate::error::{drv, CudaError, Result};
 use crate::llama::GpuRow;
-use cudarc::driver::{CudaGraph, CudaSlice, CudaStream};
+use cudarc::driver::sys;
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::ffi::CStr;
 use std::sync::Arc;
 
 /// A round's launch sequence, captured once per row count.
 #[derive(Default)]
-pub struct Graphs(HashMap<usize, CudaGraph>);
+pub struct Graphs(HashMap<usize, Round>);
 
 impl Graphs {
     /// Drops every captured graph (the next graphed round captures afresh).
     pub fn clear(&mut self) {
         self.0.clear();
+    }
+
+    /// Edges of the captured graphs: (programmatic, all).
+    pub fn edges(&self) -> (usize, usize) {
+        self.0
+            .values()
+            .fold((0, 0), |(p, a), r| (p + r.edges.0, a + r.edges.1))
     }
 
     /// Runs the launches for `n` rows: captured by `launch` on first use and replayed (graphed),
@@ -32,25 +41,172 @@ impl Graphs {
             return launch();
         }
         if let Entry::Vacant(slot) = self.0.entry(n) {
-            stream
-                .begin_capture(
-                    cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                )
-                .map_err(drv("beginning graph capture"))?;
-            let launched = launch();
-            let graph = stream
-                .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
-                .map_err(drv("ending graph capture"))?;
-            launched?;
-            slot.insert(graph.ok_or_else(|| CudaError::Shape {
+            slot.insert(Round::capture(stream, launch)?);
+        }
+        self.0[&n].launch()
+    }
+}
+
+/// One captured round: the graph, whose edges between our kernels are programmatic (the next
+/// kernel launches while this one finishes; each waits in `tf_follow`, kernels/common.cuh), and
+/// its executable. `TF_CUDA_PDL=0` keeps every edge a full one.
+struct Round {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    stream: Arc<CudaStream>,
+    /// Its edges: (programmatic, all).
+    edges: (usize, usize),
+}
+
+impl Round {
+    /// Captures `launch`'s launches on `stream` and instantiates them.
+    fn capture(stream: Arc<CudaStream>, launch: impl FnOnce() -> Result<()>) -> Result<Round> {
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(drv("beginning graph capture"))?;
+        let launched = launch();
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (begun above); the graph comes back to us to destroy.
+        let ended = unsafe { sys::cuStreamEndCapture(stream.cu_stream(), &mut graph) }.result();
+        let mut round = Round {
+            graph,
+            exec: std::ptr::null_mut(),
+            stream,
+            edges: (0, 0),
+        };
+        ended.map_err(drv("ending graph capture"))?;
+        launched?;
+        if round.graph.is_null() {
+            return Err(CudaError::Shape {
                 op: "graph capture",
                 detail: "captured an empty graph".into(),
-            })?);
+            });
         }
-        self.0[&n]
-            .launch()
+        let pdl = !std::env::var("TF_CUDA_PDL").is_ok_and(|v| v == "0");
+        // SAFETY: a graph we own, not yet instantiated.
+        round.edges = unsafe { follow_edges(round.graph, pdl) }?;
+        // SAFETY: a complete graph; the executable is destroyed with the round.
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut round.exec, round.graph, 0) }
+            .result()
+            .map_err(drv("instantiating the round's graph"))?;
+        Ok(round)
+    }
+
+    fn launch(&self) -> Result<()> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(drv("binding the context"))?;
+        // SAFETY: an instantiated graph of this stream's context.
+        unsafe { sys::cuGraphLaunch(self.exec, self.stream.cu_stream()) }
+            .result()
             .map_err(drv("launching the round's graph"))
     }
+}
+
+impl Drop for Round {
+    fn drop(&mut self) {
+        let _ = self.stream.context().bind_to_thread();
+        // SAFETY: handles this round created and nothing else holds; errors can only be dropped.
+        unsafe {
+            if !self.exec.is_null() {
+                let _ = sys::cuGraphExecDestroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                let _ = sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}
+
+/// Makes every full edge from one of our kernels (`tf_` names) to another programmatic, so the
+/// later kernel launches as soon as each block of the earlier one has passed `tf_follow` (the
+/// earlier kernel's own completion still precedes anything the later one does after its own
+/// `tf_follow`), when `change`. Returns (edges made programmatic, all edges).
+///
+/// # Safety
+/// `graph` must be a valid graph not being used elsewhere.
+unsafe fn follow_edges(graph: sys::CUgraph, change: bool) -> Result<(usize, usize)> {
+    let during = "making the round's kernel edges programmatic";
+    let mut n = 0usize;
+    let none = std::ptr::null_mut();
+    unsafe { sys::cuGraphGetEdges_v2(graph, none, none, std::ptr::null_mut(), &mut n) }
+        .result()
+        .map_err(drv(during))?;
+    let mut from = vec![std::ptr::null_mut(); n];
+    let mut to = vec![std::ptr::null_mut(); n];
+    // SAFETY: plain data; zero is the default edge.
+    let mut data: Vec<sys::CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; n];
+    unsafe {
+        sys::cuGraphGetEdges_v2(
+            graph,
+            from.as_mut_ptr(),
+            to.as_mut_ptr(),
+            data.as_mut_ptr(),
+            &mut n,
+        )
+    }
+    .result()
+    .map_err(drv(during))?;
+    let mut ours = HashMap::new();
+    let mut is_ours = |node: sys::CUgraphNode| -> bool {
+        *ours
+            .entry(node)
+            .or_insert_with(|| unsafe { our_kernel(node) })
+    };
+    let keep: Vec<usize> = (0..n)
+        .filter(|&i| change && data[i].type_ == 0 && is_ours(from[i]) && is_ours(to[i]))
+        .collect();
+    let pick = |v: &[sys::CUgraphNode]| keep.iter().map(|&i| v[i]).collect::<Vec<_>>();
+    let (f, t) = (pick(&from), pick(&to));
+    let old: Vec<_> = keep.iter().map(|&i| data[i]).collect();
+    let mut new = old.clone();
+    for d in &mut new {
+        d.from_port = sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8;
+        d.type_ = sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8;
+    }
+    if !keep.is_empty() {
+        unsafe {
+            sys::cuGraphRemoveDependencies_v2(graph, f.as_ptr(), t.as_ptr(), old.as_ptr(), f.len())
+        }
+        .result()
+        .map_err(drv(during))?;
+        unsafe {
+            sys::cuGraphAddDependencies_v2(graph, f.as_ptr(), t.as_ptr(), new.as_ptr(), f.len())
+        }
+        .result()
+        .map_err(drv(during))?;
+    }
+    Ok((keep.len(), n))
+}
+
+/// Whether `node` launches one of our kernels (whose names all start with `tf_`).
+///
+/// # Safety
+/// `node` must be a node of a valid graph.
+unsafe fn our_kernel(node: sys::CUgraphNode) -> bool {
+    let mut kind = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    let kernel = unsafe { sys::cuGraphNodeGetType(node, &mut kind) }
+        .result()
+        .is_ok()
+        && kind == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL;
+    if !kernel {
+        return false;
+    }
+    // SAFETY: plain data, filled by the driver.
+    let mut params: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    let mut name = std::ptr::null();
+    unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut params) }
+        .result()
+        .is_ok()
+        && !params.func.is_null()
+        && unsafe { sys::cuFuncGetName(&mut name, params.func) }
+            .result()
+            .is_ok()
+        && !name.is_null()
+        && unsafe { CStr::from_ptr(name) }
+            .to_bytes()
+            .starts_with(b"tf_")
 }
 
 /// Checks a round against the slots' lengths `lens`: 1..=`max_rows` rows, each continuing its

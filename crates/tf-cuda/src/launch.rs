@@ -24,6 +24,20 @@ pub fn ptx_param_counts(ptx: &str) -> Vec<(String, usize)> {
     out
 }
 
+/// Names of the `.entry`s in a PTX text whose bodies lack `needle` (every kernel must wait in
+/// `tf_follow` before it reads what the kernels before it wrote: src/graphs.rs).
+pub fn entries_lacking(ptx: &str, needle: &str) -> Vec<String> {
+    ptx.split(".entry ")
+        .skip(1)
+        .filter(|part| !part.contains(needle))
+        .map(|part| {
+            part.chars()
+                .take_while(|&c| c != '(' && !c.is_whitespace())
+                .collect()
+        })
+        .collect()
+}
+
 /// A launch being built: the cudarc builder plus the count of arguments pushed.
 pub(crate) struct Launch<'a> {
     args: LaunchArgs<'a>,

@@ -46,6 +46,28 @@ fn every_kernel_compiles_for_compute_90() {
         "expected explicit fmaf in the PTX"
     );
     assert!(ptx.contains(".target sm_90"), "PTX not for sm_90");
+    // Every kernel waits for the kernels before it (a round's graph edges are programmatic).
+    let lacking = tf_cuda::launch::entries_lacking(&ptx, FOLLOW);
+    assert!(lacking.is_empty(), "kernels without tf_follow: {lacking:?}");
+}
+
+const FOLLOW: &str = "griddepcontrol.wait";
+
+#[test]
+fn a_kernel_without_tf_follow_is_named() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let source = format!(
+        "{}\nextern \"C\" __global__ void tf_a(float* x) {{ tf_follow(); x[0] = 1.f; }}\n\
+         extern \"C\" __global__ void tf_planted(float* x) {{ x[0] = 2.f; }}\n",
+        include_str!("../kernels/common.cuh")
+    );
+    let ptx = compile_to_ptx("follow.cu", &source, "compute_90").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        tf_cuda::launch::entries_lacking(&ptx, FOLLOW),
+        ["tf_planted"]
+    );
 }
 
 #[test]

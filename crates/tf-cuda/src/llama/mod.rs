@@ -341,6 +341,11 @@ impl GpuLlama {
         self.kv.read_layer(&self.gpu, slot, layer, len)
     }
 
+    /// The captured round graphs' edges: (programmatic, all).
+    pub fn graph_edges(&self) -> (usize, usize) {
+        self.graphs.edges()
+    }
+
     /// Drops the captured round graphs (see [`crate::leave_out`]).
     pub fn clear_graphs(&mut self) {
         self.graphs.clear();

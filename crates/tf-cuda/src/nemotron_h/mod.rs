@@ -321,6 +321,11 @@ impl GpuNemotronH {
         self.lens.get(slot).copied()
     }
 
+    /// The captured round graphs' edges: (programmatic, all).
+    pub fn graph_edges(&self) -> (usize, usize) {
+        self.graphs.edges()
+    }
+
     /// Drops the captured round graphs (see [`crate::leave_out`]).
     pub fn clear_graphs(&mut self) {
         self.graphs.clear();

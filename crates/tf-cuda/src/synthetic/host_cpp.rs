@@ -18,6 +18,7 @@ const PRELUDE: &str = r#"
 #define __global__
 #define __device__
 #define __forceinline__ inline
+static inline void tf_follow() {}
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
