@@ -32,13 +32,6 @@ __device__ __forceinline__ void tf_follow() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-
-// Asks L2 for the 128-byte line at p (no register written, nothing waited for).
-__device__ __forceinline__ void tf_prefetch_l2(const void* p) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-#endif
-}
 #endif
 
 __device__ __forceinline__ float tf_bits(u32 b) { return __int_as_float((int)b); }

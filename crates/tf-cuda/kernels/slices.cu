@@ -244,14 +244,7 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     };
     u32 cur[RJ][NW];
     if (g < gend) fetch(g, 0, cur);  // in flight while x is copied
-    // Weights are never written: the warp's first loads and an L2 prefetch of all its rows go
-    // out before the wait for the kernels before this one (x is theirs).
-    if (g < gend) {
-        const u8* a = W + (size_t)g * RJ * rb;
-        const size_t len = (size_t)(min(gend * RJ, rows) - g * RJ) * rb;
-        for (size_t o = (size_t)p * 128; o < len; o += 32 * 128) tf_prefetch_l2(a + o);
-    }
-    tf_follow();
+    tf_follow();  // after the first loads: weights are never written; x is the kernels' before
     for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
         const int u = f >> 3;
         xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
