@@ -23,13 +23,13 @@ typedef unsigned long long u64;
 #ifndef TF_HOST_SIMT  // the host emulation's prelude (src/host_cxx.rs) has its own
 // Every kernel's first statement (tf_slices_one's first loads of weights, which nothing writes,
 // go before it). Inside a round's graph, kernels follow each other by programmatic edges
-// (src/graphs.rs): the next kernel may start while this one runs, so each waits here until the
-// kernels before it have finished and their writes are visible, then lets the one after it
-// start launching. Outside such an edge both are no-ops.
+// (src/graphs.rs): a kernel is launched as the blocks of the one before it exit, before that
+// kernel's completion is flushed, so each waits here until the kernels before it have finished
+// and their writes are visible. No kernel lets the next launch earlier (launch_dependents): that
+// measured slower (docs/perf.md). Outside such an edge the wait is a no-op.
 __device__ __forceinline__ void tf_follow() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 #endif

@@ -119,10 +119,9 @@ impl Drop for Round {
     }
 }
 
-/// Makes every full edge from one of our kernels (`tf_` names) to another programmatic, so the
-/// later kernel launches as soon as each block of the earlier one has passed `tf_follow` (the
-/// earlier kernel's own completion still precedes anything the later one does after its own
-/// `tf_follow`), when `change`. Returns (edges made programmatic, all edges).
+/// Makes every full edge from one of our kernels (`tf_` names) to another programmatic, when
+/// `change`: the later kernel launches as the blocks of the earlier one exit, and waits in its
+/// `tf_follow` for the earlier one's completion. Returns (edges made programmatic, all edges).
 ///
 /// # Safety
 /// `graph` must be a valid graph not being used elsewhere.
