@@ -1,5 +1,5 @@
 //! `tf-cuda-synthetic [--model CONFIG:LAYOUT]... [--fill CONFIG[:LAYOUT]]... [--bench N]
-//! [--leave-out N] [--streams 1,4,16,64]`:
+//! [--leave-out N [--leave-out-streams S]] [--streams 1,4,16,64]`:
 //! synthetic checkpoints (weights generated on the GPU, no files) at real shapes.
 //!
 //! For each `--model` (default: `llama3-8b:q4_0` and the default model's shape
@@ -14,9 +14,10 @@
 //!    share touched by n tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random
 //!    weights route near uniformly).
 //!
-//! 3. With `--leave-out N`: at one stream, the launches of a step by kernel, and what each
-//!    kernel costs inside the graphed step: N replays of the whole step's graph against N of a
-//!    graph captured with that kernel's launches left out (`tf_cuda::leave_out`).
+//! 3. With `--leave-out N`: at one stream (or S, `--leave-out-streams`), the launches of a step
+//!    by kernel, and what each kernel costs inside the graphed step: N replays of the whole
+//!    step's graph against N of a graph captured with that kernel's launches left out
+//!    (`tf_cuda::leave_out`).
 //!
 //! Each `--fill` (e.g. `bolt`, `lightning:q4_0`) fills every tensor of the model on the device
 //! (stacked experts as the MoE kernels read them) and reports bytes, fill time and device
@@ -61,6 +62,11 @@ fn main() -> ExitCode {
         .first()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0usize);
+    let leave_out_streams = values("--leave-out-streams")
+        .first()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .clamp(1, 64);
     let streams: Vec<usize> = values("--streams")
         .first()
         .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
@@ -76,7 +82,7 @@ fn main() -> ExitCode {
     let mut ok = true;
     for m in &models {
         println!("\n# {m}");
-        match run_model(m, bench, leave_out, &streams) {
+        match run_model(m, bench, (leave_out, leave_out_streams), &streams) {
             Ok(pass) => ok &= pass,
             Err(e) => {
                 println!("error: {e}");
@@ -263,11 +269,11 @@ impl Decoder {
             Decoder::Nemotron(g) => g.clear_graphs(),
         }
     }
-    /// Rewinds slot 0 to `len` tokens where the family can (else to 0); returns its length.
-    fn rewind(&mut self, len: usize) -> tf_cuda::Result<usize> {
+    /// Rewinds `slot` to `len` tokens where the family can (else to 0); returns its length.
+    fn rewind(&mut self, slot: usize, len: usize) -> tf_cuda::Result<usize> {
         match self {
-            Decoder::Llama(g) => g.set_slot_len(0, len).map(|_| len),
-            Decoder::Nemotron(g) => Ok(g.truncate_slot(0, len).unwrap_or(0)),
+            Decoder::Llama(g) => g.set_slot_len(slot, len).map(|_| len),
+            Decoder::Nemotron(g) => Ok(g.truncate_slot(slot, len).unwrap_or(0)),
         }
     }
     fn reset_slot(&mut self, slot: usize) {
@@ -306,7 +312,13 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-fn run_model(spec: &str, bench: usize, leave_out: usize, streams_list: &[usize]) -> Res<bool> {
+/// `leave_out`: (replays, streams) of the leave-out table; no table at 0 replays.
+fn run_model(
+    spec: &str,
+    bench: usize,
+    leave_out: (usize, usize),
+    streams_list: &[usize],
+) -> Res<bool> {
     let (config, quant) = split(spec);
     let ck = checkpoint(config, quant, None)?;
     let plan = tf_families::plan(ck.config(), ck.entries())?;
@@ -321,7 +333,7 @@ fn run_model(spec: &str, bench: usize, leave_out: usize, streams_list: &[usize])
         ck.synthetic_seed().unwrap_or(0)
     );
     let mut ok = check_generator(&gpu, &ck, &plan)?;
-    let capacity = PROMPT.len() + bench.max(leave_out + 1) + 8;
+    let capacity = PROMPT.len() + bench.max(leave_out.0 + 1) + 8;
     let t0 = Instant::now();
     let mut g = match &plan {
         ModelPlan::Llama(p) => {
@@ -397,26 +409,33 @@ fn run_model(spec: &str, bench: usize, leave_out: usize, streams_list: &[usize])
     }
     let (programmatic, edges) = g.graph_edges();
     println!("graph edges made programmatic (kernel to kernel; none with TF_CUDA_PDL=0): {programmatic} of {edges}");
-    if leave_out > 0 {
-        leave_out_table(&mut g, leave_out)?;
+    if leave_out.0 > 0 {
+        leave_out_table(&mut g, leave_out.0, leave_out.1)?;
     }
     Ok(ok)
 }
 
-/// Seconds per graphed one-stream step over `reps` steps from the prompt's end (the graph
-/// captured afresh, with whatever `tf_cuda::leave_out` names left out).
-fn step_time(g: &mut Decoder, reps: usize) -> Res<f64> {
+/// Seconds per graphed step of slots 0..`streams` over `reps` steps from the prompt's end (the
+/// graph captured afresh, with whatever `tf_cuda::leave_out` names left out).
+fn step_time(g: &mut Decoder, reps: usize, streams: usize) -> Res<f64> {
     g.clear_graphs();
-    let mut pos = g.rewind(PROMPT.len())?;
+    let mut pos = g.rewind(0, PROMPT.len())?;
+    for slot in 1..streams {
+        if g.rewind(slot, PROMPT.len())? != pos {
+            return Err(format!("slot {slot} rewinds to another length than slot 0").into());
+        }
+    }
     let mut logits = Vec::new();
     let mut step = |g: &mut Decoder, pos: usize| {
-        let row = GpuRow {
-            slot: 0,
-            pos,
-            token: PROMPT[pos % PROMPT.len()],
-            logits: true,
-        };
-        g.forward_graphed(&[row], &mut logits)
+        let rows: Vec<GpuRow> = (0..streams)
+            .map(|slot| GpuRow {
+                slot,
+                pos,
+                token: PROMPT[(pos + slot) % PROMPT.len()],
+                logits: true,
+            })
+            .collect();
+        g.forward_graphed(&rows, &mut logits)
     };
     step(g, pos)?; // captures
     pos += 1;
@@ -428,15 +447,16 @@ fn step_time(g: &mut Decoder, reps: usize) -> Res<f64> {
     Ok(t.elapsed().as_secs_f64() / reps as f64)
 }
 
-/// Step 3: launches per step by kernel, and each kernel's cost inside the graphed step.
-fn leave_out_table(g: &mut Decoder, reps: usize) -> Res<()> {
+/// Step 3: launches per step of `streams` rows by kernel, and each kernel's cost inside the
+/// graphed step.
+fn leave_out_table(g: &mut Decoder, reps: usize, streams: usize) -> Res<()> {
     tf_cuda::leave_out::start::<&str>(&[]);
-    let whole = step_time(g, reps);
+    let whole = step_time(g, reps, streams);
     // The capture made each launch once.
     let counts = tf_cuda::leave_out::finish();
     let whole = whole?;
     println!(
-        "\nOne stream, {reps} graphed steps each: the whole step {:.1} us; each kernel left out in turn:\n",
+        "\n{streams} stream(s), {reps} graphed steps each: the whole step {:.1} us; each kernel left out in turn:\n",
         whole * 1e6
     );
     println!("| kernel | launches a step | step without it, us | its cost, us | share |");
@@ -444,7 +464,7 @@ fn leave_out_table(g: &mut Decoder, reps: usize) -> Res<()> {
     let mut rows = Vec::new();
     for (name, &launches) in &counts {
         tf_cuda::leave_out::start(&[name]);
-        let without = step_time(g, reps);
+        let without = step_time(g, reps, streams);
         tf_cuda::leave_out::finish();
         let cost = whole - without?;
         rows.push((cost, name, launches));
