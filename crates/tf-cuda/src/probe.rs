@@ -77,7 +77,10 @@ impl Rng {
 impl Mlx4 {
     /// Random codes, scales in [0.002, 0.02) and biases near -8 s (MLX's zero point).
     pub fn random(rows: usize, cols: usize, rng: &mut Rng) -> Mlx4 {
-        assert!(rows % 16 == 0 && cols % GROUP == 0, "{rows} x {cols}");
+        assert!(
+            rows.is_multiple_of(16) && cols.is_multiple_of(GROUP),
+            "{rows} x {cols}"
+        );
         let q = (0..rows * cols)
             .map(|_| (rng.next_u64() >> 60) as u8)
             .collect();

@@ -69,7 +69,7 @@ fn every_variant_matches_the_reference_and_a_row_does_not_follow_its_column() {
         return;
     };
     let (dir, exe) = host_cxx::build(&cxx, "mma_probe", &harness());
-    let mut rng = Rng(0x5eed_0f_a11);
+    let mut rng = Rng(0x5eed_0fa1);
     for (rows, cols) in [(48, 256), (160, 1024)] {
         let m = Mlx4::random(rows, cols, &mut rng);
         let nt = 8;
