@@ -36,8 +36,10 @@ macro_rules! variants {
 }
 
 /// Every variant the source instantiates (its TF_PROBE_MMA lines).
-pub const MMA_VARIANTS: [MmaVariant; 8] = variants!(
-    2 0 2 4, 3 0 2 4, 2 1 2 4, 3 1 2 4, 2 0 1 4, 2 0 4 4, 2 0 2 8, 2 0 2 2
+/// (Few warps a block leave a matrix of few rows and many columns, mamba out's 4096 x 8192,
+/// under 8 warps an SM: hence the 8 and 16.)
+pub const MMA_VARIANTS: [MmaVariant; 9] = variants!(
+    2 0 2 4, 3 0 2 4, 2 1 2 4, 3 1 2 4, 2 0 4 4, 2 0 2 8, 2 0 1 8, 2 0 1 16, 3 1 1 16
 );
 
 /// The name of the x-splitting kernel for `splits` parts.
