@@ -12,8 +12,8 @@
 // m16n8k16 A layout). Scales and biases: f32 (s, b) for (T, G, row of the tile).
 //
 // A code becomes the bf16 128 + q by one LOP3 (0x4300 | q) and a shift. SUB = 1 takes the 128
-// off in bf16 (exact); SUB = 0 leaves it, and the epilogue subtracts 128 X (X: the group's sum
-// of x) from the group's sum in f32, which costs about 4 bits of the sum's precision.
+// off in bf16 (exact); SUB = 0 leaves it, and the epilogue's bias becomes b - 128 s (y += s *
+// sum + (b - 128 s) X, X the group's sum of x), which costs about 4 bits of the sum's precision.
 //
 // x (up to 8 rows, the mma's 8 columns) is split by tf_probe_split_x into SPLITS bf16 parts
 // (hi, then what hi leaves, ...), laid as the B fragments: record (part, row j, G, t) of 8 u32,
@@ -130,17 +130,83 @@ __device__ __forceinline__ void tf_probe_split_x(const float* __restrict__ x, u3
     xsum[(size_t)j * groups + G] = sum;
 }
 
-// The 4 A registers of k-step word w: bf16 pairs 128 + q (SUB: q).
+// 0x000f000f held in a register the compiler cannot fold (n >= 0, so its sign bit is 0): LOP3
+// takes one immediate, 0x43004300, and the mask then needs no move before each use.
+__device__ __forceinline__ u32 tf_probe_mask(int n) { return 0x000f000fu | ((u32)n & 0x80000000u); }
+
+// The 4 A registers of k-step word w: bf16 pairs 128 + q (SUB: q); mask: tf_probe_mask.
 template <int SUB>
-__device__ __forceinline__ void tf_probe_codes(u32 w, u32* a) {
+__device__ __forceinline__ void tf_probe_codes(u32 w, u32* a, u32 mask) {
 #pragma unroll
     for (int r = 0; r < 4; r++) {
-        a[r] = ((w >> (4 * r)) & 0x000f000fu) | 0x43004300u;
+        a[r] = ((w >> (4 * r)) & mask) | 0x43004300u;
         if (SUB) a[r] = tf_probe_less128(a[r]);
     }
 }
 
-// y[j, row] for j < nt <= 8. Block: RT row tiles, KW warps along the groups.
+// One group's weights for a lane: the codes of RT tiles and (s, c) of its rows g and g + 8,
+// c = b - 128 s (SUB: b), so the epilogue is y += s * sum + c * X.
+template <int SUB, int RT>
+struct TfProbeGroup {
+    uint4 q[RT];
+    float2 lo[RT], hi[RT];
+};
+
+// Loads the group at wp, sp and moves them KW groups on.
+template <int SUB, int RT, int KW>
+__device__ __forceinline__ void tf_probe_load(TfProbeGroup<SUB, RT>& d, const uint4** wp,
+                                              const float2** sp) {
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        d.q[r] = __ldg(wp[r]);
+        float2 a = __ldg(sp[r]), b = __ldg(sp[r] + 8);
+        if (!SUB) a.y = fmaf(-128.0f, a.x, a.y), b.y = fmaf(-128.0f, b.x, b.y);
+        d.lo[r] = a, d.hi[r] = b;
+        wp[r] += 32 * KW, sp[r] += 16 * KW;
+    }
+}
+
+// One group: B fragments of its x parts (at xp) and sums (at xsp), then RT tiles' mma and
+// epilogue into yacc; xp and xsp move KW groups on.
+template <int SPLITS, int SUB, int RT, int KW>
+__device__ __forceinline__ void tf_probe_group(const TfProbeGroup<SUB, RT>& d, const uint4** xp,
+                                               const float** xsp, bool col, u32 has, u32 mask,
+                                               float (*yacc)[4]) {
+    u32 b[SPLITS][8];
+#pragma unroll
+    for (int s = 0; s < SPLITS; s++) {
+        const uint4 u0 = col ? __ldg(xp[s]) : make_uint4(0, 0, 0, 0);
+        const uint4 u1 = col ? __ldg(xp[s] + 1) : make_uint4(0, 0, 0, 0);
+        xp[s] += 8 * KW;
+        b[s][0] = u0.x, b[s][1] = u0.y, b[s][2] = u0.z, b[s][3] = u0.w;
+        b[s][4] = u1.x, b[s][5] = u1.y, b[s][6] = u1.z, b[s][7] = u1.w;
+    }
+    float X[2];
+#pragma unroll
+    for (int c = 0; c < 2; c++) X[c] = has >> c & 1 ? __ldg(xsp[c]) : 0.0f, xsp[c] += KW;
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const u32 words[4] = {d.q[r].x, d.q[r].y, d.q[r].z, d.q[r].w};
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            u32 a[4];
+            tf_probe_codes<SUB>(words[m], a, mask);
+#pragma unroll
+            for (int s = SPLITS - 1; s >= 0; s--) tf_probe_mma(acc, a, b[s][2 * m], b[s][2 * m + 1]);
+        }
+        // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1].
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            const float2 sc = v < 2 ? d.lo[r] : d.hi[r];
+            yacc[r][v] = fmaf(sc.x, acc[v], fmaf(sc.y, X[v & 1], yacc[r][v]));
+        }
+    }
+}
+
+// y[j, row] for j < nt <= 8. Block: RT row tiles, KW warps along the groups (warp w takes
+// G = w + i KW, i = 0, 1, ..., two groups' loads in turn so one is in flight while the other is
+// multiplied).
 template <int SPLITS, int SUB, int RT, int KW>
 __device__ __forceinline__ void tf_probe_mma_mlx4(const uint4* __restrict__ wq,
                                                   const float2* __restrict__ sb,
@@ -154,60 +220,39 @@ __device__ __forceinline__ void tf_probe_mma_mlx4(const uint4* __restrict__ wq,
     const int groups = cols >> 6, tiles = rows >> 4;
     const int tile0 = blockIdx.x * RT;
     const bool col = g < nt;  // this lane's B column is an x row
+    // Bit c: column 2t + c is an x row (its group sums are read).
+    const u32 has = (2 * t < nt ? 1u : 0u) | (2 * t + 1 < nt ? 2u : 0u);
+    // Step 0's addresses (group w); step i adds i KW groups.
+    const uint4* wp[RT];
+    const float2* sp[RT];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const size_t tg = (size_t)min(tile0 + r, tiles - 1) * groups + w;
+        wp[r] = wq + tg * 32 + lane;
+        sp[r] = sb + tg * 16 + g;
+    }
+    const uint4* xp[SPLITS];
+#pragma unroll
+    for (int s = 0; s < SPLITS; s++)
+        xp[s] = xf + 2 * ((((size_t)s * nt + (col ? g : 0)) * groups + w) * 4 + t);
+    const float* xsp[2];
+#pragma unroll
+    for (int c = 0; c < 2; c++) xsp[c] = xsum + (size_t)(has >> c & 1 ? 2 * t + c : 0) * groups + w;
     float yacc[RT][4];
 #pragma unroll
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
-    uint4 q[RT], qn[RT];
-    float2 s0[RT], s1[RT], s0n[RT], s1n[RT];
-    auto fetch = [&](int G, uint4* qq, float2* a0, float2* a1) {
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            const int tile = min(tile0 + r, tiles - 1);
-            const size_t tg = (size_t)tile * groups + G;
-            qq[r] = __ldg(wq + tg * 32 + lane);
-            a0[r] = __ldg(sb + tg * 16 + g);
-            a1[r] = __ldg(sb + tg * 16 + g + 8);
-        }
-    };
-    if (w < groups) fetch(w, q, s0, s1);
-    for (int G = w; G < groups; G += KW) {
-        if (G + KW < groups) fetch(G + KW, qn, s0n, s1n);  // in flight while G is multiplied
-        u32 b[SPLITS][8];
-#pragma unroll
-        for (int s = 0; s < SPLITS; s++) {
-            const size_t rec = (((size_t)s * nt + (col ? g : 0)) * groups + G) * 4 + t;
-            const uint4 u0 = col ? __ldg(xf + 2 * rec) : make_uint4(0, 0, 0, 0);
-            const uint4 u1 = col ? __ldg(xf + 2 * rec + 1) : make_uint4(0, 0, 0, 0);
-            b[s][0] = u0.x, b[s][1] = u0.y, b[s][2] = u0.z, b[s][3] = u0.w;
-            b[s][4] = u1.x, b[s][5] = u1.y, b[s][6] = u1.z, b[s][7] = u1.w;
-        }
-        float xs[2];
-#pragma unroll
-        for (int c = 0; c < 2; c++) xs[c] = 2 * t + c < nt ? xsum[(size_t)(2 * t + c) * groups + G] : 0.0f;
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const u32 words[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                u32 a[4];
-                tf_probe_codes<SUB>(words[m], a);
-#pragma unroll
-                for (int s = SPLITS - 1; s >= 0; s--) tf_probe_mma(acc, a, b[s][2 * m], b[s][2 * m + 1]);
-            }
-            // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1].
-#pragma unroll
-            for (int v = 0; v < 4; v++) {
-                const float X = xs[v & 1];
-                const float2 sbv = v < 2 ? s0[r] : s1[r];
-                const float sum = SUB ? acc[v] : acc[v] - 128.0f * X;
-                yacc[r][v] = yacc[r][v] + fmaf(sbv.x, sum, sbv.y * X);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < RT; r++) q[r] = qn[r], s0[r] = s0n[r], s1[r] = s1n[r];
+    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
+    const u32 mask = tf_probe_mask(rows);
+    TfProbeGroup<SUB, RT> a, b;
+    if (steps > 0) tf_probe_load<SUB, RT, KW>(a, wp, sp);
+    for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) tf_probe_load<SUB, RT, KW>(b, wp, sp);
+        tf_probe_group<SPLITS, SUB, RT, KW>(a, xp, xsp, col, has, mask, yacc);
+        if (i + 1 >= steps) break;
+        if (i + 2 < steps) tf_probe_load<SUB, RT, KW>(a, wp, sp);
+        tf_probe_group<SPLITS, SUB, RT, KW>(b, xp, xsp, col, has, mask, yacc);
     }
 #pragma unroll
     for (int r = 0; r < RT; r++)
