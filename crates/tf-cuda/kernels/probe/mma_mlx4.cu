@@ -146,7 +146,7 @@ __device__ __forceinline__ void tf_probe_codes(u32 w, u32* a, u32 mask) {
 
 // One group's weights for a lane: the codes of RT tiles and (s, c) of its rows g and g + 8,
 // c = b - 128 s (SUB: b), so the epilogue is y += s * sum + c * X.
-template <int SUB, int RT>
+template <int RT>
 struct TfProbeGroup {
     uint4 q[RT];
     float2 lo[RT], hi[RT];
@@ -154,7 +154,7 @@ struct TfProbeGroup {
 
 // Loads the group at wp, sp and moves them KW groups on.
 template <int SUB, int RT, int KW>
-__device__ __forceinline__ void tf_probe_load(TfProbeGroup<SUB, RT>& d, const uint4** wp,
+__device__ __forceinline__ void tf_probe_load(TfProbeGroup<RT>& d, const uint4** wp,
                                               const float2** sp) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -169,7 +169,7 @@ __device__ __forceinline__ void tf_probe_load(TfProbeGroup<SUB, RT>& d, const ui
 // One group: B fragments of its x parts (at xp) and sums (at xsp), then RT tiles' mma and
 // epilogue into yacc; xp and xsp move KW groups on.
 template <int SPLITS, int SUB, int RT, int KW>
-__device__ __forceinline__ void tf_probe_group(const TfProbeGroup<SUB, RT>& d, const uint4** xp,
+__device__ __forceinline__ void tf_probe_group(const TfProbeGroup<RT>& d, const uint4** xp,
                                                const float** xsp, bool col, u32 has, u32 mask,
                                                float (*yacc)[4]) {
     u32 b[SPLITS][8];
@@ -245,7 +245,7 @@ __device__ __forceinline__ void tf_probe_mma_mlx4(const uint4* __restrict__ wq,
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_probe_mask(rows);
-    TfProbeGroup<SUB, RT> a, b;
+    TfProbeGroup<RT> a, b;
     if (steps > 0) tf_probe_load<SUB, RT, KW>(a, wp, sp);
     for (int i = 0; i < steps; i += 2) {
         if (i + 1 < steps) tf_probe_load<SUB, RT, KW>(b, wp, sp);
