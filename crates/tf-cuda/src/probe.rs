@@ -2,6 +2,8 @@
 //! (kernels/probe/mma_mlx4.cu, compiled on its own by `tf-cuda-mmaprobe`, never loaded by the
 //! engine). Here: its weight layout, the variants it instantiates, and a float64 reference.
 
+use tf_kernels::contract::Rng;
+
 /// The probe's CUDA source (compiled alone, without kernels/common.cuh).
 pub const MMA_MLX4_SOURCE: &str = include_str!("../kernels/probe/mma_mlx4.cu");
 
@@ -56,24 +58,6 @@ pub struct Mlx4 {
     /// Scales and biases, `[rows, cols / GROUP]`.
     pub s: Vec<f32>,
     pub b: Vec<f32>,
-}
-
-/// A small xorshift generator (the probe needs no statistics, only variety).
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform in [lo, hi).
-    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32)
-    }
 }
 
 impl Mlx4 {

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::host_cxx;
+use tf_kernels::contract::Rng;
 
 /// The host harness: reads (rows, cols, nt, codes, (s, b), x), runs the split and every variant,
 /// writes each variant's y in turn.
@@ -69,7 +70,7 @@ fn every_variant_matches_the_reference_and_a_row_does_not_follow_its_column() {
         return;
     };
     let (dir, exe) = host_cxx::build(&cxx, "mma_probe", &harness());
-    let mut rng = Rng(0x5eed_0fa1);
+    let mut rng = Rng::new(0x5eed_0fa1);
     for (rows, cols) in [(48, 256), (160, 1024)] {
         let m = Mlx4::random(rows, cols, &mut rng);
         let nt = 8;
@@ -80,7 +81,7 @@ fn every_variant_matches_the_reference_and_a_row_does_not_follow_its_column() {
         let solo = emulate(&dir, &exe, &m, false, &x[5 * cols..6 * cols], 1);
         for ((v, y), y1) in MMA_VARIANTS.iter().zip(&all).zip(&solo) {
             let err = max_rel_err(y, &reference);
-            // Seen: 4.6e-8 to 6.9e-8 with three parts and the 128 taken off in bf16; up to
+            // Seen: 5.4e-8 to 5.9e-8 with three parts and the 128 taken off in bf16; up to
             // 1.2e-6 otherwise (two parts keep about 16 bits of x; the codes' 128 costs about 4).
             let tol = if v.splits == 3 && v.sub { 2e-7 } else { 5e-6 };
             assert!(
