@@ -21,10 +21,12 @@ use cudarc::nvrtc::Ptx;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tf_cuda::compile::compile_to_ptx;
+use tf_cuda::device::time_us;
 use tf_cuda::probe::{max_rel_err, split_kernel, Mlx4, MmaVariant, GROUP, MMA_VARIANTS};
 use tf_kernels::contract::Rng;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+type Error = Box<dyn std::error::Error>;
+type Res<T> = Result<T, Error>;
 
 /// Bolt's MLX 4-bit matrices (rows, cols) at one token.
 const SHAPES: [(&str, usize, usize); 5] = [
@@ -148,18 +150,6 @@ impl Probe {
         self.product(v, m, &dx, &mut y)?;
         Ok(self.stream.clone_dtoh(&y)?)
     }
-
-    /// Device µs per call of `launch(i)`, `i < iters`, between two events.
-    fn time_us(&self, iters: usize, mut launch: impl FnMut(usize) -> Res<()>) -> Res<f64> {
-        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let t0 = self.stream.record_event(flags)?;
-        for i in 0..iters {
-            launch(i)?;
-        }
-        let t1 = self.stream.record_event(flags)?;
-        t1.synchronize()?;
-        Ok(f64::from(t0.elapsed_ms(&t1)?) * 1e3 / iters as f64)
-    }
 }
 
 /// Step 1; true when every check holds.
@@ -219,13 +209,15 @@ fn time(p: &Probe, iters: usize, peak: f64, only: Option<&str>) -> Res<()> {
             let mut y = p.stream.alloc_zeros::<f32>(nt * rows)?;
             for splits in [2, 3] {
                 let mut dx = p.split(&xd, cols, nt, splits)?;
-                let us = p.time_us(iters, |_| {
+                let us = time_us::<Error>(&p.stream, iters, |_| {
                     p.launch_split(&xd, &mut dx.xf, &mut dx.xsum, cols, nt, splits)
                 })?;
                 println!("| {label} | | x split into {splits} | {nt} | {us:.1} | | |");
                 for v in MMA_VARIANTS.iter().filter(|v| v.splits == splits) {
                     p.product(v, &mats[0], &dx, &mut y)?;
-                    let us = p.time_us(iters, |i| p.product(v, &mats[i % copies], &dx, &mut y))?;
+                    let us = time_us::<Error>(&p.stream, iters, |i| {
+                        p.product(v, &mats[i % copies], &dx, &mut y)
+                    })?;
                     let gbs = bytes as f64 / (us * 1e-6) / 1e9;
                     println!(
                         "| {label} | {:.1} | {} | {nt} | {us:.1} | {gbs:.0} | {:.2} |",

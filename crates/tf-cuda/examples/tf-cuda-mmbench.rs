@@ -23,6 +23,7 @@
 //! Prints PASS/FAIL last; exits non-zero on any mismatch or error.
 
 use std::process::ExitCode;
+use tf_cuda::device::time_us;
 use tf_cuda::fused::{matmul_fused, Epilogue, TiledFromRows, XForm};
 use tf_cuda::weights::{device_bytes, geometry_kernel};
 use tf_cuda::{ops, slices, Gpu, GpuFormat, GpuMatrix};
@@ -30,7 +31,8 @@ use tf_formats::gguf::GgmlType;
 use tf_kernels::matmul::{matmul as cpu_matmul, FloatType, PackedMatrix, WeightData};
 use tf_kernels::pool::Pool;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+type Error = Box<dyn std::error::Error>;
+type Res<T> = Result<T, Error>;
 
 /// A weight layout to build.
 #[derive(Clone, Copy, Debug)]
@@ -185,18 +187,6 @@ fn shapes(quick: bool) -> Vec<(&'static str, Layout, usize, usize, bool)> {
         ]);
     }
     v
-}
-
-/// Device µs per call of `launch(i)`, `i < iters`, between two CUDA events.
-fn time_us(gpu: &Gpu, iters: usize, mut launch: impl FnMut(usize) -> Res<()>) -> Res<f64> {
-    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let t0 = gpu.stream().record_event(flags)?;
-    for i in 0..iters {
-        launch(i)?;
-    }
-    let t1 = gpu.stream().record_event(flags)?;
-    t1.synchronize()?;
-    Ok(t0.elapsed_ms(&t1)? as f64 * 1e3 / iters as f64)
 }
 
 /// One row of the table: the matrix, its bytes, rows per call, µs, GB/s, fraction of `peak`.
@@ -367,7 +357,7 @@ fn run() -> Res<bool> {
             for m in ws.iter().take(3) {
                 ops::matmul_geometry(&gpu, kernel, m, &x, n, &mut y, tpr)?;
             }
-            let us = time_us(&gpu, iters, |i| {
+            let us = time_us::<Error>(gpu.stream(), iters, |i| {
                 Ok(ops::matmul_geometry(
                     &gpu,
                     kernel,
@@ -392,7 +382,7 @@ fn run() -> Res<bool> {
                 for m in ws.iter().take(3) {
                     slices::matmul_geometry(&gpu, k, m, &x, n, &mut y, per)?;
                 }
-                let us = time_us(&gpu, iters, |i| {
+                let us = time_us::<Error>(gpu.stream(), iters, |i| {
                     let m = &ws[i % copies];
                     Ok(slices::matmul_geometry(&gpu, k, m, &x, n, &mut y, per)?)
                 })?;
@@ -416,7 +406,7 @@ fn run() -> Res<bool> {
         if fused {
             // The fused kernel at 1 row, SwiGLU in and residual add (the down projection's use).
             let xs = gpu.upload(&(0..2 * cols).map(|_| rng.unit()).collect::<Vec<f32>>())?;
-            let us = time_us(&gpu, iters, |i| {
+            let us = time_us::<Error>(gpu.stream(), iters, |i| {
                 let (xf, ep) = (XForm::SiluMul, Epilogue::Add);
                 Ok(matmul_fused(
                     &gpu,
@@ -444,7 +434,7 @@ fn run() -> Res<bool> {
                 for (kernel, from) in [("mmf", usize::MAX), ("mmg", 1)] {
                     let _tiled = TiledFromRows::new(from);
                     let ep = Epilogue::Store;
-                    let us = time_us(&gpu, iters, |i| {
+                    let us = time_us::<Error>(gpu.stream(), iters, |i| {
                         Ok(matmul_fused(
                             &gpu,
                             &ws[i % copies],

@@ -175,6 +175,23 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
+/// Device µs per call of `launch(i)`, `i < iters`, timed on `stream` between two events (for
+/// the benchmark examples).
+pub fn time_us<E: From<cudarc::driver::DriverError>>(
+    stream: &CudaStream,
+    iters: usize,
+    mut launch: impl FnMut(usize) -> std::result::Result<(), E>,
+) -> std::result::Result<f64, E> {
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let t0 = stream.record_event(flags)?;
+    for i in 0..iters {
+        launch(i)?;
+    }
+    let t1 = stream.record_event(flags)?;
+    t1.synchronize()?;
+    Ok(f64::from(t0.elapsed_ms(&t1)?) * 1e3 / iters as f64)
+}
+
 /// Makes `waiter` wait for the work enqueued on `on` so far.
 fn wait_for(waiter: &CudaStream, on: &CudaStream) -> Result<()> {
     let done = on
