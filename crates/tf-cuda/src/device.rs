@@ -108,6 +108,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::llama::extra::KERNEL_NAMES)
         .chain(crate::select::KERNEL_NAMES)
         .chain(crate::slices::KERNEL_NAMES.iter())
+        .chain(crate::mma::KERNEL_NAMES.iter())
         .map(|s| s.to_string())
         .chain(
             mmq_kernels()

@@ -187,6 +187,7 @@ pub fn matmul_fused(
         cols as i32,
         i32_of(OP, "x_stride", x_stride)?,
     );
+    w.need_rows(OP)?;
     let mut b = gpu.launcher(&name)?;
     b.arg(w.bytes()).arg(x);
     // An unused gain pointer still needs a valid argument: the input itself (never read).
@@ -334,6 +335,7 @@ pub fn matmul_norm_rope_append(
     }
     let capacity = i32_of(OP, "capacity", at.kv.capacity())?;
     let name = fused_kernel_name(w.format().kernel_tag(), "norm", "rope");
+    w.need_rows(OP)?;
     let mut b = gpu.launcher(&name)?;
     b.arg(w.bytes()).arg(x).arg(gain).arg(&eps).arg(q);
     for v in &ints[..4] {

@@ -24,6 +24,7 @@ pub mod leave_out;
 pub mod llama;
 pub mod load;
 pub mod mamba;
+pub mod mma;
 pub mod moe;
 pub mod muse_spark;
 pub mod nemotron_h;

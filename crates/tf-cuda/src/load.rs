@@ -7,7 +7,7 @@ use crate::error::{CudaError, Result};
 use crate::weights::GpuMatrix;
 use cudarc::driver::CudaSlice;
 use tf_formats::checkpoint::Checkpoint;
-use tf_formats::TensorEntry;
+use tf_formats::{TensorEntry, WeightFormat};
 use tf_kernels::matmul::PackedMatrix;
 
 fn bad(e: &TensorEntry, why: String) -> CudaError {
@@ -23,6 +23,20 @@ pub fn matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuMatrix> 
         return crate::synthetic::matrices(gpu, seed, &[e]);
     }
     GpuMatrix::upload(gpu, &packed(ck, e)?)
+}
+
+/// [`matrix`], in the tensor cores' tiles where [`crate::mma`] serves it (MLX 4-bit with
+/// groups of a multiple of 64 columns): for the matrices only `ops::matmul` reads.
+pub fn product_matrix(gpu: &Gpu, ck: &Checkpoint, e: &TensorEntry) -> Result<GpuMatrix> {
+    let m = matrix(gpu, ck, e)?;
+    match e.format {
+        WeightFormat::MlxAffine {
+            bits: 4,
+            group_size,
+            ..
+        } if crate::mma::serves(group_size as usize, m.cols()) => crate::mma::tile(gpu, &m),
+        _ => Ok(m),
+    }
 }
 
 /// Uploads several 2-D entries of one format and width as one matrix, rows in order.

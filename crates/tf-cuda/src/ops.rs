@@ -131,7 +131,8 @@ impl GpuRows {
 }
 
 /// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n` (`x` is `[n, cols]`, `y` is `[n, rows]`):
-/// `tf_slices` (the GPU's own order) where it serves the matrix, else the CPU's bits.
+/// the tensor cores' product for a matrix in its tiles ([`crate::mma`]), else `tf_slices` (the
+/// GPU's own order) where it serves the matrix, else the CPU's bits.
 pub fn matmul(
     gpu: &Gpu,
     w: &GpuMatrix,
@@ -139,6 +140,9 @@ pub fn matmul(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
+    if w.layout() == crate::weights::Layout::MmaTiles {
+        return crate::mma::matmul(gpu, w, x, n, y);
+    }
     match crate::slices::kernel(w.format(), w.cols()) {
         Some(k) => crate::slices::matmul_with(gpu, k, w, x, n, y),
         None => matmul_with(gpu, w.format().matmul_kernel(), w, x, n, y),
@@ -170,6 +174,7 @@ pub fn matmul_geometry(
     threads_per_row: usize,
 ) -> Result<()> {
     const OP: &str = "matmul";
+    w.need_rows(OP)?;
     need(OP, "x", x.len(), n * w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
     if n == 0 || w.rows() == 0 {
@@ -207,6 +212,7 @@ pub fn embed(
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     const OP: &str = "embedding";
+    w.need_rows(OP)?;
     need(OP, "tokens", tokens.len(), n)?;
     need(OP, "out", out.len(), n * w.cols())?;
     if n == 0 {

@@ -20,10 +20,16 @@ pub const FIDELITY_TOLERANCE: f64 = 1e-3;
 
 static LAUNCHES: AtomicUsize = AtomicUsize::new(0);
 
-/// `tf_slices` launches so far in this process: how a checker knows a forward took the GPU's
-/// own order, so that its logits are held to fidelity against the CPU, not to the CPU's bits.
+/// Launches in the GPU's own order (`tf_slices` and [`crate::mma`]) so far in this process:
+/// how a checker knows a forward took that order, so that its logits are held to fidelity
+/// against the CPU, not to the CPU's bits.
 pub fn launches() -> usize {
     LAUNCHES.load(Ordering::Relaxed)
+}
+
+/// Counts one launch in the GPU's own order (see [`launches`]).
+pub(crate) fn count_launch() {
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Kernel entry points defined in kernels/slices.cu: each of `tf_slices_*` for any row count,
@@ -126,6 +132,7 @@ pub fn matmul_geometry(
     per: usize,
 ) -> Result<()> {
     const OP: &str = "slices matmul";
+    w.need_rows(OP)?;
     need(OP, "x", x.len(), n * w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
     if self::kernel(w.format(), w.cols()).is_none() {
@@ -174,7 +181,7 @@ pub(crate) fn launch_config(
     n: usize,
     per: usize,
 ) -> LaunchConfig {
-    LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    count_launch();
     let (mut cfg, smem) = if n == 1 {
         let warps = rows.div_ceil(one_row_rows(format)).div_ceil(per.max(1));
         (grid(warps * 32, BLOCK), one_row_smem(cols))

@@ -258,11 +258,21 @@ fn fits_i32(op: &'static str, rows: usize, cols: usize) -> Result<()> {
     Ok(())
 }
 
+/// How a matrix's bytes are laid out on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `rows` rows of `format.row_bytes(cols)` bytes: what every kernel but `tf_mma_mlx4` reads.
+    Rows,
+    /// MLX 4-bit in the tensor cores' tiles ([`crate::mma`]): only `tf_mma_mlx4` reads it.
+    MmaTiles,
+}
+
 /// A `[rows, cols]` weight matrix in device memory, in the checkpoint's own bytes (MLX re-laid).
 pub struct GpuMatrix {
     rows: usize,
     cols: usize,
     format: GpuFormat,
+    layout: Layout,
     bytes: CudaSlice<u8>,
 }
 
@@ -295,12 +305,7 @@ impl GpuMatrix {
                 ),
             });
         }
-        Ok(GpuMatrix {
-            rows,
-            cols,
-            format,
-            bytes: gpu.upload(host)?,
-        })
+        Ok(GpuMatrix::in_layout(rows, cols, format, Layout::Rows, gpu.upload(host)?))
     }
 
     /// Uploads several matrices with the same format and width as one matrix whose rows are
@@ -331,24 +336,32 @@ impl GpuMatrix {
             rows += m.rows();
         }
         fits_i32("weight concat", rows, cols)?;
-        Ok(GpuMatrix {
-            rows,
-            cols,
-            format,
-            bytes: gpu.upload(&host)?,
-        })
+        Ok(GpuMatrix::in_layout(rows, cols, format, Layout::Rows, gpu.upload(&host)?))
     }
 
     /// A matrix of zero bytes in the device layout of `format`, allocated on the device with
     /// no host copy (for weights generated there, src/synthetic.rs).
     pub fn zeroed(gpu: &Gpu, format: GpuFormat, rows: usize, cols: usize) -> Result<GpuMatrix> {
         fits_i32("weight allocation", rows, cols)?;
-        Ok(GpuMatrix {
+        let bytes = gpu.zeros(rows * format.row_bytes(cols))?;
+        Ok(GpuMatrix::in_layout(rows, cols, format, Layout::Rows, bytes))
+    }
+
+    /// A matrix of `bytes` already in `layout`.
+    pub(crate) fn in_layout(
+        rows: usize,
+        cols: usize,
+        format: GpuFormat,
+        layout: Layout,
+        bytes: CudaSlice<u8>,
+    ) -> GpuMatrix {
+        GpuMatrix {
             rows,
             cols,
             format,
-            bytes: gpu.zeros(rows * format.row_bytes(cols))?,
-        })
+            layout,
+            bytes,
+        }
     }
 
     /// Output features.
@@ -366,6 +379,22 @@ impl GpuMatrix {
         self.format
     }
 
+    /// How the bytes are laid out.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Refuses a matrix not in the rows layout (`op`'s kernels read only that).
+    pub fn need_rows(&self, op: &'static str) -> Result<()> {
+        if self.layout != Layout::Rows {
+            return Err(CudaError::Shape {
+                op,
+                detail: format!("a {:?} matrix in {:?}, not in rows", self.format, self.layout),
+            });
+        }
+        Ok(())
+    }
+
     /// Bytes held on the device (what one pass over the weight reads).
     pub fn storage_bytes(&self) -> usize {
         self.bytes.len()
@@ -374,6 +403,11 @@ impl GpuMatrix {
     /// The device bytes.
     pub fn bytes(&self) -> &CudaSlice<u8> {
         &self.bytes
+    }
+
+    /// The device bytes, to be written (the device-made layouts).
+    pub(crate) fn bytes_mut(&mut self) -> &mut CudaSlice<u8> {
+        &mut self.bytes
     }
 }
 

@@ -183,12 +183,12 @@ pub(super) fn build_layer(
                 dt_limit: dt_limit(spec),
             };
             Mixer::Mamba(Box::new(MambaLayer {
-                in_proj: load::matrix(gpu, ck, in_proj)?,
+                in_proj: load::product_matrix(gpu, ck, in_proj)?,
                 in_bias: opt_vector(gpu, ck, in_proj_bias)?,
                 mixer: GpuMambaMixer::upload(gpu, &params)?,
                 norm: load::vector(gpu, ck, norm)?,
                 groups: spec.n_groups as usize,
-                out_proj: load::matrix(gpu, ck, out_proj)?,
+                out_proj: load::product_matrix(gpu, ck, out_proj)?,
                 out_bias: opt_vector(gpu, ck, out_proj_bias)?,
                 state_index,
             }))
@@ -205,10 +205,10 @@ pub(super) fn build_layer(
         ) => {
             let head_dim = spec.head_dim as usize;
             Mixer::Attention(Box::new(AttnLayer {
-                q: load::matrix(gpu, ck, q_proj)?,
-                k: load::matrix(gpu, ck, k_proj)?,
-                v: load::matrix(gpu, ck, v_proj)?,
-                o: load::matrix(gpu, ck, o_proj)?,
+                q: load::product_matrix(gpu, ck, q_proj)?,
+                k: load::product_matrix(gpu, ck, k_proj)?,
+                v: load::product_matrix(gpu, ck, v_proj)?,
+                o: load::product_matrix(gpu, ck, o_proj)?,
                 biases: match biases {
                     Some([a, b, c, d]) => Some([
                         load::vector(gpu, ck, a)?,
@@ -237,8 +237,8 @@ pub(super) fn build_layer(
             },
             NemotronBlock::Mlp(_),
         ) => Mixer::Mlp(Box::new(MlpLayer {
-            up: load::matrix(gpu, ck, up_proj)?,
-            down: load::matrix(gpu, ck, down_proj)?,
+            up: load::product_matrix(gpu, ck, up_proj)?,
+            down: load::product_matrix(gpu, ck, down_proj)?,
             biases: match biases {
                 Some([a, b]) => Some([load::vector(gpu, ck, a)?, load::vector(gpu, ck, b)?]),
                 None => None,
@@ -260,14 +260,17 @@ pub(super) fn build_layer(
             experts: expert_mlp(gpu, ck, experts, spec.n_routed_experts as usize)?,
             shared: match shared {
                 Some([u, d]) => Some(MlpLayer {
-                    up: load::matrix(gpu, ck, u)?,
-                    down: load::matrix(gpu, ck, d)?,
+                    up: load::product_matrix(gpu, ck, u)?,
+                    down: load::product_matrix(gpu, ck, d)?,
                     biases: None,
                 }),
                 None => None,
             },
             latent: match latent {
-                Some([a, b]) => Some((load::matrix(gpu, ck, a)?, load::matrix(gpu, ck, b)?)),
+                Some([a, b]) => Some((
+                    load::product_matrix(gpu, ck, a)?,
+                    load::product_matrix(gpu, ck, b)?,
+                )),
                 None => None,
             },
             expert_dim: spec.expert_dim(hidden as u64) as usize,

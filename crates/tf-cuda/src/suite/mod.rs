@@ -9,7 +9,7 @@ mod llama_extra;
 mod mamba;
 mod matmul;
 mod moe;
-mod packed;
+pub(crate) mod packed;
 mod quant;
 mod rows;
 pub mod select;

@@ -1,0 +1,299 @@
+// MLX 4-bit matrix products on the tensor cores (tf_mma_mlx4_*): mma.sync m16n8k16 with bf16
+// inputs and f32 sums, for matrices whose MLX groups are whole multiples of 64 columns
+// (src/mma.rs). An output's arithmetic depends only on its weight row and its x row: the same
+// for any number of rows in a call, any tiles a block (RT) and any x tiles a warp (NX).
+//
+// Weights ("mma tiles", made on the device from the rows layout by tf_mma_tile_mlx4): 16-row
+// tiles (rows past the matrix's end are zero). Tile T, group G of 64 columns: 512 bytes of
+// codes, 16 a lane: lane L's u32 m (columns 64 G + 16 m ..) holds its A fragment's 8 codes,
+// nibble r the low and nibble r + 4 the high half of register r. With g = L / 4, t = L % 4 and
+// k = 16 m: register 0 is row g, columns k + 2t, k + 2t + 1; register 1 row g + 8, the same
+// columns; registers 2 and 3 the same rows, columns + 8 (the PTX ISA's m16n8k16 A layout).
+// After every tile's codes: f32 (s, b) for (T, G, row r of the tile), at (T groups + G) 16 + r.
+//
+// x (f32, n rows) is read in place. Lane (g, t) of x tile c feeds x row 8c + g: each value is
+// split into bf16 parts hi = bf16(v) and lo = bf16(v - hi), the tensor cores sum q (lo, then
+// hi) per 16 columns, and X, the group's sum of the parts, comes from the same fragments times
+// a matrix of ones. A group adds s Σ q x + b X to its outputs (two FMAs); warp w takes groups
+// w, w + MMA_KW, ... and the warps' sums are added in warp order.
+
+#define MMA_KW 16  // warps a block, along the groups: fixed, as it orders an output's sum
+
+#ifdef TF_HOST_SIMT
+// Host stand-ins (src/mma/host.rs's emulation): bf16 rounding to nearest even (finite values),
+// and the m16n8k16 product from the PTX ISA's fragment layouts, each lane's D entries summed
+// in double and rounded once (the hardware's own summation is not modelled).
+struct float2 { float x, y; };
+static inline u32 tf_mma_bf16(float f) {
+    u32 b;
+    std::memcpy(&b, &f, 4);
+    return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+}
+static inline u32 tf_mma_bf16x2(float lo, float hi) { return tf_mma_bf16(lo) | tf_mma_bf16(hi) << 16; }
+static inline float tf_mma_lo(u32 v) { return __int_as_float((int)(v << 16)); }
+static inline float tf_mma_hi(u32 v) { return __int_as_float((int)(v & 0xffff0000u)); }
+static inline u32 tf_mma_less128(u32 a) {
+    return tf_mma_bf16x2(tf_mma_lo(a) - 128.0f, tf_mma_hi(a) - 128.0f);
+}
+static u32 tf_mma_frag[64][32][6];
+static float tf_mma_acc[64][32][4];
+static inline void tf_mma_16816(float* d, const u32* a, u32 b0, u32 b1) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int r = 0; r < 4; r++) tf_mma_frag[w][lane][r] = a[r], tf_mma_acc[w][lane][r] = d[r];
+    tf_mma_frag[w][lane][4] = b0, tf_mma_frag[w][lane][5] = b1;
+    tf_warp_bars[w]->arrive_and_wait();
+    // A[i][k]: lane 4 (i % 8) + (k % 8) / 2, register i / 8 + 2 (k / 8), half k % 2.
+    auto A = [&](int i, int k) {
+        const u32 v = tf_mma_frag[w][4 * (i % 8) + (k % 8) / 2][i / 8 + 2 * (k / 8)];
+        return k % 2 ? tf_mma_hi(v) : tf_mma_lo(v);
+    };
+    // B[k][j]: lane 4 j + (k % 8) / 2, register k / 8, half k % 2.
+    auto B = [&](int k, int j) {
+        const u32 v = tf_mma_frag[w][4 * j + (k % 8) / 2][4 + k / 8];
+        return k % 2 ? tf_mma_hi(v) : tf_mma_lo(v);
+    };
+    float out[4];
+    for (int r = 0; r < 4; r++) {
+        // D entry r of this lane: row lane / 4 + 8 (r / 2), column 2 (lane % 4) + r % 2.
+        const int i = lane / 4 + 8 * (r / 2), j = 2 * (lane % 4) + r % 2;
+        double acc = tf_mma_acc[w][lane][r];
+        for (int k = 0; k < 16; k++) acc += (double)A(i, k) * (double)B(k, j);
+        out[r] = (float)acc;
+    }
+    tf_warp_bars[w]->arrive_and_wait();
+    for (int r = 0; r < 4; r++) d[r] = out[r];
+}
+#else
+__device__ __forceinline__ u32 tf_mma_bf16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float tf_mma_lo(u32 v) { return __int_as_float((int)(v << 16)); }
+__device__ __forceinline__ float tf_mma_hi(u32 v) { return __int_as_float((int)(v & 0xffff0000u)); }
+// Both halves less 128, in bf16 (exact for 128 + q).
+__device__ __forceinline__ u32 tf_mma_less128(u32 a) {
+    asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(a) : "r"(0x3f803f80u), "r"(0xc300c300u));
+    return a;
+}
+__device__ __forceinline__ void tf_mma_16816(float* d, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+
+// 0x000f000f held in a register the compiler cannot fold (n >= 0, so its sign bit is 0): LOP3
+// then takes one immediate, 0x43004300, and the mask needs no move before each use.
+__device__ __forceinline__ u32 tf_mma_mask(int n) { return 0x000f000fu | ((u32)n & 0x80000000u); }
+
+// The A registers of code word v: bf16 pairs q (128 + q by one LOP3, less 128 in bf16).
+__device__ __forceinline__ void tf_mma_codes(u32 v, u32* a, u32 mask) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) a[r] = tf_mma_less128(((v >> (4 * r)) & mask) | 0x43004300u);
+}
+
+// The bf16 parts of a pair of x values: hi = bf16(v), lo = bf16(v - hi).
+__device__ __forceinline__ void tf_mma_split(float2 v, u32& hi, u32& lo) {
+    hi = tf_mma_bf16x2(v.x, v.y);
+    lo = tf_mma_bf16x2(v.x - tf_mma_lo(hi), v.y - tf_mma_hi(hi));
+}
+
+// x's pair at p, or zeros for a lane with no x row.
+__device__ __forceinline__ float2 tf_mma_pair(const float* p, bool live) {
+    float2 v;
+    v.x = 0.0f, v.y = 0.0f;
+    if (live) v = __ldg((const float2*)p);
+    return v;
+}
+
+// One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8.
+template <int RT>
+struct TfMmaGroup {
+    uint4 q[RT];
+    float2 lo[RT], hi[RT];
+};
+
+// Step i's group (G = w + i MMA_KW) of the RT tiles at wp, sp (step 0's).
+template <int RT>
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4* const* wp,
+                                            const float2* const* sp, int i) {
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        d.q[r] = __ldg(wp[r] + (size_t)i * 32 * MMA_KW);
+        d.lo[r] = __ldg(sp[r] + (size_t)i * 16 * MMA_KW);
+        d.hi[r] = __ldg(sp[r] + (size_t)i * 16 * MMA_KW + 8);
+    }
+}
+
+// One group at column c0 of the NX x tiles (rows at xr, live: the lane has an x row) into
+// yacc. PLANT (a planted control): the low parts dropped when the call has several rows.
+template <int RT, int NX, int PLANT>
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const float* const* xr,
+                                             const bool* live, int c0, u32 mask, int n,
+                                             float (*yacc)[NX][4]) {
+    u32 a[RT][4][4];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const u32 words[4] = {d.q[r].x, d.q[r].y, d.q[r].z, d.q[r].w};
+#pragma unroll
+        for (int m = 0; m < 4; m++) tf_mma_codes(words[m], a[r][m], mask);
+    }
+    const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+#pragma unroll
+    for (int c = 0; c < NX; c++) {
+        float acc[RT][4], X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) acc[r][v] = 0.0f;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            u32 h0, l0, h1, l1;
+            tf_mma_split(tf_mma_pair(xr[c] + c0 + 16 * m, live[c]), h0, l0);
+            tf_mma_split(tf_mma_pair(xr[c] + c0 + 16 * m + 8, live[c]), h1, l1);
+            if (PLANT && n > 1) l0 = 0, l1 = 0;
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                tf_mma_16816(acc[r], a[r][m], l0, l1);
+                tf_mma_16816(acc[r], a[r][m], h0, h1);
+            }
+            tf_mma_16816(X, ones, l0, l1);
+            tf_mma_16816(X, ones, h0, h1);
+        }
+        // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]; X the same columns.
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                const float2 sc = v < 2 ? d.lo[r] : d.hi[r];
+                yacc[r][c][v] = fmaf(sc.x, acc[r][v], fmaf(sc.y, X[v & 1], yacc[r][c][v]));
+            }
+    }
+}
+
+// y[j, row] for j < n: block (bx, by) takes tiles RT bx .. and x rows 8 NX by .. (x tile c:
+// rows 8 NX by + 8c ..); MMA_KW warps along the groups, two groups' loads in turn so one is in
+// flight while the other is multiplied.
+template <int RT, int NX, int PLANT>
+__device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
+                                            float* __restrict__ y, int n, int rows, int cols) {
+    __shared__ float red[MMA_KW][32][4];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int groups = cols >> 6, tiles = (rows + 15) >> 4;
+    const uint4* wq = (const uint4*)W;
+    const float2* sb = (const float2*)(W + (size_t)tiles * groups * 512);
+    const int tile0 = blockIdx.x * RT, j0 = blockIdx.y * 8 * NX;
+    const uint4* wp[RT];
+    const float2* sp[RT];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const size_t tg = (size_t)min(tile0 + r, tiles - 1) * groups + w;
+        wp[r] = wq + tg * 32 + lane;
+        sp[r] = sb + tg * 16 + g;
+    }
+    const float* xr[NX];
+    bool live[NX];
+#pragma unroll
+    for (int c = 0; c < NX; c++) {
+        const int j = j0 + 8 * c + g;
+        live[c] = j < n;
+        xr[c] = x + (size_t)(live[c] ? j : 0) * cols + 2 * t;
+    }
+    float yacc[RT][NX][4];
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int c = 0; c < NX; c++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) yacc[r][c][v] = 0.0f;
+    const int steps = w < groups ? (groups - 1 - w) / MMA_KW + 1 : 0;
+    const u32 mask = tf_mma_mask(rows);
+    TfMmaGroup<RT> a, b;
+    if (steps > 0) tf_mma_load<RT>(a, wp, sp, 0);
+    for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) tf_mma_load<RT>(b, wp, sp, i + 1);
+        tf_mma_group<RT, NX, PLANT>(a, xr, live, 64 * (w + i * MMA_KW), mask, n, yacc);
+        if (i + 1 >= steps) break;
+        if (i + 2 < steps) tf_mma_load<RT>(a, wp, sp, i + 2);
+        tf_mma_group<RT, NX, PLANT>(b, xr, live, 64 * (w + (i + 1) * MMA_KW), mask, n, yacc);
+    }
+    // The warps' sums in warp order, one (tile, x tile) at a time.
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int c = 0; c < NX; c++) {
+#pragma unroll
+            for (int v = 0; v < 4; v++) red[w][lane][v] = yacc[r][c][v];
+            __syncthreads();
+            if (w == 0 && tile0 + r < tiles)
+#pragma unroll
+                for (int v = 0; v < 4; v++) {
+                    float sum = red[0][lane][v];
+                    for (int k = 1; k < MMA_KW; k++) sum = sum + red[k][lane][v];
+                    const int row = 16 * (tile0 + r) + g + 8 * (v >> 1);
+                    const int j = j0 + 8 * c + 2 * t + (v & 1);
+                    if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
+                }
+            __syncthreads();
+        }
+}
+
+// tf_mma_mlx4_r{RT}_x{NX}: MMA_KW warps a block, RT tiles and 8 NX x rows a block.
+#define TF_MMA_ENTRY(NAME, RT, NX, PLANT)                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW)                                  \
+        NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
+        tf_follow();                                                                           \
+        tf_mma_mlx4<RT, NX, PLANT>(W, x, y, n, rows, cols);                                    \
+    }
+TF_MMA_ENTRY(tf_mma_mlx4_r1_x1, 1, 1, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r1_x2, 1, 2, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r1_x4, 1, 4, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r1_x8, 1, 8, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r2_x1, 2, 1, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r2_x2, 2, 2, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r2_x4, 2, 4, 0)
+TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 2, 1)
+
+// The mma tiles of an MLX 4-bit matrix from its rows layout (units of 32 weights: 4 code words,
+// element 8m + e in nibble e of word m, then f32 s and b; the MLX group a multiple of 64, so
+// a group's second unit has the first's s and b). A thread per (tile, group, lane): its 4 code
+// words, and lanes < 16 the (s, b) of the tile's row `lane`.
+extern "C" __global__ void tf_mma_tile_mlx4(const u8* src, u8* dst, int rows, int cols) {
+    tf_follow();
+    const int groups = cols >> 6, tiles = (rows + 15) >> 4, units = cols >> 5;
+    const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= (size_t)tiles * groups * 32) return;
+    const int lane = (int)(id & 31);
+    const size_t tg = id >> 5;
+    const int T = (int)(tg / groups), G = (int)(tg % groups);
+    const int g = lane >> 2, t = lane & 3;
+    auto unit = [&](int r, int u) { return (const u32*)(src + ((size_t)(16 * T + r) * units + u) * 24); };
+    auto code = [&](int r, int c) -> u32 {
+        if (16 * T + r >= rows) return 0u;
+        const int e = c & 31;
+        return (unit(r, c >> 5)[e >> 3] >> (4 * (e & 7))) & 15u;
+    };
+    u32 out[4];
+    for (int m = 0; m < 4; m++) {
+        const int k = 64 * G + 16 * m + 2 * t;
+        const int rr[4] = {g, g + 8, g, g + 8}, kk[4] = {k, k, k + 8, k + 8};
+        u32 v = 0u;
+        for (int r = 0; r < 4; r++)
+            v |= code(rr[r], kk[r]) << (4 * r) | code(rr[r], kk[r] + 1) << (4 * (r + 4));
+        out[m] = v;
+    }
+    ((uint4*)dst)[id] = make_uint4(out[0], out[1], out[2], out[3]);
+    if (lane < 16) {
+        float2 v;
+        v.x = 0.0f, v.y = 0.0f;
+        if (16 * T + lane < rows) {
+            const u32* p = unit(lane, 2 * G);
+            v.x = __int_as_float((int)p[4]), v.y = __int_as_float((int)p[5]);
+        }
+        ((float2*)(dst + (size_t)tiles * groups * 512))[tg * 16 + lane] = v;
+    }
+}

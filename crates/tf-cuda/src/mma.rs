@@ -1,0 +1,222 @@
+//! MLX 4-bit matmuls on the tensor cores (kernels/mma.cu): `mma.sync` with bf16 inputs and f32
+//! sums, x split into two bf16 parts, each group's scale and bias applied after its sum.
+//!
+//! Like `tf_slices` it sums in an order of the GPU's own, fixed whatever the row count (a row's
+//! bits never depend on the other rows of a call), held to fidelity against the CPU. It reads
+//! its own layout, the "mma tiles" ([`tile`] makes them on the device from the rows layout), so
+//! only [`crate::ops::matmul`] may be given such a matrix. Set `TF_CUDA_MMA=0` to load MLX
+//! 4-bit matrices in the rows layout instead (for comparisons).
+
+use crate::device::Gpu;
+use crate::error::{CudaError, Result};
+use crate::ops::{grid, i32_of, need};
+use crate::weights::{GpuFormat, GpuMatrix, Layout};
+use cudarc::driver::{CudaSlice, LaunchConfig};
+
+/// Kernel entry points defined in kernels/mma.cu.
+pub const KERNEL_NAMES: [&str; 9] = [
+    "tf_mma_mlx4_r1_x1",
+    "tf_mma_mlx4_r1_x2",
+    "tf_mma_mlx4_r1_x4",
+    "tf_mma_mlx4_r1_x8",
+    "tf_mma_mlx4_r2_x1",
+    "tf_mma_mlx4_r2_x2",
+    "tf_mma_mlx4_r2_x4",
+    PLANT_ROW_VARIANT,
+    "tf_mma_tile_mlx4",
+];
+
+/// Planted control: the low parts of x dropped when a call has several rows (1 tile, 2 x tiles).
+pub const PLANT_ROW_VARIANT: &str = "tf_plant_mma_mlx4_rowvar";
+
+/// Columns of one scale and bias in the tiles.
+pub const GROUP: usize = 64;
+
+/// Warps a block (`MMA_KW` in kernels/mma.cu).
+const WARPS: u32 = 16;
+
+/// Whether the tensor cores' product serves an MLX 4-bit matrix of `cols` columns with MLX
+/// groups of `group_size` (and `TF_CUDA_MMA` is not `0`).
+pub fn serves(group_size: usize, cols: usize) -> bool {
+    enabled()
+        && group_size.is_multiple_of(GROUP)
+        && cols.is_multiple_of(GROUP)
+        && cols > 0
+        && cols <= i32::MAX as usize / 2
+}
+
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA").map_or(true, |v| v != "0"))
+}
+
+/// Bytes of the tiles of a `[rows, cols]` matrix: 640 a tile of 16 rows and a group.
+pub fn tile_bytes(rows: usize, cols: usize) -> usize {
+    rows.div_ceil(16) * (cols / GROUP) * 640
+}
+
+/// The matrix `m` (MLX 4-bit, rows layout, groups a multiple of 64 columns: [`serves`]) in the
+/// tensor cores' tiles, made on the device.
+pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
+    const OP: &str = "mma tiles";
+    if m.format() != GpuFormat::Mlx4 || m.layout() != Layout::Rows || !m.cols().is_multiple_of(GROUP)
+    {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "{:?} {:?} [{}, {}]: the tiles take MLX 4-bit rows of whole 64-column groups",
+                m.format(),
+                m.layout(),
+                m.rows(),
+                m.cols()
+            ),
+        });
+    }
+    let bytes = gpu.zeros::<u8>(tile_bytes(m.rows(), m.cols()))?;
+    let mut out = GpuMatrix::in_layout(m.rows(), m.cols(), GpuFormat::Mlx4, Layout::MmaTiles, bytes);
+    let (rows, cols) = (i32_of(OP, "rows", m.rows())?, i32_of(OP, "cols", m.cols())?);
+    let threads = m.rows().div_ceil(16) * (m.cols() / GROUP) * 32;
+    let mut b = gpu.launcher("tf_mma_tile_mlx4")?;
+    b.arg(m.bytes()).arg(out.bytes_mut()).arg(&rows).arg(&cols);
+    // SAFETY: the kernel's signature is (u8*, u8*, i32, i32); `m` holds `rows` rows of
+    // `cols / 32` 24-byte units and `out` exactly `tile_bytes(rows, cols)` bytes, which a
+    // thread a (tile, group, lane) writes.
+    unsafe { b.go(grid(threads, 256), "launching the mma tiling") }?;
+    Ok(out)
+}
+
+/// Row tiles (of 16 weight rows) and x tiles (of 8 activation rows) a block takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub rt: usize,
+    pub nx: usize,
+}
+
+impl Geometry {
+    /// Every geometry kernels/mma.cu instantiates.
+    pub const ALL: [Geometry; 7] = [
+        Geometry { rt: 1, nx: 1 },
+        Geometry { rt: 1, nx: 2 },
+        Geometry { rt: 1, nx: 4 },
+        Geometry { rt: 1, nx: 8 },
+        Geometry { rt: 2, nx: 1 },
+        Geometry { rt: 2, nx: 2 },
+        Geometry { rt: 2, nx: 4 },
+    ];
+
+    /// The launcher's choice for `n` activation rows: enough x tiles for the rows (at most 8).
+    pub fn for_rows(n: usize) -> Geometry {
+        let nx = n.div_ceil(8).next_power_of_two().min(8);
+        Geometry { rt: 1, nx }
+    }
+
+    /// The kernel's name.
+    pub fn kernel(self) -> String {
+        format!("tf_mma_mlx4_r{}_x{}", self.rt, self.nx)
+    }
+
+    fn launch(self, rows: usize, n: usize) -> LaunchConfig {
+        crate::slices::count_launch();
+        LaunchConfig {
+            grid_dim: (
+                rows.div_ceil(16 * self.rt).max(1) as u32,
+                n.div_ceil(8 * self.nx).max(1) as u32,
+                1,
+            ),
+            block_dim: (32 * WARPS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n`, `w` in the mma tiles.
+pub fn matmul(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let g = Geometry::for_rows(n);
+    matmul_with(gpu, &g.kernel(), g, w, x, n, y)
+}
+
+/// [`matmul`] through `kernel` (a geometry's, or the planted control's) with `g`'s grid; every
+/// geometry gives the same bits.
+pub fn matmul_with(
+    gpu: &Gpu,
+    kernel: &str,
+    g: Geometry,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "mma matmul";
+    need(OP, "x", x.len(), n * w.cols())?;
+    need(OP, "y", y.len(), n * w.rows())?;
+    if w.layout() != Layout::MmaTiles {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
+        });
+    }
+    if n == 0 || w.rows() == 0 {
+        return Ok(());
+    }
+    let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
+    let mut b = gpu.launcher(kernel)?;
+    b.arg(w.bytes()).arg(x).arg(y).arg(&n_).arg(&rows).arg(&cols);
+    // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
+    // elements they read and write (checked above; the tiles were made for this shape).
+    unsafe { b.go(g.launch(w.rows(), n), "launching mma matmul") }
+}
+
+/// The tiles of an MLX 4-bit matrix on the host, from its rows-layout device bytes (what
+/// `tf_mma_tile_mlx4` makes; for the tests).
+pub fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let (groups, tiles, units) = (cols / GROUP, rows.div_ceil(16), cols / 32);
+    let word = |row: usize, u: usize, i: usize| {
+        let at = (row * units + u) * 24 + 4 * i;
+        u32::from_le_bytes(rows_bytes[at..at + 4].try_into().unwrap())
+    };
+    let code = |row: usize, c: usize| {
+        if row >= rows {
+            0
+        } else {
+            (word(row, c / 32, (c % 32) / 8) >> (4 * (c % 8))) & 15
+        }
+    };
+    let mut out = vec![0u8; tile_bytes(rows, cols)];
+    let sb_at = tiles * groups * 512;
+    for tile in 0..tiles {
+        for grp in 0..groups {
+            let tg = tile * groups + grp;
+            for lane in 0..32 {
+                let (g, t) = (16 * tile + lane / 4, lane % 4);
+                for m in 0..4 {
+                    let k = GROUP * grp + 16 * m + 2 * t;
+                    let regs = [(g, k), (g + 8, k), (g, k + 8), (g + 8, k + 8)];
+                    let mut v = 0u32;
+                    for (r, (row, c)) in regs.into_iter().enumerate() {
+                        v |= code(row, c) << (4 * r) | code(row, c + 1) << (4 * (r + 4));
+                    }
+                    let at = (tg * 32 + lane) * 16 + 4 * m;
+                    out[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            for r in 0..16 {
+                let row = 16 * tile + r;
+                if row < rows {
+                    let at = sb_at + (tg * 16 + r) * 8;
+                    out[at..at + 4].copy_from_slice(&word(row, 2 * grp, 4).to_le_bytes());
+                    out[at + 4..at + 8].copy_from_slice(&word(row, 2 * grp, 5).to_le_bytes());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

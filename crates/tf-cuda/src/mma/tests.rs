@@ -1,0 +1,148 @@
+//! kernels/mma.cu built for the host (host_cxx's SIMT emulation, the m16n8k16 product rebuilt
+//! from the PTX ISA's fragment layouts): the device tiling against [`tile_host`], every
+//! geometry against a float64 reference, and a row's bits alone, among others and in every
+//! geometry. The tensor cores' own summation is not modelled; the contract suite checks that
+//! on the GPU.
+
+use super::*;
+use crate::host_cxx;
+use crate::suite::packed::HostWeights;
+use crate::weights::device_bytes;
+use tf_kernels::contract::Rng;
+use tf_kernels::matmul::FloatType;
+
+/// The host harness: reads (rows, cols, n, rows-layout bytes, x), writes the tiles, then y of
+/// every geometry and of the planted control in turn.
+fn harness() -> String {
+    let mut calls = String::new();
+    let kernels = Geometry::ALL
+        .iter()
+        .map(|g| (g.kernel(), *g))
+        .chain([(PLANT_ROW_VARIANT.to_string(), Geometry { rt: 1, nx: 2 })]);
+    for (name, g) in kernels {
+        calls.push_str(&format!(
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {x} - 1) / {x}), 1}}, {threads}, 0, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
+             \x20   fwrite(y.data(), 4, y.size(), fo);\n",
+            t = 16 * g.rt,
+            x = 8 * g.nx,
+            threads = 32 * WARPS,
+        ));
+    }
+    format!(
+        "{prelude}\n{source}\n\
+         int main(int argc, char** argv) {{\n\
+         \x20   FILE *fi, *fo;\n\
+         \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
+         \x20   int head[3];\n\
+         \x20   if (fread(head, 4, 3, fi) != 3) return 1;\n\
+         \x20   const int rows = head[0], cols = head[1], n = head[2];\n\
+         \x20   const size_t nt = (size_t)(rows + 15) / 16 * (cols / 64);\n\
+         \x20   std::vector<u8> src((size_t)rows * cols / 32 * 24), tiles(nt * 640);\n\
+         \x20   std::vector<float> x((size_t)n * cols), y((size_t)n * rows);\n\
+         \x20   if (fread(src.data(), 1, src.size(), fi) != src.size() || fread(x.data(), 4, x.size(), fi) != x.size()) return 1;\n\
+         \x20   tf_launch(D3{{(unsigned)((nt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ tf_mma_tile_mlx4(src.data(), tiles.data(), rows, cols); }});\n\
+         \x20   fwrite(tiles.data(), 1, tiles.size(), fo);\n\
+         {calls}\
+         \x20   fclose(fo);\n\
+         \x20   return 0;\n\
+         }}\n",
+        prelude = host_cxx::SIMT_PRELUDE,
+        source = include_str!("../../kernels/mma.cu"),
+    )
+}
+
+/// One emulated run: the tiles, then y of each geometry and of the plant.
+struct Run {
+    tiles: Vec<u8>,
+    ys: Vec<Vec<f32>>,
+}
+
+fn emulate(
+    dir: &std::path::Path,
+    exe: &std::path::Path,
+    src: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+) -> Run {
+    let mut input = Vec::new();
+    for v in [rows, cols, n] {
+        input.extend((v as i32).to_le_bytes());
+    }
+    input.extend_from_slice(src);
+    input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+    let out = host_cxx::run(dir, exe, &format!("{rows}x{cols}-{n}"), &input);
+    let tb = tile_bytes(rows, cols);
+    let ys = host_cxx::floats(&out[tb..]);
+    assert_eq!(ys.len(), (Geometry::ALL.len() + 1) * n * rows);
+    Run {
+        tiles: out[..tb].to_vec(),
+        ys: ys.chunks(n * rows).map(<[f32]>::to_vec).collect(),
+    }
+}
+
+/// The largest |y - reference| over the row's sum of |terms|.
+fn max_rel_err(y: &[f32], wf: &[f64], cols: usize, x: &[f32], n: usize) -> f64 {
+    let rows = wf.len() / cols;
+    let mut worst = 0f64;
+    for i in 0..n {
+        for j in 0..rows {
+            let (mut acc, mut abs) = (0f64, 0f64);
+            for k in 0..cols {
+                let p = wf[j * cols + k] * f64::from(x[i * cols + k]);
+                acc += p;
+                abs += p.abs();
+            }
+            let e = (f64::from(y[i * rows + j]) - acc).abs() / abs.max(f64::MIN_POSITIVE);
+            worst = worst.max(e);
+        }
+    }
+    worst
+}
+
+#[test]
+fn tiles_and_every_geometry_match_the_reference_and_rows_keep_their_bits() {
+    let Some(cxx) = host_cxx::compiler() else {
+        return;
+    };
+    let (dir, exe) = host_cxx::build(&cxx, "mma", &harness());
+    let mut rng = Rng::new(0x3a3a_0001);
+    // 40 rows: a partial tile; 256 columns: 4 groups, fewer than the block's warps.
+    for (rows, cols, group) in [(40, 256, 64), (32, 2048, 128)] {
+        let hw = HostWeights::random_mlx(4, group, FloatType::BF16, rows, cols, &mut rng);
+        let src = device_bytes(&hw.packed()).expect("rows layout").into_owned();
+        let wf: Vec<f64> = (0..rows).flat_map(|j| hw.row_f64(j)).collect();
+        let n = 20; // three x tiles of 8
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let all = emulate(&dir, &exe, &src, rows, cols, &x, n);
+        assert!(
+            all.tiles == tile_host(&src, rows, cols),
+            "{rows}x{cols}: the device tiling differs from tile_host"
+        );
+        let solo = emulate(&dir, &exe, &src, rows, cols, &x[13 * cols..14 * cols], 1);
+        let base = &all.ys[0];
+        for (g, y) in Geometry::ALL.iter().zip(&all.ys) {
+            let err = max_rel_err(y, &wf, cols, &x, n);
+            // Two bf16 parts keep about 16 bits of each x (seen: 6.2e-7 and 2.4e-7).
+            assert!(err <= 2e-6, "{rows}x{cols} {g:?}: error {err:.2e}");
+            assert_eq!(host_cxx::differing(y, base), 0, "{g:?} differs from r1_x1");
+        }
+        for y1 in &solo.ys[..Geometry::ALL.len()] {
+            assert_eq!(
+                host_cxx::differing(&base[13 * rows..14 * rows], y1),
+                0,
+                "{rows}x{cols}: row 13 alone differs from its place among 20"
+            );
+        }
+        // Planted control: the low parts dropped when a call has several rows.
+        let planted = &all.ys[Geometry::ALL.len()];
+        let err = max_rel_err(planted, &wf, cols, &x, n);
+        assert!(err > 2e-6, "the planted control's error {err:.2e} went unseen");
+        assert_eq!(
+            host_cxx::differing(&solo.ys[Geometry::ALL.len()], &base[13 * rows..14 * rows]),
+            0,
+            "the plant alone (one row) keeps the order's bits"
+        );
+    }
+}
