@@ -25,6 +25,7 @@
 use std::process::ExitCode;
 use tf_cuda::device::time_us;
 use tf_cuda::fused::{matmul_fused, Epilogue, TiledFromRows, XForm};
+use tf_cuda::mma::{self, Geometry};
 use tf_cuda::weights::{device_bytes, geometry_kernel};
 use tf_cuda::{ops, slices, Gpu, GpuFormat, GpuMatrix};
 use tf_formats::gguf::GgmlType;
@@ -216,6 +217,71 @@ fn bits_equal(a: &[f32], b: &[f32]) -> usize {
         .count()
 }
 
+/// The tensor cores' product on the same weights in its tiles (`ws`: the copies): the largest
+/// difference from the CPU at 1 and 37 rows, one row's bits against its place among 37 in
+/// every geometry, then times at 1, 4, 16 and 64 rows in each geometry with few enough x
+/// tiles. False on a mismatch.
+#[allow(clippy::too_many_arguments)]
+fn bench_mma(
+    gpu: &Gpu,
+    pool: &Pool,
+    packed: &PackedMatrix,
+    ws: &[GpuMatrix],
+    x: &cudarc::driver::CudaSlice<f32>,
+    x_host: &[f32],
+    label: &str,
+    iters: usize,
+    peak: f64,
+) -> Res<bool> {
+    let (rows, cols) = (ws[0].rows(), ws[0].cols());
+    let tiles = ws
+        .iter()
+        .map(|m| mma::tile(gpu, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let bytes = tiles[0].storage_bytes();
+    let mut y = gpu.zeros::<f32>(64 * rows)?;
+    let mut ok = true;
+    let mut c = vec![0f32; 37 * rows];
+    cpu_matmul(packed, &x_host[..37 * cols], 37, &mut c, pool)?;
+    mma::matmul(gpu, &tiles[0], x, 37, &mut y)?;
+    let all = gpu.download(&y, 37 * rows)?;
+    let d = all
+        .iter()
+        .zip(&c)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let m = c.iter().map(|v| v.abs()).fold(0f32, f32::max);
+    println!("mma {label} n=37: max |GPU - CPU| {d:.3e} (max |y| {m:.3e})");
+    for g in Geometry::ALL {
+        mma::matmul_with(gpu, &g.kernel(), g, &tiles[0], x, 1, &mut y)?;
+        let one = gpu.download(&y, rows)?;
+        let bad = bits_equal(&one, &all[..rows]);
+        if bad != 0 {
+            println!(
+                "CHECK mma {label} {g:?}: row 0 alone differs from its place among 37 ({bad})"
+            );
+            ok = false;
+        }
+    }
+    for n in [1usize, 4, 16, 64] {
+        let most = n.div_ceil(8).next_power_of_two();
+        for g in Geometry::ALL.into_iter().filter(|g| g.nx <= most) {
+            let k = g.kernel();
+            let us = time_us::<Error>(gpu.stream(), iters, |i| {
+                let m = &tiles[i % tiles.len()];
+                Ok(mma::matmul_with(gpu, &k, g, m, x, n, &mut y)?)
+            })?;
+            let regs = gpu.registers(&k)?;
+            let name = format!("{label} ({k}, {regs} regs)");
+            println!(
+                "{}",
+                table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
+            );
+        }
+    }
+    Ok(ok)
+}
+
 fn main() -> ExitCode {
     match run() {
         Ok(true) => {
@@ -402,6 +468,9 @@ fn run() -> Res<bool> {
                     table_row(&name, ws[0].format(), rows, cols, bytes, n, us, peak)
                 );
             }
+        }
+        if ws[0].format() == GpuFormat::Mlx4 && mma::serves(64, cols) {
+            ok &= bench_mma(&gpu, &pool, &packed, &ws, &x, &x_host, label, iters, peak)?;
         }
         if fused {
             // The fused kernel at 1 row, SwiGLU in and residual add (the down projection's use).

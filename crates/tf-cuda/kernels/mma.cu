@@ -101,14 +101,6 @@ __device__ __forceinline__ void tf_mma_split(float2 v, u32& hi, u32& lo) {
     lo = tf_mma_bf16x2(v.x - tf_mma_lo(hi), v.y - tf_mma_hi(hi));
 }
 
-// x's pair at p, or zeros for a lane with no x row.
-__device__ __forceinline__ float2 tf_mma_pair(const float* p, bool live) {
-    float2 v;
-    v.x = 0.0f, v.y = 0.0f;
-    if (live) v = __ldg((const float2*)p);
-    return v;
-}
-
 // One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8.
 template <int RT>
 struct TfMmaGroup {
@@ -116,24 +108,25 @@ struct TfMmaGroup {
     float2 lo[RT], hi[RT];
 };
 
-// Step i's group (G = w + i MMA_KW) of the RT tiles at wp, sp (step 0's).
+// The group of the RT tiles at wp, sp, which then move MMA_KW groups on.
 template <int RT>
-__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4* const* wp,
-                                            const float2* const* sp, int i) {
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
+                                            const float2** sp) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        d.q[r] = __ldg(wp[r] + (size_t)i * 32 * MMA_KW);
-        d.lo[r] = __ldg(sp[r] + (size_t)i * 16 * MMA_KW);
-        d.hi[r] = __ldg(sp[r] + (size_t)i * 16 * MMA_KW + 8);
+        d.q[r] = __ldg(wp[r]);
+        d.lo[r] = __ldg(sp[r]);
+        d.hi[r] = __ldg(sp[r] + 8);
+        wp[r] += 32 * MMA_KW, sp[r] += 16 * MMA_KW;
     }
 }
 
-// One group at column c0 of the NX x tiles (rows at xr, live: the lane has an x row) into
-// yacc. PLANT (a planted control): the low parts dropped when the call has several rows.
+// One group of the NX x tiles (this lane's x row of each at xr, which then moves MMA_KW groups
+// on) into yacc. PLANT (a planted control): the low parts dropped when the call has several
+// rows.
 template <int RT, int NX, int PLANT>
-__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const float* const* xr,
-                                             const bool* live, int c0, u32 mask, int n,
-                                             float (*yacc)[NX][4]) {
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const float** xr,
+                                             u32 mask, int n, float (*yacc)[NX][4]) {
     u32 a[RT][4][4];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -152,8 +145,8 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const floa
 #pragma unroll
         for (int m = 0; m < 4; m++) {
             u32 h0, l0, h1, l1;
-            tf_mma_split(tf_mma_pair(xr[c] + c0 + 16 * m, live[c]), h0, l0);
-            tf_mma_split(tf_mma_pair(xr[c] + c0 + 16 * m + 8, live[c]), h1, l1);
+            tf_mma_split(__ldg((const float2*)(xr[c] + 16 * m)), h0, l0);
+            tf_mma_split(__ldg((const float2*)(xr[c] + 16 * m + 8)), h1, l1);
             if (PLANT && n > 1) l0 = 0, l1 = 0;
 #pragma unroll
             for (int r = 0; r < RT; r++) {
@@ -163,6 +156,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const floa
             tf_mma_16816(X, ones, l0, l1);
             tf_mma_16816(X, ones, h0, h1);
         }
+        xr[c] += 64 * MMA_KW;
         // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]; X the same columns.
 #pragma unroll
         for (int r = 0; r < RT; r++)
@@ -195,14 +189,11 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
         wp[r] = wq + tg * 32 + lane;
         sp[r] = sb + tg * 16 + g;
     }
+    // A lane past the last x row reads the last (its D column is not stored; columns do
+    // not mix).
     const float* xr[NX];
-    bool live[NX];
 #pragma unroll
-    for (int c = 0; c < NX; c++) {
-        const int j = j0 + 8 * c + g;
-        live[c] = j < n;
-        xr[c] = x + (size_t)(live[c] ? j : 0) * cols + 2 * t;
-    }
+    for (int c = 0; c < NX; c++) xr[c] = x + (size_t)min(j0 + 8 * c + g, n - 1) * cols + 64 * w + 2 * t;
     float yacc[RT][NX][4];
 #pragma unroll
     for (int r = 0; r < RT; r++)
@@ -213,13 +204,13 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
     const int steps = w < groups ? (groups - 1 - w) / MMA_KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT> a, b;
-    if (steps > 0) tf_mma_load<RT>(a, wp, sp, 0);
+    if (steps > 0) tf_mma_load<RT>(a, wp, sp);
     for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps) tf_mma_load<RT>(b, wp, sp, i + 1);
-        tf_mma_group<RT, NX, PLANT>(a, xr, live, 64 * (w + i * MMA_KW), mask, n, yacc);
+        if (i + 1 < steps) tf_mma_load<RT>(b, wp, sp);
+        tf_mma_group<RT, NX, PLANT>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
-        if (i + 2 < steps) tf_mma_load<RT>(a, wp, sp, i + 2);
-        tf_mma_group<RT, NX, PLANT>(b, xr, live, 64 * (w + (i + 1) * MMA_KW), mask, n, yacc);
+        if (i + 2 < steps) tf_mma_load<RT>(a, wp, sp);
+        tf_mma_group<RT, NX, PLANT>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, one (tile, x tile) at a time.
 #pragma unroll

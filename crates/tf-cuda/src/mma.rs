@@ -59,7 +59,9 @@ pub fn tile_bytes(rows: usize, cols: usize) -> usize {
 /// tensor cores' tiles, made on the device.
 pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
     const OP: &str = "mma tiles";
-    if m.format() != GpuFormat::Mlx4 || m.layout() != Layout::Rows || !m.cols().is_multiple_of(GROUP)
+    if m.format() != GpuFormat::Mlx4
+        || m.layout() != Layout::Rows
+        || !m.cols().is_multiple_of(GROUP)
     {
         return Err(CudaError::Shape {
             op: OP,
@@ -73,7 +75,8 @@ pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
         });
     }
     let bytes = gpu.zeros::<u8>(tile_bytes(m.rows(), m.cols()))?;
-    let mut out = GpuMatrix::in_layout(m.rows(), m.cols(), GpuFormat::Mlx4, Layout::MmaTiles, bytes);
+    let mut out =
+        GpuMatrix::in_layout(m.rows(), m.cols(), GpuFormat::Mlx4, Layout::MmaTiles, bytes);
     let (rows, cols) = (i32_of(OP, "rows", m.rows())?, i32_of(OP, "cols", m.cols())?);
     let threads = m.rows().div_ceil(16) * (m.cols() / GROUP) * 32;
     let mut b = gpu.launcher("tf_mma_tile_mlx4")?;
@@ -166,7 +169,12 @@ pub fn matmul_with(
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
     let mut b = gpu.launcher(kernel)?;
-    b.arg(w.bytes()).arg(x).arg(y).arg(&n_).arg(&rows).arg(&cols);
+    b.arg(w.bytes())
+        .arg(x)
+        .arg(y)
+        .arg(&n_)
+        .arg(&rows)
+        .arg(&cols);
     // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements they read and write (checked above; the tiles were made for this shape).
     unsafe { b.go(g.launch(w.rows(), n), "launching mma matmul") }

@@ -305,7 +305,13 @@ impl GpuMatrix {
                 ),
             });
         }
-        Ok(GpuMatrix::in_layout(rows, cols, format, Layout::Rows, gpu.upload(host)?))
+        Ok(GpuMatrix::in_layout(
+            rows,
+            cols,
+            format,
+            Layout::Rows,
+            gpu.upload(host)?,
+        ))
     }
 
     /// Uploads several matrices with the same format and width as one matrix whose rows are
@@ -336,7 +342,13 @@ impl GpuMatrix {
             rows += m.rows();
         }
         fits_i32("weight concat", rows, cols)?;
-        Ok(GpuMatrix::in_layout(rows, cols, format, Layout::Rows, gpu.upload(&host)?))
+        Ok(GpuMatrix::in_layout(
+            rows,
+            cols,
+            format,
+            Layout::Rows,
+            gpu.upload(&host)?,
+        ))
     }
 
     /// A matrix of zero bytes in the device layout of `format`, allocated on the device with
@@ -344,7 +356,13 @@ impl GpuMatrix {
     pub fn zeroed(gpu: &Gpu, format: GpuFormat, rows: usize, cols: usize) -> Result<GpuMatrix> {
         fits_i32("weight allocation", rows, cols)?;
         let bytes = gpu.zeros(rows * format.row_bytes(cols))?;
-        Ok(GpuMatrix::in_layout(rows, cols, format, Layout::Rows, bytes))
+        Ok(GpuMatrix::in_layout(
+            rows,
+            cols,
+            format,
+            Layout::Rows,
+            bytes,
+        ))
     }
 
     /// A matrix of `bytes` already in `layout`.
@@ -389,7 +407,10 @@ impl GpuMatrix {
         if self.layout != Layout::Rows {
             return Err(CudaError::Shape {
                 op,
-                detail: format!("a {:?} matrix in {:?}, not in rows", self.format, self.layout),
+                detail: format!(
+                    "a {:?} matrix in {:?}, not in rows",
+                    self.format, self.layout
+                ),
             });
         }
         Ok(())

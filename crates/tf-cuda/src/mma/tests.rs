@@ -111,7 +111,9 @@ fn tiles_and_every_geometry_match_the_reference_and_rows_keep_their_bits() {
     // 40 rows: a partial tile; 256 columns: 4 groups, fewer than the block's warps.
     for (rows, cols, group) in [(40, 256, 64), (32, 2048, 128)] {
         let hw = HostWeights::random_mlx(4, group, FloatType::BF16, rows, cols, &mut rng);
-        let src = device_bytes(&hw.packed()).expect("rows layout").into_owned();
+        let src = device_bytes(&hw.packed())
+            .expect("rows layout")
+            .into_owned();
         let wf: Vec<f64> = (0..rows).flat_map(|j| hw.row_f64(j)).collect();
         let n = 20; // three x tiles of 8
         let x: Vec<f32> = (0..n * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
@@ -138,7 +140,10 @@ fn tiles_and_every_geometry_match_the_reference_and_rows_keep_their_bits() {
         // Planted control: the low parts dropped when a call has several rows.
         let planted = &all.ys[Geometry::ALL.len()];
         let err = max_rel_err(planted, &wf, cols, &x, n);
-        assert!(err > 2e-6, "the planted control's error {err:.2e} went unseen");
+        assert!(
+            err > 2e-6,
+            "the planted control's error {err:.2e} went unseen"
+        );
         assert_eq!(
             host_cxx::differing(&solo.ys[Geometry::ALL.len()], &base[13 * rows..14 * rows]),
             0,

@@ -8,6 +8,7 @@ mod fused;
 mod llama_extra;
 mod mamba;
 mod matmul;
+mod mma;
 mod moe;
 pub(crate) mod packed;
 mod quant;
@@ -140,6 +141,7 @@ pub fn run_all(gpu: &Gpu, depth: Depth) -> Result<SuiteResult, CudaError> {
     llama_extra::run(gpu, depth, &mut out)?;
     select::run(gpu, depth, &mut out)?;
     slices::run(gpu, depth, &mut out)?;
+    mma::run(gpu, depth, &mut out)?;
     Ok(out)
 }
 

@@ -1,0 +1,154 @@
+//! Contract cases for the tensor cores' MLX 4-bit product ([`crate::mma`]): accuracy against
+//! an f64 reference and row invariance at every row count, in the launcher's geometry and in
+//! every other (they must give the same bits). Planted controls: the low parts of x dropped when
+//! a call has several rows (the harness must catch the row variance), and tiles made from a
+//! matrix with two rows exchanged (the reference must catch it).
+
+use super::packed::HostWeights;
+use super::{compare_bits, control, dense_reference, verdict, CaseResult, Depth, ErrSlot};
+use super::{CpuBits, SuiteResult};
+use crate::device::Gpu;
+use crate::error::Result;
+use crate::mma::{self, Geometry, PLANT_ROW_VARIANT};
+use crate::weights::{device_bytes, GpuFormat, GpuMatrix};
+use std::cell::RefCell;
+use tf_kernels::contract::{Rng, RowOp, Tolerance};
+use tf_kernels::matmul::FloatType;
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// Most rows any call of the harness makes.
+const MAX_ROWS: usize = 100;
+
+/// Runs the mma cases and their controls.
+pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
+    use FloatType::{BF16, F16};
+    let cases = [
+        (64, F16, 576, 576, "q/o proj 576x576", true),
+        (128, BF16, 1540, 4096, "1540x4096 (a partial tile)", false),
+        (64, BF16, 256, 8192, "256x8192 (8 groups a warp)", false),
+    ];
+    for (i, &(group, ty, rows, cols, label, plants)) in cases.iter().enumerate() {
+        let mut rng = Rng::new(0x3a3a + i as u64);
+        let hw = HostWeights::random_mlx(4, group, ty, rows, cols, &mut rng);
+        case(gpu, depth, &hw, group, ty, label, plants, i as u64, out)?;
+    }
+    Ok(())
+}
+
+/// The tiles of `hw`, with weight rows `swap` exchanged first (a planted control) if given.
+fn tiles(gpu: &Gpu, hw: &HostWeights, swap: Option<(usize, usize)>) -> Result<GpuMatrix> {
+    let mut bytes = device_bytes(&hw.packed())?.into_owned();
+    if let Some((a, b)) = swap {
+        let rb = GpuFormat::Mlx4.row_bytes(hw.cols);
+        let (lo, hi) = bytes.split_at_mut(b * rb);
+        lo[a * rb..(a + 1) * rb].swap_with_slice(&mut hi[..rb]);
+    }
+    let rows = GpuMatrix::from_device_layout(gpu, GpuFormat::Mlx4, hw.rows, hw.cols, &bytes)?;
+    mma::tile(gpu, &rows)
+}
+
+/// One matrix: the contract verdict in the launcher's geometry, every geometry's bits against
+/// it, and (`plants`) the two controls.
+#[allow(clippy::too_many_arguments)]
+fn case(
+    gpu: &Gpu,
+    depth: Depth,
+    hw: &HostWeights,
+    group: usize,
+    ty: FloatType,
+    label: &str,
+    plants: bool,
+    seed: u64,
+    out: &mut SuiteResult,
+) -> Result<()> {
+    let (rows, cols) = (hw.rows, hw.cols);
+    let wf: Vec<f64> = (0..rows).flat_map(|j| hw.row_f64(j)).collect();
+    let wmax = wf.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let w = tiles(gpu, hw, None)?;
+    let bufs = RefCell::new((
+        gpu.zeros::<f32>(MAX_ROWS * cols)?,
+        gpu.zeros::<f32>(MAX_ROWS * rows)?,
+    ));
+    let errs = ErrSlot::default();
+    // `how`: a kernel and geometry (None: the launcher's choice).
+    let run_how = |w: &GpuMatrix, how: Option<(&str, Geometry)>, xs: &[Vec<f32>], o: &mut [f32]| {
+        let r = (|| -> Result<()> {
+            let mut b = bufs.borrow_mut();
+            let (x, y) = &mut *b;
+            let flat: Vec<f32> = xs.iter().flatten().copied().collect();
+            gpu.write(&flat, x)?;
+            match how {
+                Some((k, g)) => mma::matmul_with(gpu, k, g, w, x, xs.len(), y)?,
+                None => mma::matmul(gpu, w, x, xs.len(), y)?,
+            }
+            o.copy_from_slice(&gpu.download(y, o.len())?);
+            Ok(())
+        })();
+        if let Err(e) = r {
+            errs.put(e, o);
+        }
+    };
+    // |x| <= 1: x's two bf16 parts leave at most 2^-17 |x| each (8 units of 2^-24 a term), the
+    // f32 sums of a group and of the groups (a term's share of them), the epilogue's FMAs.
+    let k = cols as f64;
+    let abs = (8.0 + 16.0 + (cols / 64) as f64 / 16.0 + 4.0) * U * k * wmax;
+    let gen = |r: &mut Rng, _: usize| r.vec_uniform(cols, -1.0, 1.0);
+    let reference = |x: &Vec<f32>, o: &mut [f64]| dense_reference(&wf, cols, x, o);
+    let name = format!("matmul mma MLX 4-bit g{group} {ty:?}");
+    let op = RowOp {
+        name: &name,
+        out_width: rows,
+        tolerance: Tolerance::new(abs, 0.0),
+        gen_row: &gen,
+        reference: &reference,
+    };
+    let cfg = depth.config(0x3a1 + seed);
+    let run = |xs: &[Vec<f32>], o: &mut [f32]| run_how(&w, None, xs, o);
+    let v = verdict(&op, &run, &cfg, &errs);
+    // Every geometry at 40 rows, and one row alone, against the launcher's 40 rows.
+    let mut r2 = Rng::new(0x3a2 + seed);
+    let xs: Vec<Vec<f32>> = (0..40).map(|_| r2.vec_uniform(cols, -1.0, 1.0)).collect();
+    let mut want = vec![0f32; 40 * rows];
+    run(&xs, &mut want);
+    let mut bits = CpuBits {
+        compared: 0,
+        differing: 0,
+        max_abs_diff: 0.0,
+    };
+    for g in Geometry::ALL {
+        for n in [40, 1] {
+            let mut y = vec![0f32; n * rows];
+            run_how(&w, Some((&g.kernel(), g)), &xs[..n], &mut y);
+            let b = compare_bits(&y, &want[..n * rows]);
+            bits.compared += b.compared;
+            bits.differing += b.differing;
+            bits.max_abs_diff = bits.max_abs_diff.max(b.max_abs_diff);
+        }
+    }
+    let verdict = match v {
+        Ok(_) if bits.differing > 0 => Err(format!(
+            "the geometries' bits differ: {} of {} (max {:.2e})",
+            bits.differing, bits.compared, bits.max_abs_diff
+        )),
+        v => v,
+    };
+    out.cases.push(CaseResult {
+        op: name.clone(),
+        case: format!("{label} (bits: every geometry against the launcher's, not the CPU)"),
+        verdict,
+        cpu_bits: Some(bits),
+    });
+    if plants {
+        let plant = Geometry { rt: 1, nx: 2 };
+        let broken =
+            |xs: &[Vec<f32>], o: &mut [f32]| run_how(&w, Some((PLANT_ROW_VARIANT, plant)), xs, o);
+        let what = "matmul mma MLX 4-bit: x's low parts dropped when n > 1";
+        out.controls.push(control(what, &op, &broken, &cfg, &errs));
+        let swapped = tiles(gpu, hw, Some((3, 11)))?;
+        let broken = |xs: &[Vec<f32>], o: &mut [f32]| run_how(&swapped, None, xs, o);
+        let what = "matmul mma MLX 4-bit: tiles of the matrix with rows 3 and 11 exchanged";
+        out.controls.push(control(what, &op, &broken, &cfg, &errs));
+    }
+    Ok(())
+}
