@@ -1,7 +1,7 @@
 // MLX 4-bit matrix products on the tensor cores (tf_mma_mlx4_*): mma.sync m16n8k16 with bf16
 // inputs and f32 sums, for matrices whose MLX groups are whole multiples of 64 columns
 // (src/mma.rs). An output's arithmetic depends only on its weight row and its x row: the same
-// for any number of rows in a call, any tiles a block (RT) and any x tiles a warp (NX).
+// for any number of rows in a call and any tiles a block (RT).
 //
 // Weights ("mma tiles", made on the device from the rows layout by tf_mma_tile_mlx4): 16-row
 // tiles (rows past the matrix's end are zero). Tile T, group G of 64 columns: 512 bytes of
@@ -11,7 +11,7 @@
 // columns; registers 2 and 3 the same rows, columns + 8 (the PTX ISA's m16n8k16 A layout).
 // After every tile's codes: f32 (s, b) for (T, G, row r of the tile), at (T groups + G) 16 + r.
 //
-// x (f32, n rows) is read in place. Lane (g, t) of x tile c feeds x row 8c + g: each value is
+// x (f32, n rows) is read in place, 8 rows a block. Lane (g, t) feeds the block's row g: each value is
 // split into bf16 parts hi = bf16(v) and lo = bf16(v - hi), the tensor cores sum q (lo, then
 // hi) per 16 columns, and X, the group's sum of the parts, comes from the same fragments times
 // a matrix of ones. A group adds s Σ q x + b X to its outputs (two FMAs); warp w takes groups
@@ -121,12 +121,11 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
     }
 }
 
-// One group of the NX x tiles (this lane's x row of each at xr, which then moves MMA_KW groups
-// on) into yacc. PLANT (a planted control): the low parts dropped when the call has several
-// rows.
-template <int RT, int NX, int PLANT>
-__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const float** xr,
-                                             u32 mask, int n, float (*yacc)[NX][4]) {
+// One group of this lane's x row (at xr, which then moves MMA_KW groups on) into yacc. PLANT
+// (a planted control): the low parts dropped when the call has several rows.
+template <int RT, int PLANT>
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const float*& xr, u32 mask,
+                                             int n, float (*yacc)[4]) {
     u32 a[RT][4][4];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -135,43 +134,40 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const floa
         for (int m = 0; m < 4; m++) tf_mma_codes(words[m], a[r][m], mask);
     }
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+    float acc[RT][4], X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int c = 0; c < NX; c++) {
-        float acc[RT][4], X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int r = 0; r < RT; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = 0.0f;
 #pragma unroll
-            for (int v = 0; v < 4; v++) acc[r][v] = 0.0f;
+    for (int m = 0; m < 4; m++) {
+        u32 h0, l0, h1, l1;
+        tf_mma_split(__ldg((const float2*)(xr + 16 * m)), h0, l0);
+        tf_mma_split(__ldg((const float2*)(xr + 16 * m + 8)), h1, l1);
+        if (PLANT && n > 1) l0 = 0, l1 = 0;
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
-            u32 h0, l0, h1, l1;
-            tf_mma_split(__ldg((const float2*)(xr[c] + 16 * m)), h0, l0);
-            tf_mma_split(__ldg((const float2*)(xr[c] + 16 * m + 8)), h1, l1);
-            if (PLANT && n > 1) l0 = 0, l1 = 0;
-#pragma unroll
-            for (int r = 0; r < RT; r++) {
-                tf_mma_16816(acc[r], a[r][m], l0, l1);
-                tf_mma_16816(acc[r], a[r][m], h0, h1);
-            }
-            tf_mma_16816(X, ones, l0, l1);
-            tf_mma_16816(X, ones, h0, h1);
+        for (int r = 0; r < RT; r++) {
+            tf_mma_16816(acc[r], a[r][m], l0, l1);
+            tf_mma_16816(acc[r], a[r][m], h0, h1);
         }
-        xr[c] += 64 * MMA_KW;
-        // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]; X the same columns.
-#pragma unroll
-        for (int r = 0; r < RT; r++)
-#pragma unroll
-            for (int v = 0; v < 4; v++) {
-                const float2 sc = v < 2 ? d.lo[r] : d.hi[r];
-                yacc[r][c][v] = fmaf(sc.x, acc[r][v], fmaf(sc.y, X[v & 1], yacc[r][c][v]));
-            }
+        tf_mma_16816(X, ones, l0, l1);
+        tf_mma_16816(X, ones, h0, h1);
     }
+    xr += 64 * MMA_KW;
+    // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]; X the same columns.
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            const float2 sc = v < 2 ? d.lo[r] : d.hi[r];
+            yacc[r][v] = fmaf(sc.x, acc[r][v], fmaf(sc.y, X[v & 1], yacc[r][v]));
+        }
 }
 
-// y[j, row] for j < n: block (bx, by) takes tiles RT bx .. and x rows 8 NX by .. (x tile c:
-// rows 8 NX by + 8c ..); MMA_KW warps along the groups, two groups' loads in turn so one is in
-// flight while the other is multiplied.
-template <int RT, int NX, int PLANT>
+// y[j, row] for j < n: block (bx, by) takes tiles RT bx .. and x rows 8 by ..; MMA_KW warps
+// along the groups, two groups' loads in turn so one is in flight while the other is
+// multiplied.
+template <int RT, int PLANT>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
     __shared__ float red[MMA_KW][32][4];
@@ -180,7 +176,7 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
     const int groups = cols >> 6, tiles = (rows + 15) >> 4;
     const uint4* wq = (const uint4*)W;
     const float2* sb = (const float2*)(W + (size_t)tiles * groups * 512);
-    const int tile0 = blockIdx.x * RT, j0 = blockIdx.y * 8 * NX;
+    const int tile0 = blockIdx.x * RT, j0 = blockIdx.y * 8;
     const uint4* wp[RT];
     const float2* sp[RT];
 #pragma unroll
@@ -191,63 +187,51 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
     }
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
-    const float* xr[NX];
-#pragma unroll
-    for (int c = 0; c < NX; c++) xr[c] = x + (size_t)min(j0 + 8 * c + g, n - 1) * cols + 64 * w + 2 * t;
-    float yacc[RT][NX][4];
+    const float* xr = x + (size_t)min(j0 + g, n - 1) * cols + 64 * w + 2 * t;
+    float yacc[RT][4];
 #pragma unroll
     for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int c = 0; c < NX; c++)
-#pragma unroll
-            for (int v = 0; v < 4; v++) yacc[r][c][v] = 0.0f;
+        for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / MMA_KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT> a, b;
     if (steps > 0) tf_mma_load<RT>(a, wp, sp);
     for (int i = 0; i < steps; i += 2) {
         if (i + 1 < steps) tf_mma_load<RT>(b, wp, sp);
-        tf_mma_group<RT, NX, PLANT>(a, xr, mask, n, yacc);
+        tf_mma_group<RT, PLANT>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
         if (i + 2 < steps) tf_mma_load<RT>(a, wp, sp);
-        tf_mma_group<RT, NX, PLANT>(b, xr, mask, n, yacc);
+        tf_mma_group<RT, PLANT>(b, xr, mask, n, yacc);
     }
-    // The warps' sums in warp order, one (tile, x tile) at a time.
+    // The warps' sums in warp order, a tile at a time.
 #pragma unroll
-    for (int r = 0; r < RT; r++)
+    for (int r = 0; r < RT; r++) {
 #pragma unroll
-        for (int c = 0; c < NX; c++) {
+        for (int v = 0; v < 4; v++) red[w][lane][v] = yacc[r][v];
+        __syncthreads();
+        if (w == 0 && tile0 + r < tiles)
 #pragma unroll
-            for (int v = 0; v < 4; v++) red[w][lane][v] = yacc[r][c][v];
-            __syncthreads();
-            if (w == 0 && tile0 + r < tiles)
-#pragma unroll
-                for (int v = 0; v < 4; v++) {
-                    float sum = red[0][lane][v];
-                    for (int k = 1; k < MMA_KW; k++) sum = sum + red[k][lane][v];
-                    const int row = 16 * (tile0 + r) + g + 8 * (v >> 1);
-                    const int j = j0 + 8 * c + 2 * t + (v & 1);
-                    if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
-                }
-            __syncthreads();
-        }
+            for (int v = 0; v < 4; v++) {
+                float sum = red[0][lane][v];
+                for (int k = 1; k < MMA_KW; k++) sum = sum + red[k][lane][v];
+                const int row = 16 * (tile0 + r) + g + 8 * (v >> 1), j = j0 + 2 * t + (v & 1);
+                if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
+            }
+        __syncthreads();
+    }
 }
 
-// tf_mma_mlx4_r{RT}_x{NX}: MMA_KW warps a block, RT tiles and 8 NX x rows a block.
-#define TF_MMA_ENTRY(NAME, RT, NX, PLANT)                                                      \
+// tf_mma_mlx4_r{RT}: MMA_KW warps a block, RT tiles and 8 x rows a block.
+#define TF_MMA_ENTRY(NAME, RT, PLANT)                                                          \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW)                                  \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
         tf_follow();                                                                           \
-        tf_mma_mlx4<RT, NX, PLANT>(W, x, y, n, rows, cols);                                    \
+        tf_mma_mlx4<RT, PLANT>(W, x, y, n, rows, cols);                                        \
     }
-TF_MMA_ENTRY(tf_mma_mlx4_r1_x1, 1, 1, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r1_x2, 1, 2, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r1_x4, 1, 4, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r1_x8, 1, 8, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r2_x1, 2, 1, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r2_x2, 2, 2, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r2_x4, 2, 4, 0)
-TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 2, 1)
+TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0)
+TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 1)
 
 // The mma tiles of an MLX 4-bit matrix from its rows layout (units of 32 weights: 4 code words,
 // element 8m + e in nibble e of word m, then f32 s and b; the MLX group a multiple of 64, so

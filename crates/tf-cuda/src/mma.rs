@@ -14,20 +14,18 @@ use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu.
-pub const KERNEL_NAMES: [&str; 9] = [
-    "tf_mma_mlx4_r1_x1",
-    "tf_mma_mlx4_r1_x2",
-    "tf_mma_mlx4_r1_x4",
-    "tf_mma_mlx4_r1_x8",
-    "tf_mma_mlx4_r2_x1",
-    "tf_mma_mlx4_r2_x2",
-    "tf_mma_mlx4_r2_x4",
+pub const KERNEL_NAMES: [&str; 4] = [
+    "tf_mma_mlx4_r1",
+    "tf_mma_mlx4_r2",
     PLANT_ROW_VARIANT,
     "tf_mma_tile_mlx4",
 ];
 
-/// Planted control: the low parts of x dropped when a call has several rows (1 tile, 2 x tiles).
+/// Planted control: the low parts of x dropped when a call has several rows (one tile a block).
 pub const PLANT_ROW_VARIANT: &str = "tf_plant_mma_mlx4_rowvar";
+
+/// The row tiles (of 16 weight rows) a block may take; every choice gives the same bits.
+pub const TILES_A_BLOCK: [usize; 2] = [1, 2];
 
 /// Columns of one scale and bias in the tiles.
 pub const GROUP: usize = 64;
@@ -88,47 +86,32 @@ pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
     Ok(out)
 }
 
-/// Row tiles (of 16 weight rows) and x tiles (of 8 activation rows) a block takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    pub rt: usize,
-    pub nx: usize,
+/// The kernel taking `rt` row tiles a block.
+pub fn kernel(rt: usize) -> String {
+    format!("tf_mma_mlx4_r{rt}")
 }
 
-impl Geometry {
-    /// Every geometry kernels/mma.cu instantiates.
-    pub const ALL: [Geometry; 7] = [
-        Geometry { rt: 1, nx: 1 },
-        Geometry { rt: 1, nx: 2 },
-        Geometry { rt: 1, nx: 4 },
-        Geometry { rt: 1, nx: 8 },
-        Geometry { rt: 2, nx: 1 },
-        Geometry { rt: 2, nx: 2 },
-        Geometry { rt: 2, nx: 4 },
-    ];
-
-    /// The launcher's choice for `n` activation rows: enough x tiles for the rows (at most 8).
-    pub fn for_rows(n: usize) -> Geometry {
-        let nx = n.div_ceil(8).next_power_of_two().min(8);
-        Geometry { rt: 1, nx }
+/// The launcher's row tiles a block for `rows` weight rows and `n` x rows: two, but one where
+/// many rows meet at most one block of x rows (the faster in tf-cuda-mmbench; docs/perf.md).
+pub fn tiles_a_block(rows: usize, n: usize) -> usize {
+    if n <= 8 && rows > 4096 {
+        1
+    } else {
+        2
     }
+}
 
-    /// The kernel's name.
-    pub fn kernel(self) -> String {
-        format!("tf_mma_mlx4_r{}_x{}", self.rt, self.nx)
-    }
-
-    fn launch(self, rows: usize, n: usize) -> LaunchConfig {
-        crate::slices::count_launch();
-        LaunchConfig {
-            grid_dim: (
-                rows.div_ceil(16 * self.rt).max(1) as u32,
-                n.div_ceil(8 * self.nx).max(1) as u32,
-                1,
-            ),
-            block_dim: (32 * WARPS, 1, 1),
-            shared_mem_bytes: 0,
-        }
+/// A block for `rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
+fn launch(rt: usize, rows: usize, n: usize) -> LaunchConfig {
+    crate::slices::count_launch();
+    LaunchConfig {
+        grid_dim: (
+            rows.div_ceil(16 * rt).max(1) as u32,
+            n.div_ceil(8).max(1) as u32,
+            1,
+        ),
+        block_dim: (32 * WARPS, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 
@@ -140,16 +123,16 @@ pub fn matmul(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let g = Geometry::for_rows(n);
-    matmul_with(gpu, &g.kernel(), g, w, x, n, y)
+    let rt = tiles_a_block(w.rows(), n);
+    matmul_with(gpu, &self::kernel(rt), rt, w, x, n, y)
 }
 
-/// [`matmul`] through `kernel` (a geometry's, or the planted control's) with `g`'s grid; every
-/// geometry gives the same bits.
+/// [`matmul`] through `kernel` (one of [`TILES_A_BLOCK`]'s, or the planted control) with a grid
+/// of `rt` tiles a block.
 pub fn matmul_with(
     gpu: &Gpu,
     kernel: &str,
-    g: Geometry,
+    rt: usize,
     w: &GpuMatrix,
     x: &CudaSlice<f32>,
     n: usize,
@@ -177,7 +160,7 @@ pub fn matmul_with(
         .arg(&cols);
     // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements they read and write (checked above; the tiles were made for this shape).
-    unsafe { b.go(g.launch(w.rows(), n), "launching mma matmul") }
+    unsafe { b.go(launch(rt, w.rows(), n), "launching mma matmul") }
 }
 
 /// The tiles of an MLX 4-bit matrix on the host, from its rows-layout device bytes (what

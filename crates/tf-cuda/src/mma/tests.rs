@@ -1,7 +1,7 @@
 //! kernels/mma.cu built for the host (host_cxx's SIMT emulation, the m16n8k16 product rebuilt
-//! from the PTX ISA's fragment layouts): the device tiling against [`tile_host`], every
-//! geometry against a float64 reference, and a row's bits alone, among others and in every
-//! geometry. The tensor cores' own summation is not modelled; the contract suite checks that
+//! from the PTX ISA's fragment layouts): the device tiling against [`tile_host`], each
+//! choice of tiles a block against a float64 reference, and a row's bits alone, among others and
+//! in each choice. The tensor cores' own summation is not modelled; the contract suite checks that
 //! on the GPU.
 
 use super::*;
@@ -12,19 +12,18 @@ use tf_kernels::contract::Rng;
 use tf_kernels::matmul::FloatType;
 
 /// The host harness: reads (rows, cols, n, rows-layout bytes, x), writes the tiles, then y of
-/// every geometry and of the planted control in turn.
+/// each choice of tiles a block and of the planted control in turn.
 fn harness() -> String {
     let mut calls = String::new();
-    let kernels = Geometry::ALL
+    let kernels = TILES_A_BLOCK
         .iter()
-        .map(|g| (g.kernel(), *g))
-        .chain([(PLANT_ROW_VARIANT.to_string(), Geometry { rt: 1, nx: 2 })]);
-    for (name, g) in kernels {
+        .map(|&rt| (kernel(rt), rt))
+        .chain([(PLANT_ROW_VARIANT.to_string(), 1)]);
+    for (name, rt) in kernels {
         calls.push_str(&format!(
-            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {x} - 1) / {x}), 1}}, {threads}, 0, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, 0, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
-            t = 16 * g.rt,
-            x = 8 * g.nx,
+            t = 16 * rt,
             threads = 32 * WARPS,
         ));
     }
@@ -51,7 +50,7 @@ fn harness() -> String {
     )
 }
 
-/// One emulated run: the tiles, then y of each geometry and of the plant.
+/// One emulated run: the tiles, then y of each choice of tiles a block and of the plant.
 struct Run {
     tiles: Vec<u8>,
     ys: Vec<Vec<f32>>,
@@ -75,7 +74,7 @@ fn emulate(
     let out = host_cxx::run(dir, exe, &format!("{rows}x{cols}-{n}"), &input);
     let tb = tile_bytes(rows, cols);
     let ys = host_cxx::floats(&out[tb..]);
-    assert_eq!(ys.len(), (Geometry::ALL.len() + 1) * n * rows);
+    assert_eq!(ys.len(), (TILES_A_BLOCK.len() + 1) * n * rows);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.chunks(n * rows).map(<[f32]>::to_vec).collect(),
@@ -102,7 +101,7 @@ fn max_rel_err(y: &[f32], wf: &[f64], cols: usize, x: &[f32], n: usize) -> f64 {
 }
 
 #[test]
-fn tiles_and_every_geometry_match_the_reference_and_rows_keep_their_bits() {
+fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
     let Some(cxx) = host_cxx::compiler() else {
         return;
     };
@@ -115,7 +114,7 @@ fn tiles_and_every_geometry_match_the_reference_and_rows_keep_their_bits() {
             .expect("rows layout")
             .into_owned();
         let wf: Vec<f64> = (0..rows).flat_map(|j| hw.row_f64(j)).collect();
-        let n = 20; // three x tiles of 8
+        let n = 20; // three blocks of 8 x rows
         let x: Vec<f32> = (0..n * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
         let all = emulate(&dir, &exe, &src, rows, cols, &x, n);
         assert!(
@@ -124,13 +123,13 @@ fn tiles_and_every_geometry_match_the_reference_and_rows_keep_their_bits() {
         );
         let solo = emulate(&dir, &exe, &src, rows, cols, &x[13 * cols..14 * cols], 1);
         let base = &all.ys[0];
-        for (g, y) in Geometry::ALL.iter().zip(&all.ys) {
+        for (rt, y) in TILES_A_BLOCK.iter().zip(&all.ys) {
             let err = max_rel_err(y, &wf, cols, &x, n);
             // Two bf16 parts keep about 16 bits of each x (seen: 6.2e-7 and 2.4e-7).
-            assert!(err <= 2e-6, "{rows}x{cols} {g:?}: error {err:.2e}");
-            assert_eq!(host_cxx::differing(y, base), 0, "{g:?} differs from r1_x1");
+            assert!(err <= 2e-6, "{rows}x{cols} r{rt}: error {err:.2e}");
+            assert_eq!(host_cxx::differing(y, base), 0, "r{rt} differs from r1");
         }
-        for y1 in &solo.ys[..Geometry::ALL.len()] {
+        for y1 in &solo.ys[..TILES_A_BLOCK.len()] {
             assert_eq!(
                 host_cxx::differing(&base[13 * rows..14 * rows], y1),
                 0,
@@ -138,14 +137,14 @@ fn tiles_and_every_geometry_match_the_reference_and_rows_keep_their_bits() {
             );
         }
         // Planted control: the low parts dropped when a call has several rows.
-        let planted = &all.ys[Geometry::ALL.len()];
+        let planted = &all.ys[TILES_A_BLOCK.len()];
         let err = max_rel_err(planted, &wf, cols, &x, n);
         assert!(
             err > 2e-6,
             "the planted control's error {err:.2e} went unseen"
         );
         assert_eq!(
-            host_cxx::differing(&solo.ys[Geometry::ALL.len()], &base[13 * rows..14 * rows]),
+            host_cxx::differing(&solo.ys[TILES_A_BLOCK.len()], &base[13 * rows..14 * rows]),
             0,
             "the plant alone (one row) keeps the order's bits"
         );

@@ -1,6 +1,6 @@
 //! Contract cases for the tensor cores' MLX 4-bit product ([`crate::mma`]): accuracy against
-//! an f64 reference and row invariance at every row count, in the launcher's geometry and in
-//! every other (they must give the same bits). Planted controls: the low parts of x dropped when
+//! an f64 reference and row invariance at every row count, with the launcher's tiles a block and
+//! with each other choice (they must give the same bits). Planted controls: the low parts of x dropped when
 //! a call has several rows (the harness must catch the row variance), and tiles made from a
 //! matrix with two rows exchanged (the reference must catch it).
 
@@ -9,7 +9,7 @@ use super::{compare_bits, control, dense_reference, verdict, CaseResult, Depth, 
 use super::{CpuBits, SuiteResult};
 use crate::device::Gpu;
 use crate::error::Result;
-use crate::mma::{self, Geometry, PLANT_ROW_VARIANT};
+use crate::mma::{self, PLANT_ROW_VARIANT, TILES_A_BLOCK};
 use crate::weights::{device_bytes, GpuFormat, GpuMatrix};
 use std::cell::RefCell;
 use tf_kernels::contract::{Rng, RowOp, Tolerance};
@@ -48,8 +48,8 @@ fn tiles(gpu: &Gpu, hw: &HostWeights, swap: Option<(usize, usize)>) -> Result<Gp
     mma::tile(gpu, &rows)
 }
 
-/// One matrix: the contract verdict in the launcher's geometry, every geometry's bits against
-/// it, and (`plants`) the two controls.
+/// One matrix: the contract verdict with the launcher's tiles a block, each choice's bits
+/// against it, and (`plants`) the two controls.
 #[allow(clippy::too_many_arguments)]
 fn case(
     gpu: &Gpu,
@@ -71,15 +71,15 @@ fn case(
         gpu.zeros::<f32>(MAX_ROWS * rows)?,
     ));
     let errs = ErrSlot::default();
-    // `how`: a kernel and geometry (None: the launcher's choice).
-    let run_how = |w: &GpuMatrix, how: Option<(&str, Geometry)>, xs: &[Vec<f32>], o: &mut [f32]| {
+    // `how`: a kernel and its tiles a block (None: the launcher's choice).
+    let run_how = |w: &GpuMatrix, how: Option<(&str, usize)>, xs: &[Vec<f32>], o: &mut [f32]| {
         let r = (|| -> Result<()> {
             let mut b = bufs.borrow_mut();
             let (x, y) = &mut *b;
             let flat: Vec<f32> = xs.iter().flatten().copied().collect();
             gpu.write(&flat, x)?;
             match how {
-                Some((k, g)) => mma::matmul_with(gpu, k, g, w, x, xs.len(), y)?,
+                Some((k, rt)) => mma::matmul_with(gpu, k, rt, w, x, xs.len(), y)?,
                 None => mma::matmul(gpu, w, x, xs.len(), y)?,
             }
             o.copy_from_slice(&gpu.download(y, o.len())?);
@@ -106,7 +106,7 @@ fn case(
     let cfg = depth.config(0x3a1 + seed);
     let run = |xs: &[Vec<f32>], o: &mut [f32]| run_how(&w, None, xs, o);
     let v = verdict(&op, &run, &cfg, &errs);
-    // Every geometry at 40 rows, and one row alone, against the launcher's 40 rows.
+    // Each choice of tiles a block at 40 rows, and one row alone, against the launcher's 40.
     let mut r2 = Rng::new(0x3a2 + seed);
     let xs: Vec<Vec<f32>> = (0..40).map(|_| r2.vec_uniform(cols, -1.0, 1.0)).collect();
     let mut want = vec![0f32; 40 * rows];
@@ -116,10 +116,10 @@ fn case(
         differing: 0,
         max_abs_diff: 0.0,
     };
-    for g in Geometry::ALL {
+    for rt in TILES_A_BLOCK {
         for n in [40, 1] {
             let mut y = vec![0f32; n * rows];
-            run_how(&w, Some((&g.kernel(), g)), &xs[..n], &mut y);
+            run_how(&w, Some((&mma::kernel(rt), rt)), &xs[..n], &mut y);
             let b = compare_bits(&y, &want[..n * rows]);
             bits.compared += b.compared;
             bits.differing += b.differing;
@@ -128,21 +128,20 @@ fn case(
     }
     let verdict = match v {
         Ok(_) if bits.differing > 0 => Err(format!(
-            "the geometries' bits differ: {} of {} (max {:.2e})",
+            "the choices of tiles a block differ: {} of {} (max {:.2e})",
             bits.differing, bits.compared, bits.max_abs_diff
         )),
         v => v,
     };
     out.cases.push(CaseResult {
         op: name.clone(),
-        case: format!("{label} (bits: every geometry against the launcher's, not the CPU)"),
+        case: format!("{label} (bits: each choice of tiles a block against the launcher's)"),
         verdict,
         cpu_bits: Some(bits),
     });
     if plants {
-        let plant = Geometry { rt: 1, nx: 2 };
         let broken =
-            |xs: &[Vec<f32>], o: &mut [f32]| run_how(&w, Some((PLANT_ROW_VARIANT, plant)), xs, o);
+            |xs: &[Vec<f32>], o: &mut [f32]| run_how(&w, Some((PLANT_ROW_VARIANT, 1)), xs, o);
         let what = "matmul mma MLX 4-bit: x's low parts dropped when n > 1";
         out.controls.push(control(what, &op, &broken, &cfg, &errs));
         let swapped = tiles(gpu, hw, Some((3, 11)))?;
