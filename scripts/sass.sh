@@ -2,16 +2,13 @@
 # The SASS the H200 runs, read on a machine without a GPU: the program's PTX (NVRTC, through the
 # tf-cuda example dump_ptx) assembled for sm_90 by ptxas and listed by cuobjdump, the tools the
 # driver's JIT matches. For counting instructions a weight before spending device time.
-#   bash scripts/sass.sh [--probe] KERNEL...
-# (--probe: the kernels of the tensor-core probe, kernels/probe/mma_mlx4.cu, instead.)
+#   bash scripts/sass.sh KERNEL...
 # Prints each kernel's registers, spills, instruction mix and loop lengths; writes its SASS to
 # $TF_SASS_OUT/KERNEL.sass (default /tmp/tf-sass). ptxas, cuobjdump, nvdisasm and NVRTC come from
 # the pip wheels nvidia-cuda-nvcc, -cuobjdump, -nvdisasm and -nvrtc, unpacked once into
 # $TF_SASS_TOOLS (default ~/.cache/tensorfold-sass-tools); nothing is installed system-wide.
 set -euo pipefail
-probe=()
-if [ "${1:-}" = --probe ]; then probe=(--probe); shift; fi
-[ $# -ge 1 ] || { echo "usage: $0 [--probe] KERNEL..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 KERNEL..." >&2; exit 2; }
 cd "$(dirname "$0")/.."
 tools="${TF_SASS_TOOLS:-$HOME/.cache/tensorfold-sass-tools}"
 out="${TF_SASS_OUT:-/tmp/tf-sass}"
@@ -27,7 +24,7 @@ if [ ! -x "$bin/ptxas" ] || [ ! -x "$bin/cuobjdump" ] || [ ! -x "$bin/nvdisasm" 
 fi
 export PATH="$bin:$PATH"  # cuobjdump runs nvdisasm
 export LD_LIBRARY_PATH="$tools/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-cargo run -q --release -p tf-cuda --example dump_ptx -- "${probe[@]}" > "$out/program.ptx"
+cargo run -q --release -p tf-cuda --example dump_ptx > "$out/program.ptx"
 "$bin/ptxas" -arch=sm_90 -v "$out/program.ptx" -o "$out/program.cubin" \
   > "$out/ptxas.log" 2>&1
 for k in "$@"; do

@@ -29,7 +29,6 @@ pub mod moe;
 pub mod muse_spark;
 pub mod nemotron_h;
 pub mod ops;
-pub mod probe;
 pub mod quant;
 pub mod select;
 pub mod slices;

@@ -110,24 +110,3 @@ fn ptx_param_counts_reads_entry_signatures() {
     let more = ptx.replace("a_1\n", "a_1,\n .param .u32 a_2\n");
     assert_eq!(tf_cuda::launch::ptx_param_counts(&more)[0].1, 3);
 }
-
-#[test]
-fn the_tensor_core_probe_compiles_for_compute_90() {
-    if !nvrtc_or_skip() {
-        return;
-    }
-    let ptx = compile_to_ptx("mma_mlx4.cu", tf_cuda::probe::MMA_MLX4_SOURCE, "compute_90")
-        .unwrap_or_else(|e| panic!("{e}"));
-    let splits = [2, 3].map(tf_cuda::probe::split_kernel);
-    for name in tf_cuda::probe::MMA_VARIANTS
-        .iter()
-        .map(|v| v.name)
-        .chain(splits.iter().map(String::as_str))
-    {
-        assert!(
-            ptx.contains(&format!(".entry {name}(")),
-            "{name} missing from the PTX"
-        );
-    }
-    assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
-}
