@@ -207,7 +207,7 @@ fn check(gpu: Gpu, dir: &Path, greedy: usize) -> Res<Option<Outcome>> {
     }
     let n = seq.len();
     let own_order = slices::launches() > own_before;
-    println!("fidelity vs the CPU engine ({n} positions: {} prompt + {greedy} greedy): max |dlogit| = {max_d:.3e}; top-1 {top1}/{n}; bit-identical {identical}/{n}; GPU's own order (tf_slices): {own_order}", base.len());
+    println!("fidelity vs the CPU engine ({n} positions: {} prompt + {greedy} greedy): max |dlogit| = {max_d:.3e}; top-1 {top1}/{n}; bit-identical {identical}/{n}; GPU's own order (tf_slices or tf_mma): {own_order}", base.len());
     // 2. Chunked == serial.
     let one_round = same_all(&feed(&mut g, 1, &seq, n, false)?, &serial);
     let chunks5 = same_all(&feed(&mut g, 2, &seq, 5, false)?, &serial);
