@@ -25,7 +25,7 @@
 use std::process::ExitCode;
 use tf_cuda::device::time_us;
 use tf_cuda::fused::{matmul_fused, Epilogue, TiledFromRows, XForm};
-use tf_cuda::mma::{self, TILES_A_BLOCK};
+use tf_cuda::mma::{self, Choice};
 use tf_cuda::weights::{device_bytes, geometry_kernel};
 use tf_cuda::{ops, slices, Gpu, GpuFormat, GpuMatrix};
 use tf_formats::gguf::GgmlType;
@@ -219,7 +219,7 @@ fn bits_equal(a: &[f32], b: &[f32]) -> usize {
 
 /// The tensor cores' product on the same weights in its tiles (`ws`: the copies): the largest
 /// difference from the CPU at 37 rows, one row's bits against its place among 37 with each
-/// choice of tiles a block, then times at 1, 4, 16 and 64 rows with each. False on a mismatch.
+/// choice, then times at 1, 4, 16 and 64 rows with each that fits. False on a mismatch.
 #[allow(clippy::too_many_arguments)]
 fn bench_mma(
     gpu: &Gpu,
@@ -251,23 +251,23 @@ fn bench_mma(
         .fold(0f32, f32::max);
     let m = c.iter().map(|v| v.abs()).fold(0f32, f32::max);
     println!("mma {label} n=37: max |GPU - CPU| {d:.3e} (max |y| {m:.3e})");
-    for rt in TILES_A_BLOCK {
-        mma::matmul_with(gpu, &mma::kernel(rt), rt, &tiles[0], x, 1, &mut y)?;
+    for c in Choice::ALL {
+        mma::matmul_with(gpu, &c.kernel(), c, &tiles[0], x, 1, &mut y)?;
         let one = gpu.download(&y, rows)?;
         let bad = bits_equal(&one, &all[..rows]);
         if bad != 0 {
             println!(
-                "CHECK mma {label} r{rt}: row 0 alone differs from its place among 37 ({bad})"
+                "CHECK mma {label} {c:?}: row 0 alone differs from its place among 37 ({bad})"
             );
             ok = false;
         }
     }
     for n in [1usize, 4, 16, 64] {
-        for rt in TILES_A_BLOCK {
-            let k = mma::kernel(rt);
+        for c in Choice::ALL.into_iter().filter(|c| c.fits(n, cols)) {
+            let k = c.kernel();
             let us = time_us::<Error>(gpu.stream(), iters, |i| {
                 let m = &tiles[i % tiles.len()];
-                Ok(mma::matmul_with(gpu, &k, rt, m, x, n, &mut y)?)
+                Ok(mma::matmul_with(gpu, &k, c, m, x, n, &mut y)?)
             })?;
             let regs = gpu.registers(&k)?;
             let name = format!("{label} ({k}, {regs} regs)");

@@ -11,10 +11,10 @@
 // columns; registers 2 and 3 the same rows, columns + 8 (the PTX ISA's m16n8k16 A layout).
 // After every tile's codes: f32 (s, b) for (T, G, row r of the tile), at (T groups + G) 16 + r.
 //
-// x (f32, n rows) is read in place, 8 rows a block. Lane (g, t) feeds the block's row g: each value is
-// split into bf16 parts hi = bf16(v) and lo = bf16(v - hi), the tensor cores sum q (lo, then
-// hi) per 16 columns, and X, the group's sum of the parts, comes from the same fragments times
-// a matrix of ones. A group adds s Σ q x + b X to its outputs (two FMAs); warp w takes groups
+// x (f32, n rows), 8 rows a block: lane (g, t) feeds the block's row g. Each value is split
+// into bf16 parts hi = bf16(v) and lo = bf16(v - hi), the tensor cores sum q (lo, then hi) per
+// 16 columns, and X, the group's sum of the parts, comes from the same fragments times a matrix
+// of ones. A group adds s Σ q x + b X to its outputs (two FMAs); warp w takes groups
 // w, w + MMA_KW, ... and the warps' sums are added in warp order.
 
 #define MMA_KW 16  // warps a block, along the groups: fixed, as it orders an output's sum
@@ -29,7 +29,9 @@ static inline u32 tf_mma_bf16(float f) {
     std::memcpy(&b, &f, 4);
     return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
 }
-static inline u32 tf_mma_bf16x2(float lo, float hi) { return tf_mma_bf16(lo) | tf_mma_bf16(hi) << 16; }
+static inline u32 tf_mma_bf16x2(float lo, float hi) {
+    return tf_mma_bf16(lo) | tf_mma_bf16(hi) << 16;
+}
 static inline float tf_mma_lo(u32 v) { return __int_as_float((int)(v << 16)); }
 static inline float tf_mma_hi(u32 v) { return __int_as_float((int)(v & 0xffff0000u)); }
 static inline u32 tf_mma_less128(u32 a) {
@@ -121,11 +123,34 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
     }
 }
 
-// One group of this lane's x row (at xr, which then moves MMA_KW groups on) into yacc. PLANT
-// (a planted control): the low parts dropped when the call has several rows.
-template <int RT, int PLANT>
-__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const float*& xr, u32 mask,
-                                             int n, float (*yacc)[4]) {
+// A lane's x: the B registers (h0, h1, l0, l1: the hi and lo parts of the pairs at columns
+// k + 2t and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory
+// (STAGED 0) or read from the block's staging in shared memory (1), the same values.
+template <int STAGED>
+struct TfMmaX;
+template <>
+struct TfMmaX<0> {
+    const float* p;  // the lane's x row at column 64 G + 2t
+    __device__ __forceinline__ uint4 at(int m) const {
+        uint4 v;
+        tf_mma_split(__ldg((const float2*)(p + 16 * m)), v.x, v.z);
+        tf_mma_split(__ldg((const float2*)(p + 16 * m + 8)), v.y, v.w);
+        return v;
+    }
+    __device__ __forceinline__ void next() { p += 64 * MMA_KW; }
+};
+template <>
+struct TfMmaX<1> {
+    const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
+    __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
+    __device__ __forceinline__ void next() { p += 16 * MMA_KW; }
+};
+
+// One group of this lane's x (which then moves MMA_KW groups on) into yacc. PLANT (a planted
+// control): the low parts dropped when the call has several rows.
+template <int RT, int STAGED, int PLANT>
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STAGED>& xr,
+                                             u32 mask, int n, float (*yacc)[4]) {
     u32 a[RT][4][4];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -141,10 +166,9 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const floa
         for (int v = 0; v < 4; v++) acc[r][v] = 0.0f;
 #pragma unroll
     for (int m = 0; m < 4; m++) {
-        u32 h0, l0, h1, l1;
-        tf_mma_split(__ldg((const float2*)(xr + 16 * m)), h0, l0);
-        tf_mma_split(__ldg((const float2*)(xr + 16 * m + 8)), h1, l1);
-        if (PLANT && n > 1) l0 = 0, l1 = 0;
+        const uint4 v = xr.at(m);
+        const bool drop = PLANT && n > 1;
+        const u32 h0 = v.x, h1 = v.y, l0 = drop ? 0u : v.z, l1 = drop ? 0u : v.w;
 #pragma unroll
         for (int r = 0; r < RT; r++) {
             tf_mma_16816(acc[r], a[r][m], l0, l1);
@@ -153,7 +177,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const floa
         tf_mma_16816(X, ones, l0, l1);
         tf_mma_16816(X, ones, h0, h1);
     }
-    xr += 64 * MMA_KW;
+    xr.next();
     // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]; X the same columns.
 #pragma unroll
     for (int r = 0; r < RT; r++)
@@ -166,8 +190,10 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, const floa
 
 // y[j, row] for j < n: block (bx, by) takes tiles RT bx .. and x rows 8 by ..; MMA_KW warps
 // along the groups, two groups' loads in turn so one is in flight while the other is
-// multiplied.
-template <int RT, int PLANT>
+// multiplied. STAGED: the block first splits its x rows (at most 8) into shared memory, a
+// uint4 (h0, h1, l0, l1) for each (row, group, k-step m, t), so that a lane reads them once
+// instead of all 32 lanes splitting copies (dynamic shared memory: rows x groups x 256 bytes).
+template <int RT, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
     __shared__ float red[MMA_KW][32][4];
@@ -187,7 +213,28 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
     }
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
-    const float* xr = x + (size_t)min(j0 + g, n - 1) * cols + 64 * w + 2 * t;
+    const int live = min(8, n - j0);
+    TfMmaX<STAGED> xr;
+    if constexpr (STAGED) {
+#ifdef TF_HOST_SIMT
+        uint4* xs = (uint4*)tf_dyn_smem;
+#else
+        extern __shared__ uint4 xs[];
+#endif
+        for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
+            const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
+            const float* p =
+                x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) + 16 * m + 2 * tt;
+            uint4 v;
+            tf_mma_split(__ldg((const float2*)p), v.x, v.z);
+            tf_mma_split(__ldg((const float2*)(p + 8)), v.y, v.w);
+            xs[i] = v;
+        }
+        __syncthreads();
+        xr.p = xs + ((size_t)min(g, live - 1) * groups + w) * 16 + t;
+    } else {
+        xr.p = x + (size_t)(j0 + min(g, live - 1)) * cols + 64 * w + 2 * t;
+    }
     float yacc[RT][4];
 #pragma unroll
     for (int r = 0; r < RT; r++)
@@ -199,10 +246,10 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
     if (steps > 0) tf_mma_load<RT>(a, wp, sp);
     for (int i = 0; i < steps; i += 2) {
         if (i + 1 < steps) tf_mma_load<RT>(b, wp, sp);
-        tf_mma_group<RT, PLANT>(a, xr, mask, n, yacc);
+        tf_mma_group<RT, STAGED, PLANT>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
         if (i + 2 < steps) tf_mma_load<RT>(a, wp, sp);
-        tf_mma_group<RT, PLANT>(b, xr, mask, n, yacc);
+        tf_mma_group<RT, STAGED, PLANT>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll
@@ -222,16 +269,18 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
     }
 }
 
-// tf_mma_mlx4_r{RT}: MMA_KW warps a block, RT tiles and 8 x rows a block.
-#define TF_MMA_ENTRY(NAME, RT, PLANT)                                                          \
+// tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block.
+#define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW)                                  \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
         tf_follow();                                                                           \
-        tf_mma_mlx4<RT, PLANT>(W, x, y, n, rows, cols);                                        \
+        tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \
     }
-TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0)
-TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 1)
+TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r1_staged, 1, 1, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0)
+TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
 
 // The mma tiles of an MLX 4-bit matrix from its rows layout (units of 32 weights: 4 code words,
 // element 8m + e in nibble e of word m, then f32 s and b; the MLX group a multiple of 64, so
@@ -246,7 +295,9 @@ extern "C" __global__ void tf_mma_tile_mlx4(const u8* src, u8* dst, int rows, in
     const size_t tg = id >> 5;
     const int T = (int)(tg / groups), G = (int)(tg % groups);
     const int g = lane >> 2, t = lane & 3;
-    auto unit = [&](int r, int u) { return (const u32*)(src + ((size_t)(16 * T + r) * units + u) * 24); };
+    auto unit = [&](int r, int u) {
+        return (const u32*)(src + ((size_t)(16 * T + r) * units + u) * 24);
+    };
     auto code = [&](int r, int c) -> u32 {
         if (16 * T + r >= rows) return 0u;
         const int e = c & 31;

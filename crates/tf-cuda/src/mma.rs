@@ -14,18 +14,17 @@ use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu.
-pub const KERNEL_NAMES: [&str; 4] = [
+pub const KERNEL_NAMES: [&str; 6] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
+    "tf_mma_mlx4_r1_staged",
+    "tf_mma_mlx4_r2_staged",
     PLANT_ROW_VARIANT,
     "tf_mma_tile_mlx4",
 ];
 
 /// Planted control: the low parts of x dropped when a call has several rows (one tile a block).
 pub const PLANT_ROW_VARIANT: &str = "tf_plant_mma_mlx4_rowvar";
-
-/// The row tiles (of 16 weight rows) a block may take; every choice gives the same bits.
-pub const TILES_A_BLOCK: [usize; 2] = [1, 2];
 
 /// Columns of one scale and bias in the tiles.
 pub const GROUP: usize = 64;
@@ -86,32 +85,84 @@ pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
     Ok(out)
 }
 
-/// The kernel taking `rt` row tiles a block.
-pub fn kernel(rt: usize) -> String {
-    format!("tf_mma_mlx4_r{rt}")
+/// Most shared memory a block's staged x may take.
+const STAGING_MAX: usize = 64 << 10;
+
+/// How a block takes its x: `rt` row tiles a block, and `staged` (x split once into shared
+/// memory) or not (each lane splits its own); every choice gives the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Choice {
+    pub rt: usize,
+    pub staged: bool,
 }
 
-/// The launcher's row tiles a block for `rows` weight rows and `n` x rows: two, but one where
-/// many rows meet at most one block of x rows (the faster in tf-cuda-mmbench; docs/perf.md).
-pub fn tiles_a_block(rows: usize, n: usize) -> usize {
-    if n <= 8 && rows > 4096 {
-        1
-    } else {
-        2
+impl Choice {
+    /// Every choice kernels/mma.cu instantiates.
+    pub const ALL: [Choice; 4] = [
+        Choice {
+            rt: 1,
+            staged: false,
+        },
+        Choice {
+            rt: 2,
+            staged: false,
+        },
+        Choice {
+            rt: 1,
+            staged: true,
+        },
+        Choice {
+            rt: 2,
+            staged: true,
+        },
+    ];
+
+    /// The launcher's choice for `rows` x `cols` weights and `n` x rows: staged where it fits
+    /// in [`STAGING_MAX`]; two tiles a block, but one where many rows meet at most one block
+    /// of x rows (the faster in tf-cuda-mmbench; docs/perf.md).
+    pub fn for_call(rows: usize, cols: usize, n: usize) -> Choice {
+        Choice {
+            rt: if n <= 8 && rows > 4096 { 1 } else { 2 },
+            staged: Choice {
+                rt: 1,
+                staged: true,
+            }
+            .fits(n, cols),
+        }
+    }
+
+    /// Whether a call of `n` x rows of `cols` columns can take this choice (its staging fits).
+    pub fn fits(self, n: usize, cols: usize) -> bool {
+        !self.staged || staging_bytes(n, cols) <= STAGING_MAX
+    }
+
+    /// The kernel's name.
+    pub fn kernel(self) -> String {
+        let staged = if self.staged { "_staged" } else { "" };
+        format!("tf_mma_mlx4_r{}{staged}", self.rt)
     }
 }
 
-/// A block for `rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
-fn launch(rt: usize, rows: usize, n: usize) -> LaunchConfig {
+/// Shared memory of a block's staged x: its rows (at most 8) by 256 bytes a group.
+fn staging_bytes(n: usize, cols: usize) -> usize {
+    n.min(8) * (cols / GROUP) * 256
+}
+
+/// A block for `c.rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
+fn launch(c: Choice, rows: usize, cols: usize, n: usize) -> LaunchConfig {
     crate::slices::count_launch();
     LaunchConfig {
         grid_dim: (
-            rows.div_ceil(16 * rt).max(1) as u32,
+            rows.div_ceil(16 * c.rt).max(1) as u32,
             n.div_ceil(8).max(1) as u32,
             1,
         ),
         block_dim: (32 * WARPS, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: if c.staged {
+            staging_bytes(n, cols) as u32
+        } else {
+            0
+        },
     }
 }
 
@@ -123,16 +174,15 @@ pub fn matmul(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let rt = tiles_a_block(w.rows(), n);
-    matmul_with(gpu, &self::kernel(rt), rt, w, x, n, y)
+    let c = Choice::for_call(w.rows(), w.cols(), n);
+    matmul_with(gpu, &c.kernel(), c, w, x, n, y)
 }
 
-/// [`matmul`] through `kernel` (one of [`TILES_A_BLOCK`]'s, or the planted control) with a grid
-/// of `rt` tiles a block.
+/// [`matmul`] through `kernel` (`c`'s, or the planted control with its choice).
 pub fn matmul_with(
     gpu: &Gpu,
     kernel: &str,
-    rt: usize,
+    c: Choice,
     w: &GpuMatrix,
     x: &CudaSlice<f32>,
     n: usize,
@@ -145,6 +195,12 @@ pub fn matmul_with(
         return Err(CudaError::Shape {
             op: OP,
             detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
+        });
+    }
+    if !c.fits(n, w.cols()) {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{n} x rows of {} columns do not fit the staging", w.cols()),
         });
     }
     if n == 0 || w.rows() == 0 {
@@ -160,7 +216,7 @@ pub fn matmul_with(
         .arg(&cols);
     // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements they read and write (checked above; the tiles were made for this shape).
-    unsafe { b.go(launch(rt, w.rows(), n), "launching mma matmul") }
+    unsafe { b.go(launch(c, w.rows(), w.cols(), n), "launching mma matmul") }
 }
 
 /// The tiles of an MLX 4-bit matrix on the host, from its rows-layout device bytes (what

@@ -1,8 +1,8 @@
 //! kernels/mma.cu built for the host (host_cxx's SIMT emulation, the m16n8k16 product rebuilt
 //! from the PTX ISA's fragment layouts): the device tiling against [`tile_host`], each
-//! choice of tiles a block against a float64 reference, and a row's bits alone, among others and
-//! in each choice. The tensor cores' own summation is not modelled; the contract suite checks that
-//! on the GPU.
+//! choice (tiles a block, x staged or not) against a float64 reference, and a row's bits alone,
+//! among others and in each choice. The tensor cores' own summation is not modelled; the
+//! contract suite checks that on the GPU.
 
 use super::*;
 use crate::host_cxx;
@@ -12,18 +12,27 @@ use tf_kernels::contract::Rng;
 use tf_kernels::matmul::FloatType;
 
 /// The host harness: reads (rows, cols, n, rows-layout bytes, x), writes the tiles, then y of
-/// each choice of tiles a block and of the planted control in turn.
+/// each choice (tiles a block, x staged or not) and of the planted control in turn.
 fn harness() -> String {
     let mut calls = String::new();
-    let kernels = TILES_A_BLOCK
+    let plant = Choice {
+        rt: 1,
+        staged: false,
+    };
+    let kernels = Choice::ALL
         .iter()
-        .map(|&rt| (kernel(rt), rt))
-        .chain([(PLANT_ROW_VARIANT.to_string(), 1)]);
-    for (name, rt) in kernels {
+        .map(|&c| (c.kernel(), c))
+        .chain([(PLANT_ROW_VARIANT.to_string(), plant)]);
+    for (name, c) in kernels {
+        let smem = if c.staged {
+            "(size_t)std::min(n, 8) * (cols / 64) * 256"
+        } else {
+            "0"
+        };
         calls.push_str(&format!(
-            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, 0, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
-            t = 16 * rt,
+            t = 16 * c.rt,
             threads = 32 * WARPS,
         ));
     }
@@ -50,7 +59,7 @@ fn harness() -> String {
     )
 }
 
-/// One emulated run: the tiles, then y of each choice of tiles a block and of the plant.
+/// One emulated run: the tiles, then y of each choice and of the plant.
 struct Run {
     tiles: Vec<u8>,
     ys: Vec<Vec<f32>>,
@@ -74,7 +83,7 @@ fn emulate(
     let out = host_cxx::run(dir, exe, &format!("{rows}x{cols}-{n}"), &input);
     let tb = tile_bytes(rows, cols);
     let ys = host_cxx::floats(&out[tb..]);
-    assert_eq!(ys.len(), (TILES_A_BLOCK.len() + 1) * n * rows);
+    assert_eq!(ys.len(), (Choice::ALL.len() + 1) * n * rows);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.chunks(n * rows).map(<[f32]>::to_vec).collect(),
@@ -123,13 +132,13 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
         );
         let solo = emulate(&dir, &exe, &src, rows, cols, &x[13 * cols..14 * cols], 1);
         let base = &all.ys[0];
-        for (rt, y) in TILES_A_BLOCK.iter().zip(&all.ys) {
+        for (c, y) in Choice::ALL.iter().zip(&all.ys) {
             let err = max_rel_err(y, &wf, cols, &x, n);
             // Two bf16 parts keep about 16 bits of each x (seen: 6.2e-7 and 2.4e-7).
-            assert!(err <= 2e-6, "{rows}x{cols} r{rt}: error {err:.2e}");
-            assert_eq!(host_cxx::differing(y, base), 0, "r{rt} differs from r1");
+            assert!(err <= 2e-6, "{rows}x{cols} {c:?}: error {err:.2e}");
+            assert_eq!(host_cxx::differing(y, base), 0, "{c:?} differs from r1");
         }
-        for y1 in &solo.ys[..TILES_A_BLOCK.len()] {
+        for y1 in &solo.ys[..Choice::ALL.len()] {
             assert_eq!(
                 host_cxx::differing(&base[13 * rows..14 * rows], y1),
                 0,
@@ -137,14 +146,14 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
             );
         }
         // Planted control: the low parts dropped when a call has several rows.
-        let planted = &all.ys[TILES_A_BLOCK.len()];
+        let planted = &all.ys[Choice::ALL.len()];
         let err = max_rel_err(planted, &wf, cols, &x, n);
         assert!(
             err > 2e-6,
             "the planted control's error {err:.2e} went unseen"
         );
         assert_eq!(
-            host_cxx::differing(&solo.ys[TILES_A_BLOCK.len()], &base[13 * rows..14 * rows]),
+            host_cxx::differing(&solo.ys[Choice::ALL.len()], &base[13 * rows..14 * rows]),
             0,
             "the plant alone (one row) keeps the order's bits"
         );

@@ -1,15 +1,16 @@
 //! Contract cases for the tensor cores' MLX 4-bit product ([`crate::mma`]): accuracy against
-//! an f64 reference and row invariance at every row count, with the launcher's tiles a block and
-//! with each other choice (they must give the same bits). Planted controls: the low parts of x dropped when
-//! a call has several rows (the harness must catch the row variance), and tiles made from a
-//! matrix with two rows exchanged (the reference must catch it).
+//! an f64 reference and row invariance at every row count, with the launcher's choice (tiles a
+//! block, x staged or not) and with each other (they must give the same bits). Planted
+//! controls: the low parts of x dropped when a call has several rows (the harness must catch
+//! the row variance), and tiles made from a matrix with two rows exchanged (the reference must
+//! catch it).
 
 use super::packed::HostWeights;
 use super::{compare_bits, control, dense_reference, verdict, CaseResult, Depth, ErrSlot};
 use super::{CpuBits, SuiteResult};
 use crate::device::Gpu;
 use crate::error::Result;
-use crate::mma::{self, PLANT_ROW_VARIANT, TILES_A_BLOCK};
+use crate::mma::{self, Choice, PLANT_ROW_VARIANT};
 use crate::weights::{device_bytes, GpuFormat, GpuMatrix};
 use std::cell::RefCell;
 use tf_kernels::contract::{Rng, RowOp, Tolerance};
@@ -48,8 +49,8 @@ fn tiles(gpu: &Gpu, hw: &HostWeights, swap: Option<(usize, usize)>) -> Result<Gp
     mma::tile(gpu, &rows)
 }
 
-/// One matrix: the contract verdict with the launcher's tiles a block, each choice's bits
-/// against it, and (`plants`) the two controls.
+/// One matrix: the contract verdict with the launcher's choice, each choice's bits against it,
+/// and (`plants`) the two controls.
 #[allow(clippy::too_many_arguments)]
 fn case(
     gpu: &Gpu,
@@ -71,15 +72,15 @@ fn case(
         gpu.zeros::<f32>(MAX_ROWS * rows)?,
     ));
     let errs = ErrSlot::default();
-    // `how`: a kernel and its tiles a block (None: the launcher's choice).
-    let run_how = |w: &GpuMatrix, how: Option<(&str, usize)>, xs: &[Vec<f32>], o: &mut [f32]| {
+    // `how`: a kernel and its choice (None: the launcher's).
+    let run_how = |w: &GpuMatrix, how: Option<(&str, Choice)>, xs: &[Vec<f32>], o: &mut [f32]| {
         let r = (|| -> Result<()> {
             let mut b = bufs.borrow_mut();
             let (x, y) = &mut *b;
             let flat: Vec<f32> = xs.iter().flatten().copied().collect();
             gpu.write(&flat, x)?;
             match how {
-                Some((k, rt)) => mma::matmul_with(gpu, k, rt, w, x, xs.len(), y)?,
+                Some((k, c)) => mma::matmul_with(gpu, k, c, w, x, xs.len(), y)?,
                 None => mma::matmul(gpu, w, x, xs.len(), y)?,
             }
             o.copy_from_slice(&gpu.download(y, o.len())?);
@@ -106,7 +107,8 @@ fn case(
     let cfg = depth.config(0x3a1 + seed);
     let run = |xs: &[Vec<f32>], o: &mut [f32]| run_how(&w, None, xs, o);
     let v = verdict(&op, &run, &cfg, &errs);
-    // Each choice of tiles a block at 40 rows, and one row alone, against the launcher's 40.
+    // Each choice at 40 rows (where its staging fits) and one row alone, against the
+    // launcher's 40 rows.
     let mut r2 = Rng::new(0x3a2 + seed);
     let xs: Vec<Vec<f32>> = (0..40).map(|_| r2.vec_uniform(cols, -1.0, 1.0)).collect();
     let mut want = vec![0f32; 40 * rows];
@@ -116,10 +118,10 @@ fn case(
         differing: 0,
         max_abs_diff: 0.0,
     };
-    for rt in TILES_A_BLOCK {
-        for n in [40, 1] {
+    for c in Choice::ALL {
+        for n in [40, 1].into_iter().filter(|&n| c.fits(n, cols)) {
             let mut y = vec![0f32; n * rows];
-            run_how(&w, Some((&mma::kernel(rt), rt)), &xs[..n], &mut y);
+            run_how(&w, Some((&c.kernel(), c)), &xs[..n], &mut y);
             let b = compare_bits(&y, &want[..n * rows]);
             bits.compared += b.compared;
             bits.differing += b.differing;
@@ -128,20 +130,25 @@ fn case(
     }
     let verdict = match v {
         Ok(_) if bits.differing > 0 => Err(format!(
-            "the choices of tiles a block differ: {} of {} (max {:.2e})",
+            "the choices differ: {} of {} (max {:.2e})",
             bits.differing, bits.compared, bits.max_abs_diff
         )),
         v => v,
     };
     out.cases.push(CaseResult {
         op: name.clone(),
-        case: format!("{label} (bits: each choice of tiles a block against the launcher's)"),
+        case: format!("{label} (bits: each choice against the launcher's)"),
         verdict,
         cpu_bits: Some(bits),
     });
     if plants {
-        let broken =
-            |xs: &[Vec<f32>], o: &mut [f32]| run_how(&w, Some((PLANT_ROW_VARIANT, 1)), xs, o);
+        let broken = |xs: &[Vec<f32>], o: &mut [f32]| {
+            let plant = Choice {
+                rt: 1,
+                staged: false,
+            };
+            run_how(&w, Some((PLANT_ROW_VARIANT, plant)), xs, o)
+        };
         let what = "matmul mma MLX 4-bit: x's low parts dropped when n > 1";
         out.controls.push(control(what, &op, &broken, &cfg, &errs));
         let swapped = tiles(gpu, hw, Some((3, 11)))?;
