@@ -270,17 +270,25 @@ impl Gpu {
             .max(48 * 1024) as usize;
         let smem_per_block = optin - 1024;
         for (name, (f, _)) in &functions {
-            if name.starts_with("tf_mmf_")
-                || name.starts_with("tf_mma_")
-                || name.contains("attend")
-                || name.contains("slices_")
-            {
+            if name.starts_with("tf_mmf_") || name.contains("attend") || name.contains("slices_") {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     smem_per_block as i32,
                 )
                 .map_err(drv("raising a kernel's shared memory limit"))?;
             }
+        }
+        // The tensor cores' product stages x beside its static reduction buffer.
+        for name in crate::mma::KERNEL_NAMES
+            .iter()
+            .filter(|n| n.ends_with("_staged"))
+        {
+            let (f, _) = &functions[*name];
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                crate::mma::STAGING_MAX as i32,
+            )
+            .map_err(drv("raising a kernel's shared memory limit"))?;
         }
         let multiprocessors = ctx
             .attribute(

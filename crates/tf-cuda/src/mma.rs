@@ -86,7 +86,7 @@ pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
 }
 
 /// Most shared memory a block's staged x may take.
-const STAGING_MAX: usize = 64 << 10;
+pub(crate) const STAGING_MAX: usize = 64 << 10;
 
 /// How a block takes its x: `rt` row tiles a block, and `staged` (x split once into shared
 /// memory) or not (each lane splits its own); every choice gives the same bits.
@@ -117,17 +117,17 @@ impl Choice {
         },
     ];
 
-    /// The launcher's choice for `rows` x `cols` weights and `n` x rows: staged where it fits
-    /// in [`STAGING_MAX`]; two tiles a block, but one where many rows meet at most one block
-    /// of x rows (the faster in tf-cuda-mmbench; docs/perf.md).
+    /// The launcher's choice for `rows` x `cols` weights and `n` x rows (the faster in
+    /// tf-cuda-mmbench, docs/perf.md): x staged for one row where it fits in [`STAGING_MAX`];
+    /// two tiles a block, but one where many rows meet at most one block of x rows.
     pub fn for_call(rows: usize, cols: usize, n: usize) -> Choice {
+        let staged = Choice {
+            rt: 1,
+            staged: true,
+        };
         Choice {
             rt: if n <= 8 && rows > 4096 { 1 } else { 2 },
-            staged: Choice {
-                rt: 1,
-                staged: true,
-            }
-            .fits(n, cols),
+            staged: n == 1 && staged.fits(n, cols),
         }
     }
 
