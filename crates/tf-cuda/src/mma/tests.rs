@@ -159,3 +159,20 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
         );
     }
 }
+
+#[test]
+fn the_launcher_picks_a_choice_that_fits() {
+    for cols in [64, 4096, 8192, 16384, 32768] {
+        for n in 1..=100 {
+            let c = Choice::for_call(4096, cols, n);
+            assert!(c.fits(n, cols), "{n} x {cols}: {c:?}");
+            assert_eq!(c.staged, n == 1 && cols <= 16384, "{n} x {cols}");
+        }
+    }
+    // Control: a staged choice for 8 rows of 4096 columns (128 KiB) does not fit.
+    let staged = Choice {
+        rt: 1,
+        staged: true,
+    };
+    assert!(!staged.fits(8, 4096));
+}
