@@ -210,6 +210,16 @@ fn table_row(
     )
 }
 
+/// The largest |gpu - cpu| and the largest |cpu|.
+fn largest_difference(gpu: &[f32], cpu: &[f32]) -> (f32, f32) {
+    let d = gpu
+        .iter()
+        .zip(cpu)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    (d, cpu.iter().map(|v| v.abs()).fold(0f32, f32::max))
+}
+
 fn bits_equal(a: &[f32], b: &[f32]) -> usize {
     a.iter()
         .zip(b)
@@ -244,12 +254,7 @@ fn bench_mma(
     cpu_matmul(packed, &x_host[..37 * cols], 37, &mut c, pool)?;
     mma::matmul(gpu, &tiles[0], x, 37, &mut y)?;
     let all = gpu.download(&y, 37 * rows)?;
-    let d = all
-        .iter()
-        .zip(&c)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    let m = c.iter().map(|v| v.abs()).fold(0f32, f32::max);
+    let (d, m) = largest_difference(&all, &c);
     println!("mma {label} n=37: max |GPU - CPU| {d:.3e} (max |y| {m:.3e})");
     for c in Choice::ALL {
         mma::matmul_with(gpu, &c.kernel(), c, &tiles[0], x, 1, &mut y)?;
@@ -356,12 +361,7 @@ fn run() -> Res<bool> {
                 ok = false;
             }
             if slices.is_some() {
-                let d = g
-                    .iter()
-                    .zip(&c)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                let m = c.iter().map(|v| v.abs()).fold(0f32, f32::max);
+                let (d, m) = largest_difference(&g, &c);
                 println!("tf_slices {label} n={n}: max |GPU - CPU| {d:.3e} (max |y| {m:.3e})");
             }
             if fused {
