@@ -176,3 +176,10 @@ fn the_launcher_picks_a_choice_that_fits() {
     };
     assert!(!staged.fits(8, 4096));
 }
+
+/// The launcher's warps a block are the kernels' (a mismatch would leave groups unsummed).
+#[test]
+fn warps_a_block_are_the_kernels() {
+    let src = include_str!("../../kernels/mma.cu");
+    assert!(src.contains(&format!("#define MMA_KW {WARPS} ")));
+}
