@@ -279,11 +279,10 @@ impl Gpu {
             }
         }
         // The tensor cores' product stages x beside its static reduction buffer.
-        let staged = crate::mma::KERNEL_NAMES
+        for name in crate::mma::KERNEL_NAMES
             .iter()
-            .chain(crate::moe::KERNEL_NAMES)
-            .filter(|n| n.ends_with("_staged"));
-        for name in staged {
+            .filter(|n| n.ends_with("_staged"))
+        {
             let (f, _) = &functions[*name];
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
