@@ -257,7 +257,7 @@ fn bench_mma(
     let (d, m) = largest_difference(&all, &c);
     println!("mma {label} n=37: max |GPU - CPU| {d:.3e} (max |y| {m:.3e})");
     for c in Choice::ALL {
-        mma::matmul_with(gpu, &c.kernel(), c, &tiles[0], x, 1, &mut y)?;
+        mma::matmul_with(gpu, c.kernel(), c, &tiles[0], x, 1, &mut y)?;
         let one = gpu.download(&y, rows)?;
         let bad = bits_equal(&one, &all[..rows]);
         if bad != 0 {
@@ -272,9 +272,9 @@ fn bench_mma(
             let k = c.kernel();
             let us = time_us::<Error>(gpu.stream(), iters, |i| {
                 let m = &tiles[i % tiles.len()];
-                Ok(mma::matmul_with(gpu, &k, c, m, x, n, &mut y)?)
+                Ok(mma::matmul_with(gpu, k, c, m, x, n, &mut y)?)
             })?;
-            let regs = gpu.registers(&k)?;
+            let regs = gpu.registers(k)?;
             let name = format!("{label} ({k}, {regs} regs)");
             println!(
                 "{}",

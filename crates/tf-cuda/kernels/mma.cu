@@ -103,6 +103,15 @@ __device__ __forceinline__ void tf_mma_split(float2 v, u32& hi, u32& lo) {
     lo = tf_mma_bf16x2(v.x - tf_mma_lo(hi), v.y - tf_mma_hi(hi));
 }
 
+// A lane's B registers of one k-step from x at p (its columns k + 2t): (h0, h1, l0, l1), the
+// parts of the pairs at p and p + 8.
+__device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
+    uint4 v;
+    tf_mma_split(__ldg((const float2*)p), v.x, v.z);
+    tf_mma_split(__ldg((const float2*)(p + 8)), v.y, v.w);
+    return v;
+}
+
 // One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8.
 template <int RT>
 struct TfMmaGroup {
@@ -131,12 +140,7 @@ struct TfMmaX;
 template <>
 struct TfMmaX<0> {
     const float* p;  // the lane's x row at column 64 G + 2t
-    __device__ __forceinline__ uint4 at(int m) const {
-        uint4 v;
-        tf_mma_split(__ldg((const float2*)(p + 16 * m)), v.x, v.z);
-        tf_mma_split(__ldg((const float2*)(p + 16 * m + 8)), v.y, v.w);
-        return v;
-    }
+    __device__ __forceinline__ uint4 at(int m) const { return tf_mma_parts(p + 16 * m); }
     __device__ __forceinline__ void next() { p += 64 * MMA_KW; }
 };
 template <>
@@ -223,12 +227,8 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
 #endif
         for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
             const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
-            const float* p =
-                x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) + 16 * m + 2 * tt;
-            uint4 v;
-            tf_mma_split(__ldg((const float2*)p), v.x, v.z);
-            tf_mma_split(__ldg((const float2*)(p + 8)), v.y, v.w);
-            xs[i] = v;
+            xs[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
+                                 16 * m + 2 * tt);
         }
         __syncthreads();
         xr.p = xs + ((size_t)min(g, live - 1) * groups + w) * 16 + t;

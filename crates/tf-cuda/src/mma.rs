@@ -35,11 +35,7 @@ const WARPS: u32 = 16;
 /// Whether the tensor cores' product serves an MLX 4-bit matrix of `cols` columns with MLX
 /// groups of `group_size` (and `TF_CUDA_MMA` is not `0`).
 pub fn serves(group_size: usize, cols: usize) -> bool {
-    enabled()
-        && group_size.is_multiple_of(GROUP)
-        && cols.is_multiple_of(GROUP)
-        && cols > 0
-        && cols <= i32::MAX as usize / 2
+    enabled() && group_size.is_multiple_of(GROUP) && cols.is_multiple_of(GROUP) && cols > 0
 }
 
 fn enabled() -> bool {
@@ -136,10 +132,14 @@ impl Choice {
         !self.staged || staging_bytes(n, cols) <= STAGING_MAX
     }
 
-    /// The kernel's name.
-    pub fn kernel(self) -> String {
-        let staged = if self.staged { "_staged" } else { "" };
-        format!("tf_mma_mlx4_r{}{staged}", self.rt)
+    /// The kernel's name (one of [`KERNEL_NAMES`]).
+    pub fn kernel(self) -> &'static str {
+        match (self.rt, self.staged) {
+            (1, false) => KERNEL_NAMES[0],
+            (1, true) => KERNEL_NAMES[2],
+            (_, false) => KERNEL_NAMES[1],
+            (_, true) => KERNEL_NAMES[3],
+        }
     }
 }
 
@@ -175,7 +175,7 @@ pub fn matmul(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let c = Choice::for_call(w.rows(), w.cols(), n);
-    matmul_with(gpu, &c.kernel(), c, w, x, n, y)
+    matmul_with(gpu, c.kernel(), c, w, x, n, y)
 }
 
 /// [`matmul`] through `kernel` (`c`'s, or the planted control with its choice).
@@ -217,52 +217,6 @@ pub fn matmul_with(
     // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements they read and write (checked above; the tiles were made for this shape).
     unsafe { b.go(launch(c, w.rows(), w.cols(), n), "launching mma matmul") }
-}
-
-/// The tiles of an MLX 4-bit matrix on the host, from its rows-layout device bytes (what
-/// `tf_mma_tile_mlx4` makes; for the tests).
-pub fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
-    let (groups, tiles, units) = (cols / GROUP, rows.div_ceil(16), cols / 32);
-    let word = |row: usize, u: usize, i: usize| {
-        let at = (row * units + u) * 24 + 4 * i;
-        u32::from_le_bytes(rows_bytes[at..at + 4].try_into().unwrap())
-    };
-    let code = |row: usize, c: usize| {
-        if row >= rows {
-            0
-        } else {
-            (word(row, c / 32, (c % 32) / 8) >> (4 * (c % 8))) & 15
-        }
-    };
-    let mut out = vec![0u8; tile_bytes(rows, cols)];
-    let sb_at = tiles * groups * 512;
-    for tile in 0..tiles {
-        for grp in 0..groups {
-            let tg = tile * groups + grp;
-            for lane in 0..32 {
-                let (g, t) = (16 * tile + lane / 4, lane % 4);
-                for m in 0..4 {
-                    let k = GROUP * grp + 16 * m + 2 * t;
-                    let regs = [(g, k), (g + 8, k), (g, k + 8), (g + 8, k + 8)];
-                    let mut v = 0u32;
-                    for (r, (row, c)) in regs.into_iter().enumerate() {
-                        v |= code(row, c) << (4 * r) | code(row, c + 1) << (4 * (r + 4));
-                    }
-                    let at = (tg * 32 + lane) * 16 + 4 * m;
-                    out[at..at + 4].copy_from_slice(&v.to_le_bytes());
-                }
-            }
-            for r in 0..16 {
-                let row = 16 * tile + r;
-                if row < rows {
-                    let at = sb_at + (tg * 16 + r) * 8;
-                    out[at..at + 4].copy_from_slice(&word(row, 2 * grp, 4).to_le_bytes());
-                    out[at + 4..at + 8].copy_from_slice(&word(row, 2 * grp, 5).to_le_bytes());
-                }
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

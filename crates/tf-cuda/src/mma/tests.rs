@@ -11,6 +11,52 @@ use crate::weights::device_bytes;
 use tf_kernels::contract::Rng;
 use tf_kernels::matmul::FloatType;
 
+/// The tiles of an MLX 4-bit matrix on the host, from its rows-layout device bytes (what
+/// `tf_mma_tile_mlx4` makes).
+fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let (groups, tiles, units) = (cols / GROUP, rows.div_ceil(16), cols / 32);
+    let word = |row: usize, u: usize, i: usize| {
+        let at = (row * units + u) * 24 + 4 * i;
+        u32::from_le_bytes(rows_bytes[at..at + 4].try_into().unwrap())
+    };
+    let code = |row: usize, c: usize| {
+        if row >= rows {
+            0
+        } else {
+            (word(row, c / 32, (c % 32) / 8) >> (4 * (c % 8))) & 15
+        }
+    };
+    let mut out = vec![0u8; tile_bytes(rows, cols)];
+    let sb_at = tiles * groups * 512;
+    for tile in 0..tiles {
+        for grp in 0..groups {
+            let tg = tile * groups + grp;
+            for lane in 0..32 {
+                let (g, t) = (16 * tile + lane / 4, lane % 4);
+                for m in 0..4 {
+                    let k = GROUP * grp + 16 * m + 2 * t;
+                    let regs = [(g, k), (g + 8, k), (g, k + 8), (g + 8, k + 8)];
+                    let mut v = 0u32;
+                    for (r, (row, c)) in regs.into_iter().enumerate() {
+                        v |= code(row, c) << (4 * r) | code(row, c + 1) << (4 * (r + 4));
+                    }
+                    let at = (tg * 32 + lane) * 16 + 4 * m;
+                    out[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            for r in 0..16 {
+                let row = 16 * tile + r;
+                if row < rows {
+                    let at = sb_at + (tg * 16 + r) * 8;
+                    out[at..at + 4].copy_from_slice(&word(row, 2 * grp, 4).to_le_bytes());
+                    out[at + 4..at + 8].copy_from_slice(&word(row, 2 * grp, 5).to_le_bytes());
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The host harness: reads (rows, cols, n, rows-layout bytes, x), writes the tiles, then y of
 /// each choice (tiles a block, x staged or not) and of the planted control in turn.
 fn harness() -> String {
@@ -22,7 +68,7 @@ fn harness() -> String {
     let kernels = Choice::ALL
         .iter()
         .map(|&c| (c.kernel(), c))
-        .chain([(PLANT_ROW_VARIANT.to_string(), plant)]);
+        .chain([(PLANT_ROW_VARIANT, plant)]);
     for (name, c) in kernels {
         let smem = if c.staged {
             "(size_t)std::min(n, 8) * (cols / 64) * 256"

@@ -121,7 +121,7 @@ fn case(
     for c in Choice::ALL {
         for n in [40, 1].into_iter().filter(|&n| c.fits(n, cols)) {
             let mut y = vec![0f32; n * rows];
-            run_how(&w, Some((&c.kernel(), c)), &xs[..n], &mut y);
+            run_how(&w, Some((c.kernel(), c)), &xs[..n], &mut y);
             let b = compare_bits(&y, &want[..n * rows]);
             bits.compared += b.compared;
             bits.differing += b.differing;
