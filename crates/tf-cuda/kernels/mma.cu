@@ -17,7 +17,8 @@
 // of ones. A group adds s Σ q x + b X to its outputs (two FMAs); warp w takes groups
 // w, w + MMA_KW, ... and the warps' sums are added in warp order.
 
-#define MMA_KW 16  // warps a block, along the groups: fixed, as it orders an output's sum
+#define MMA_KW 16     // warps a block along the groups (fixed: it orders an output's sum)
+#define MMA_MOE_KW 4  // the same for the grouped expert products (moe.cu), whose K is small
 
 #ifdef TF_HOST_SIMT
 // Host stand-ins (src/mma/host.rs's emulation): bf16 rounding to nearest even (finite values),
@@ -119,8 +120,8 @@ struct TfMmaGroup {
     float2 lo[RT], hi[RT];
 };
 
-// The group of the RT tiles at wp, sp, which then move MMA_KW groups on.
-template <int RT>
+// The group of the RT tiles at wp, sp, which then move KW groups on.
+template <int RT, int KW>
 __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
                                             const float2** sp) {
 #pragma unroll
@@ -128,32 +129,32 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
         d.q[r] = __ldg(wp[r]);
         d.lo[r] = __ldg(sp[r]);
         d.hi[r] = __ldg(sp[r] + 8);
-        wp[r] += 32 * MMA_KW, sp[r] += 16 * MMA_KW;
+        wp[r] += 32 * KW, sp[r] += 16 * KW;
     }
 }
 
 // A lane's x: the B registers (h0, h1, l0, l1: the hi and lo parts of the pairs at columns
 // k + 2t and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory
 // (STAGED 0) or read from the block's staging in shared memory (1), the same values.
-template <int STAGED>
+template <int STAGED, int KW>
 struct TfMmaX;
-template <>
-struct TfMmaX<0> {
+template <int KW>
+struct TfMmaX<0, KW> {
     const float* p;  // the lane's x row at column 64 G + 2t
     __device__ __forceinline__ uint4 at(int m) const { return tf_mma_parts(p + 16 * m); }
-    __device__ __forceinline__ void next() { p += 64 * MMA_KW; }
+    __device__ __forceinline__ void next() { p += 64 * KW; }
 };
-template <>
-struct TfMmaX<1> {
+template <int KW>
+struct TfMmaX<1, KW> {
     const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
     __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
-    __device__ __forceinline__ void next() { p += 16 * MMA_KW; }
+    __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
-// One group of this lane's x (which then moves MMA_KW groups on) into yacc. PLANT (a planted
+// One group of this lane's x (which then moves KW groups on) into yacc. PLANT (a planted
 // control): the low parts dropped when the call has several rows.
-template <int RT, int STAGED, int PLANT>
-__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STAGED>& xr,
+template <int RT, int KW, int STAGED, int PLANT>
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STAGED, KW>& xr,
                                              u32 mask, int n, float (*yacc)[4]) {
     u32 a[RT][4][4];
 #pragma unroll
@@ -192,21 +193,21 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
         }
 }
 
-// y[j, row] for j < n: block (bx, by) takes tiles RT bx .. and x rows 8 by ..; MMA_KW warps
-// along the groups, two groups' loads in turn so one is in flight while the other is
-// multiplied. STAGED: the block first splits its x rows (at most 8) into shared memory, a
-// uint4 (h0, h1, l0, l1) for each (row, group, k-step m, t), so that a lane reads them once
-// instead of all 32 lanes splitting copies (dynamic shared memory: rows x groups x 256 bytes).
-template <int RT, int STAGED, int PLANT>
-__device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
-                                            float* __restrict__ y, int n, int rows, int cols) {
-    __shared__ float red[MMA_KW][32][4];
+// y[j, row] for x rows j0 .. j0 + 7 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix of
+// `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
+// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
+// first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
+// (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
+// copies (dynamic shared memory: rows x groups x 256 bytes).
+template <int RT, int KW, int STAGED, int PLANT>
+__device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
+                                            const float2* __restrict__ sb,
+                                            const float* __restrict__ x, float* __restrict__ y,
+                                            int n, int j0, int tile0, int rows, int cols) {
+    __shared__ float red[KW][32][4];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int groups = cols >> 6, tiles = (rows + 15) >> 4;
-    const uint4* wq = (const uint4*)W;
-    const float2* sb = (const float2*)(W + (size_t)tiles * groups * 512);
-    const int tile0 = blockIdx.x * RT, j0 = blockIdx.y * 8;
     const uint4* wp[RT];
     const float2* sp[RT];
 #pragma unroll
@@ -218,7 +219,7 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
     const int live = min(8, n - j0);
-    TfMmaX<STAGED> xr;
+    TfMmaX<STAGED, KW> xr;
     if constexpr (STAGED) {
 #ifdef TF_HOST_SIMT
         uint4* xs = (uint4*)tf_dyn_smem;
@@ -240,16 +241,16 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
-    const int steps = w < groups ? (groups - 1 - w) / MMA_KW + 1 : 0;
+    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT> a, b;
-    if (steps > 0) tf_mma_load<RT>(a, wp, sp);
+    if (steps > 0) tf_mma_load<RT, KW>(a, wp, sp);
     for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps) tf_mma_load<RT>(b, wp, sp);
-        tf_mma_group<RT, STAGED, PLANT>(a, xr, mask, n, yacc);
+        if (i + 1 < steps) tf_mma_load<RT, KW>(b, wp, sp);
+        tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
-        if (i + 2 < steps) tf_mma_load<RT>(a, wp, sp);
-        tf_mma_group<RT, STAGED, PLANT>(b, xr, mask, n, yacc);
+        if (i + 2 < steps) tf_mma_load<RT, KW>(a, wp, sp);
+        tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll
@@ -261,12 +262,25 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
 #pragma unroll
             for (int v = 0; v < 4; v++) {
                 float sum = red[0][lane][v];
-                for (int k = 1; k < MMA_KW; k++) sum = sum + red[k][lane][v];
+                for (int k = 1; k < KW; k++) sum = sum + red[k][lane][v];
                 const int row = 16 * (tile0 + r) + g + 8 * (v >> 1), j = j0 + 2 * t + (v & 1);
                 if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
             }
         __syncthreads();
     }
+}
+
+// The codes of a matrix's tiles at W, then their scales (tiles of `rows` rows, `cols` columns).
+__device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles, int cols) {
+    return (const float2*)(W + tiles * (cols >> 6) * 512);
+}
+
+// Block (bx, by) takes tiles RT bx .. and x rows 8 by ...
+template <int RT, int STAGED, int PLANT>
+__device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
+                                            float* __restrict__ y, int n, int rows, int cols) {
+    tf_mma_body<RT, MMA_KW, STAGED, PLANT>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
+                                           x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
 }
 
 // tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block.

@@ -571,3 +571,33 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
         x[t] = cap * (float)tanh((double)(v / cap));
     }
 }
+
+// The grouped expert products on the tensor cores (kernels/mma.cu's body, MMA_MOE_KW warps a
+// block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
+// stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 8 at a
+// time. STAGED: x staged in shared memory (one-row rounds: every group one row).
+template <int RT, int STAGED>
+__device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
+                                           float* __restrict__ yg, const int* __restrict__ offsets,
+                                           int rows, int cols, int n_experts) {
+    const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
+    if (e < 0) return;  // the whole block
+    const int off = offsets[e], cnt = offsets[e + 1] - off, tiles = rows >> 4;
+    const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
+    const uint4* wq = (const uint4*)W + first * 32;
+    const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
+    for (int j0 = 0; j0 < cnt; j0 += 8)
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(wq, sb, xg + (size_t)off * cols,
+                                               yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
+                                               rows, cols);
+}
+
+#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED)                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
+        NAME(const u8* W, const float* xg, float* yg, const int* offsets, int rows, int cols,    \
+             int n_experts) {                                                                  \
+        tf_follow();                                                                           \
+        tf_moe_mma<RT, STAGED>(W, xg, yg, offsets, rows, cols, n_experts);                     \
+    }
+TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0)
+TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)

@@ -279,10 +279,11 @@ impl Gpu {
             }
         }
         // The tensor cores' product stages x beside its static reduction buffer.
-        for name in crate::mma::KERNEL_NAMES
+        let staged = crate::mma::KERNEL_NAMES
             .iter()
-            .filter(|n| n.ends_with("_staged"))
-        {
+            .chain(crate::moe::KERNEL_NAMES)
+            .filter(|n| n.ends_with("_staged"));
+        for name in staged {
             let (f, _) = &functions[*name];
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -32,6 +32,12 @@ pub const GROUP: usize = 64;
 /// Warps a block (`MMA_KW` in kernels/mma.cu).
 const WARPS: u32 = 16;
 
+/// Warps a block of the grouped expert products (`MMA_MOE_KW`).
+const MOE_WARPS: u32 = 4;
+
+/// Row tiles a block of the grouped expert products (kernels/moe.cu's entries).
+const MOE_TILES: usize = 2;
+
 /// Whether the tensor cores' product serves an MLX 4-bit matrix of `cols` columns with MLX
 /// groups of `group_size` (and `TF_CUDA_MMA` is not `0`).
 pub fn serves(group_size: usize, cols: usize) -> bool {
@@ -164,6 +170,51 @@ fn launch(c: Choice, rows: usize, cols: usize, n: usize) -> LaunchConfig {
             0
         },
     }
+}
+
+/// The stacked experts `m` (`n_experts` of `m.rows() / n_experts` rows each, a multiple of 16)
+/// in the tiles, each expert's tiles in turn; `None` where the tiles do not serve them.
+pub fn tile_experts(gpu: &Gpu, m: &GpuMatrix, n_experts: usize) -> Result<Option<GpuMatrix>> {
+    let each = m.rows() / n_experts.max(1);
+    if m.format() != GpuFormat::Mlx4 || !each.is_multiple_of(16) || each == 0 {
+        return Ok(None);
+    }
+    tile(gpu, m).map(Some)
+}
+
+/// The grouped expert product's entry and launch for experts of `rows` x `cols` over a round
+/// of `n` tokens with `groups` blocks rows (non-empty experts at most): x staged when every
+/// group is one row.
+pub(crate) fn experts_launch(
+    rows: usize,
+    cols: usize,
+    n: usize,
+    groups: usize,
+) -> Result<(&'static str, LaunchConfig)> {
+    crate::slices::count_launch();
+    let staged = n == 1 && staging_bytes(1, cols) <= STAGING_MAX;
+    let groups = u32::try_from(groups)
+        .ok()
+        .filter(|&g| g <= 65535)
+        .ok_or_else(|| CudaError::Shape {
+            op: "moe mma matmul",
+            detail: format!("{groups} expert groups exceed the grid"),
+        })?;
+    let cfg = LaunchConfig {
+        grid_dim: (rows.div_ceil(16 * MOE_TILES).max(1) as u32, groups, 1),
+        block_dim: (32 * MOE_WARPS, 1, 1),
+        shared_mem_bytes: if staged {
+            staging_bytes(1, cols) as u32
+        } else {
+            0
+        },
+    };
+    let name = if staged {
+        "tf_moe_mma_mlx4_staged"
+    } else {
+        "tf_moe_mma_mlx4"
+    };
+    Ok((name, cfg))
 }
 
 /// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n`, `w` in the mma tiles.

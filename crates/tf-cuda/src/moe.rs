@@ -56,6 +56,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_slices_mlx4_one",
     "tf_moe_slices_bf16",
     "tf_moe_slices_bf16_one",
+    "tf_moe_mma_mlx4",
+    "tf_moe_mma_mlx4_staged",
     "tf_moe_relu2",
     "tf_moe_combine",
     "tf_plant_moe_combine_reversed",
@@ -453,7 +455,7 @@ pub fn experts_with(
 /// expert's group from `offsets`; a group holds at most `n` rows); `plant`: `kernel` is a
 /// planted control, run as it is.
 #[allow(clippy::too_many_arguments)]
-fn expert_matmul(
+pub(crate) fn expert_matmul(
     gpu: &Gpu,
     kernel: &'static str,
     plant: bool,
@@ -475,6 +477,21 @@ fn expert_matmul(
     // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
     let groups = w.n_experts().min(slots).max(1);
     let format = w.matrix.format();
+    if w.matrix.layout() == crate::weights::Layout::MmaTiles && !plant {
+        let (name, cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups)?;
+        let mut b = gpu.launcher(name)?;
+        b.arg(w.matrix.bytes())
+            .arg(x)
+            .arg(y)
+            .arg(offsets)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&n_experts);
+        // SAFETY: as below; the stacked tiles hold n_experts * rows / 16 tiles (made for this
+        // shape, `rows` a multiple of 16).
+        return unsafe { b.go(cfg, "launching moe mma matmul") };
+    }
+    w.matrix.need_rows(OP)?;
     // MLX 4-bit and bf16 in the GPU's own order (tf_slices; its one-row body when a round has
     // one token, so every group is one row).
     let (name, mut cfg) = match crate::slices::kernel(format, w.cols()) {

@@ -12,7 +12,7 @@ pub struct GpuExperts {
     pub(super) matrix: GpuMatrix,
     n_experts: usize,
     rows: usize,
-    pub(super) kernel: &'static str,
+    pub(crate) kernel: &'static str,
 }
 
 impl GpuExperts {
@@ -53,6 +53,18 @@ impl GpuExperts {
             rows: matrix.rows() / n_experts,
             matrix,
         })
+    }
+
+    /// These experts in the tensor cores' tiles ([`crate::mma::tile_experts`]) where those
+    /// serve them (`group_size`: their MLX groups), else as they are.
+    pub fn for_products(self, gpu: &Gpu, group_size: usize) -> Result<GpuExperts> {
+        if !crate::mma::serves(group_size, self.cols()) {
+            return Ok(self);
+        }
+        match crate::mma::tile_experts(gpu, &self.matrix, self.n_experts)? {
+            Some(matrix) => Ok(GpuExperts { matrix, ..self }),
+            None => Ok(self),
+        }
     }
 
     /// Experts stacked.

@@ -15,7 +15,7 @@ use tf_families::nemotron_h::{
     ExpertWeights, MambaSpec, MoeSpec, NemotronBlock, NemotronHPlan, NemotronLayer, NemotronMixer,
 };
 use tf_formats::checkpoint::{Checkpoint, TensorData};
-use tf_formats::TensorEntry;
+use tf_formats::{TensorEntry, WeightFormat};
 use tf_kernels::matmul::PackedMatrix;
 use tf_kernels::ops::{exp, DroppedGroups, MambaParams, RouteParams};
 
@@ -310,17 +310,39 @@ pub(super) fn routing(spec: &MoeSpec) -> Result<Routing> {
 /// The routed experts (relu²) of a MoE layer, stacked on the device (generated there for a
 /// synthetic checkpoint, whose experts are stacked).
 fn expert_mlp(gpu: &Gpu, ck: &Checkpoint, w: &ExpertWeights, n: usize) -> Result<ExpertMlp> {
+    let [up, down] = plain_experts(gpu, ck, w, n)?;
+    let group = |e: Option<&TensorEntry>| match e.map(|e| e.format) {
+        Some(WeightFormat::MlxAffine {
+            bits: 4,
+            group_size,
+            ..
+        }) => group_size as usize,
+        _ => 0,
+    };
+    let (gu, gd) = match w {
+        ExpertWeights::Stacked { up, down } => (group(Some(up)), group(Some(down))),
+        ExpertWeights::PerExpert { up, down } => (group(up.first()), group(down.first())),
+    };
+    ExpertMlp::new(None, up.for_products(gpu, gu)?, down.for_products(gpu, gd)?)
+}
+
+/// The routed experts' up and down matrices, stacked in the rows layout.
+fn plain_experts(
+    gpu: &Gpu,
+    ck: &Checkpoint,
+    w: &ExpertWeights,
+    n: usize,
+) -> Result<[GpuExperts; 2]> {
     if let Some(seed) = ck.synthetic_seed() {
         let ExpertWeights::Stacked { up, down } = w else {
             return Err(CudaError::UnsupportedFormat {
                 format: "synthetic per-expert tensors (synthetic checkpoints stack experts)".into(),
             });
         };
-        return ExpertMlp::new(
-            None,
+        return Ok([
             crate::synthetic::experts(gpu, seed, up, n)?,
             crate::synthetic::experts(gpu, seed, down, n)?,
-        );
+        ]);
     }
     let (up, down) = match w {
         ExpertWeights::Stacked { up, down } => {
@@ -345,11 +367,10 @@ fn expert_mlp(gpu: &Gpu, ck: &Checkpoint, w: &ExpertWeights, n: usize) -> Result
             ),
         });
     }
-    ExpertMlp::new(
-        None,
+    Ok([
         GpuExperts::upload(gpu, &up)?,
         GpuExperts::upload(gpu, &down)?,
-    )
+    ])
 }
 
 fn bad(e: &TensorEntry, why: String) -> CudaError {

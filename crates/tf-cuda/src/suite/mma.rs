@@ -158,3 +158,93 @@ fn case(
     }
     Ok(())
 }
+
+/// Experts of the grouped case.
+const EXPERTS: usize = 5;
+
+/// The expert a row goes to: a function of its own values only, so a row alone goes where it
+/// goes among others (`shift`: a planted control sends it to the next expert).
+fn expert_of(x: &[f32], shift: usize) -> usize {
+    ((x[0].to_bits() >> 7) as usize + shift) % EXPERTS
+}
+
+/// The grouped expert product (`tf_moe_mma_mlx4`, staged for one row): each row multiplies the
+/// expert its values pick. Accuracy against f64 and row invariance; planted: rows sent to the
+/// next expert (the reference must catch it).
+pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
+    let (rows, cols) = (2688 / 8, 1024);
+    let mut rng = Rng::new(0x3a3a_00e0);
+    let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, EXPERTS * rows, cols, &mut rng);
+    let wf: Vec<f64> = (0..EXPERTS * rows).flat_map(|j| hw.row_f64(j)).collect();
+    let wmax = wf.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let stacked = GpuMatrix::upload(gpu, &hw.packed())?;
+    let experts = crate::moe::GpuExperts::stacked(stacked, EXPERTS)?.for_products(gpu, 64)?;
+    if experts.matrix().layout() != crate::weights::Layout::MmaTiles {
+        return Err(crate::error::CudaError::Shape {
+            op: "mma suite",
+            detail: "the grouped case's experts were not tiled".into(),
+        });
+    }
+    let bufs = RefCell::new((
+        gpu.zeros::<f32>(MAX_ROWS * cols)?,
+        gpu.zeros::<f32>(MAX_ROWS * rows)?,
+    ));
+    let errs = ErrSlot::default();
+    let run_shift = |shift: usize, xs: &[Vec<f32>], o: &mut [f32]| {
+        let r = (|| -> Result<()> {
+            // Rows in expert order (stable), as the MoE gather lays them.
+            let mut order: Vec<usize> = (0..xs.len()).collect();
+            order.sort_by_key(|&i| expert_of(&xs[i], shift));
+            let mut offsets = vec![0i32; EXPERTS + 1];
+            for x in xs {
+                offsets[expert_of(x, shift) + 1] += 1;
+            }
+            for e in 0..EXPERTS {
+                offsets[e + 1] += offsets[e];
+            }
+            let flat: Vec<f32> = order.iter().flat_map(|&i| xs[i].clone()).collect();
+            let mut b = bufs.borrow_mut();
+            let (x, y) = &mut *b;
+            gpu.write(&flat, x)?;
+            let offs = gpu.upload(&offsets)?;
+            let k = experts.kernel;
+            crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, xs.len(), 1)?;
+            let g = gpu.download(y, xs.len() * rows)?;
+            for (slot, &i) in order.iter().enumerate() {
+                o[i * rows..(i + 1) * rows].copy_from_slice(&g[slot * rows..(slot + 1) * rows]);
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            errs.put(e, o);
+        }
+    };
+    let k = cols as f64;
+    let abs = (8.0 + 16.0 + (cols / 64) as f64 / 4.0 + 4.0) * U * k * wmax;
+    let gen = |r: &mut Rng, _: usize| r.vec_uniform(cols, -1.0, 1.0);
+    let reference = |x: &Vec<f32>, o: &mut [f64]| {
+        let e = expert_of(x, 0);
+        dense_reference(&wf[e * rows * cols..(e + 1) * rows * cols], cols, x, o)
+    };
+    let name = "grouped experts mma MLX 4-bit g64 BF16";
+    let op = RowOp {
+        name,
+        out_width: rows,
+        tolerance: Tolerance::new(abs, 0.0),
+        gen_row: &gen,
+        reference: &reference,
+    };
+    let cfg = depth.config(0x3ae0);
+    let run = |xs: &[Vec<f32>], o: &mut [f32]| run_shift(0, xs, o);
+    let verdict = verdict(&op, &run, &cfg, &errs);
+    out.cases.push(CaseResult {
+        op: name.into(),
+        case: format!("{EXPERTS} experts of {rows}x{cols}, rows routed by their values"),
+        verdict,
+        cpu_bits: None,
+    });
+    let broken = |xs: &[Vec<f32>], o: &mut [f32]| run_shift(1, xs, o);
+    let what = "grouped experts mma: rows sent to the next expert";
+    out.controls.push(control(what, &op, &broken, &cfg, &errs));
+    Ok(())
+}

@@ -142,6 +142,7 @@ pub fn run_all(gpu: &Gpu, depth: Depth) -> Result<SuiteResult, CudaError> {
     select::run(gpu, depth, &mut out)?;
     slices::run(gpu, depth, &mut out)?;
     mma::run(gpu, depth, &mut out)?;
+    mma::grouped(gpu, depth, &mut out)?;
     Ok(out)
 }
 
