@@ -270,21 +270,16 @@ fn bench_mma(
     for n in [1usize, 4, 16, 64] {
         for c in Choice::ALL.into_iter().filter(|c| c.fits(n, cols)) {
             let k = c.kernel();
-            let launcher = mma::blocks(gpu, k, c, rows, cols, n)?;
-            let every = rows.div_ceil(16 * c.rt);
-            // The launcher's blocks, and (where it takes fewer) a block a tile group.
-            for b in std::iter::once(launcher).chain((launcher < every).then_some(every)) {
-                let us = time_us::<Error>(gpu.stream(), iters, |i| {
-                    let m = &tiles[i % tiles.len()];
-                    Ok(mma::matmul_on(gpu, k, c, m, x, n, &mut y, b)?)
-                })?;
-                let regs = gpu.registers(k)?;
-                let name = format!("{label} ({k}, {regs} regs, {b} blocks)");
-                println!(
-                    "{}",
-                    table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
-                );
-            }
+            let us = time_us::<Error>(gpu.stream(), iters, |i| {
+                let m = &tiles[i % tiles.len()];
+                Ok(mma::matmul_with(gpu, k, c, m, x, n, &mut y)?)
+            })?;
+            let regs = gpu.registers(k)?;
+            let name = format!("{label} ({k}, {regs} regs)");
+            println!(
+                "{}",
+                table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
+            );
         }
     }
     Ok(ok)

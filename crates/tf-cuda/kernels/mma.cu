@@ -120,6 +120,19 @@ struct TfMmaGroup {
     float2 lo[RT], hi[RT];
 };
 
+// The group of the RT tiles at wp, sp, which then move KW groups on.
+template <int RT, int KW>
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
+                                            const float2** sp) {
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        d.q[r] = __ldg(wp[r]);
+        d.lo[r] = __ldg(sp[r]);
+        d.hi[r] = __ldg(sp[r] + 8);
+        wp[r] += 32 * KW, sp[r] += 16 * KW;
+    }
+}
+
 // A lane's x: the B registers (h0, h1, l0, l1: the hi and lo parts of the pairs at columns
 // k + 2t and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory
 // (STAGED 0) or read from the block's staging in shared memory (1), the same values.
@@ -130,14 +143,12 @@ struct TfMmaX<0, KW> {
     const float* p;  // the lane's x row at column 64 G + 2t
     __device__ __forceinline__ uint4 at(int m) const { return tf_mma_parts(p + 16 * m); }
     __device__ __forceinline__ void next() { p += 64 * KW; }
-    __device__ __forceinline__ void rewind(int steps) { p -= 64 * KW * steps; }
 };
 template <int KW>
 struct TfMmaX<1, KW> {
     const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
     __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
     __device__ __forceinline__ void next() { p += 16 * KW; }
-    __device__ __forceinline__ void rewind(int steps) { p -= 16 * KW * steps; }
 };
 
 // One group of this lane's x (which then moves KW groups on) into yacc. PLANT (a planted
@@ -145,6 +156,13 @@ struct TfMmaX<1, KW> {
 template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STAGED, KW>& xr,
                                              u32 mask, int n, float (*yacc)[4]) {
+    u32 a[RT][4][4];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const u32 words[4] = {d.q[r].x, d.q[r].y, d.q[r].z, d.q[r].w};
+#pragma unroll
+        for (int m = 0; m < 4; m++) tf_mma_codes(words[m], a[r][m], mask);
+    }
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
     float acc[RT][4], X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -158,12 +176,8 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
         const u32 h0 = v.x, h1 = v.y, l0 = drop ? 0u : v.z, l1 = drop ? 0u : v.w;
 #pragma unroll
         for (int r = 0; r < RT; r++) {
-            // Decoded a k-step at a time: fewer live registers.
-            const u32 words[4] = {d.q[r].x, d.q[r].y, d.q[r].z, d.q[r].w};
-            u32 a[4];
-            tf_mma_codes(words[m], a, mask);
-            tf_mma_16816(acc[r], a, l0, l1);
-            tf_mma_16816(acc[r], a, h0, h1);
+            tf_mma_16816(acc[r], a[r][m], l0, l1);
+            tf_mma_16816(acc[r], a[r][m], h0, h1);
         }
         tf_mma_16816(X, ones, l0, l1);
         tf_mma_16816(X, ones, h0, h1);
@@ -179,96 +193,29 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
         }
 }
 
-// A lane's sums of RT tiles' outputs.
-template <int RT>
-struct TfMmaAcc {
-    float v[RT][4];
-};
-
-// The warps' sums of RT tiles from tile `tile` in warp order into y (x rows j0 .., of n).
-// Every warp of the block calls it once a tile group, in the same order. Not inlined: it runs
-// once a tile, and its copies in the ring's unrolled loop would cost the loop registers.
-template <int RT, int KW>
-__device__ __noinline__ void tf_mma_store(float (*red)[32][4], TfMmaAcc<RT> acc,
-                                          float* __restrict__ y, int n, int j0, int tile,
-                                          int rows, int tiles) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-#pragma unroll
-        for (int v = 0; v < 4; v++) red[w][lane][v] = acc.v[r][v];
-        __syncthreads();
-        if (w == 0 && tile + r < tiles)
-#pragma unroll
-            for (int v = 0; v < 4; v++) {
-                float sum = red[0][lane][v];
-                for (int k = 1; k < KW; k++) sum = sum + red[k][lane][v];
-                const int row = 16 * (tile + r) + g + 8 * (v >> 1), j = j0 + 2 * t + (v & 1);
-                if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
-            }
-        __syncthreads();
-    }
-}
-
-// y[j, row] for x rows j0 .. j0 + 7 (< n) and the tile groups tile0, tile0 + tstep, .. (RT
-// tiles each) of a matrix of `rows` rows whose tiles' codes are at wq and scales at sb; KW
-// warps along the groups. A warp's groups of all its tiles are one sequence whose loads run D
-// groups ahead of its products (a ring of D registers sets), across tiles too. STAGED: the
-// block first splits its x rows (at most 8) into shared memory, once for all its tiles, a
-// uint4 (h0, h1, l0, l1) for each (row, group, k-step m, t), so that a lane reads them once
-// instead of all 32 lanes splitting copies (dynamic shared memory: rows x groups x 256 bytes).
-// A tile's sum is the same whatever tile0 and tstep: a block may take one tile group or many.
-template <int RT, int KW, int STAGED, int PLANT, int D>
+// y[j, row] for x rows j0 .. j0 + 7 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix of
+// `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
+// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
+// first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
+// (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
+// copies (dynamic shared memory: rows x groups x 256 bytes).
+template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
-                                            int n, int j0, int tile0, int tstep, int rows,
-                                            int cols) {
+                                            int n, int j0, int tile0, int rows, int cols) {
     __shared__ float red[KW][32][4];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int groups = cols >> 6, tiles = (rows + 15) >> 4;
-    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
-    const int visits = tile0 < tiles ? (tiles - 1 - tile0) / tstep + 1 : 0;
-    const int total = steps * visits;
-    // The load cursor: tile group lt, step ls of this warp's groups, at wp and sp.
-    int lt = tile0, ls = 0;
     const uint4* wp[RT];
     const float2* sp[RT];
-    auto seek = [&]() {
 #pragma unroll
-        for (int r = 0; r < RT; r++) {
-            const size_t tg = (size_t)min(lt + r, tiles - 1) * groups + w;
-            wp[r] = wq + tg * 32 + lane;
-            sp[r] = sb + tg * 16 + g;
-        }
-    };
-    auto load = [&](TfMmaGroup<RT>& d) {
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            d.q[r] = __ldg(wp[r]);
-            d.lo[r] = __ldg(sp[r]);
-            d.hi[r] = __ldg(sp[r] + 8);
-            wp[r] += 32 * KW, sp[r] += 16 * KW;
-        }
-        if (++ls == steps) {
-            ls = 0, lt += tstep;
-            // One tile a group: the next visit's first group is a fixed jump on (fewer live
-            // registers than seeking from the base); two: seek, for the last tile's clamp.
-            if constexpr (RT == 1) {
-                const ptrdiff_t jump = (ptrdiff_t)tstep * groups - steps * KW;
-                wp[0] += jump * 32, sp[0] += jump * 16;
-            } else {
-                seek();
-            }
-        }
-    };
-    seek();
-    TfMmaGroup<RT> ring[D];
-#pragma unroll
-    for (int i = 0; i < D; i++)
-        if (i < total) load(ring[i]);
+    for (int r = 0; r < RT; r++) {
+        const size_t tg = (size_t)min(tile0 + r, tiles - 1) * groups + w;
+        wp[r] = wq + tg * 32 + lane;
+        sp[r] = sb + tg * 16 + g;
+    }
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
     const int live = min(8, n - j0);
@@ -289,32 +236,38 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     } else {
         xr.p = x + (size_t)(j0 + min(g, live - 1)) * cols + 64 * w + 2 * t;
     }
-    TfMmaAcc<RT> acc;
+    float yacc[RT][4];
 #pragma unroll
     for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int v = 0; v < 4; v++) acc.v[r][v] = 0.0f;
+        for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
+    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    int ct = tile0, cs = 0;  // the product cursor
-    for (int k = 0; k < total; k += D) {
-#pragma unroll
-        for (int i = 0; i < D; i++) {
-            if (k + i >= total) break;
-            tf_mma_group<RT, KW, STAGED, PLANT>(ring[i], xr, mask, n, acc.v);
-            if (k + i + D < total) load(ring[i]);
-            if (++cs == steps) {
-                tf_mma_store<RT, KW>(red, acc, y, n, j0, ct, rows, tiles);
-#pragma unroll
-                for (int r = 0; r < RT; r++)
-#pragma unroll
-                    for (int v = 0; v < 4; v++) acc.v[r][v] = 0.0f;
-                cs = 0, ct += tstep, xr.rewind(steps);
-            }
-        }
+    TfMmaGroup<RT> a, b;
+    if (steps > 0) tf_mma_load<RT, KW>(a, wp, sp);
+    for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) tf_mma_load<RT, KW>(b, wp, sp);
+        tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
+        if (i + 1 >= steps) break;
+        if (i + 2 < steps) tf_mma_load<RT, KW>(a, wp, sp);
+        tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
     }
-    // Warps without groups (fewer groups than warps) still take part in every tile's sum.
-    if (steps == 0)
-        for (; ct < tiles; ct += tstep) tf_mma_store<RT, KW>(red, acc, y, n, j0, ct, rows, tiles);
+    // The warps' sums in warp order, a tile at a time.
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+#pragma unroll
+        for (int v = 0; v < 4; v++) red[w][lane][v] = yacc[r][v];
+        __syncthreads();
+        if (w == 0 && tile0 + r < tiles)
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                float sum = red[0][lane][v];
+                for (int k = 1; k < KW; k++) sum = sum + red[k][lane][v];
+                const int row = 16 * (tile0 + r) + g + 8 * (v >> 1), j = j0 + 2 * t + (v & 1);
+                if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
+            }
+        __syncthreads();
+    }
 }
 
 // The codes of a matrix's tiles at W, then their scales (tiles of `rows` rows, `cols` columns).
@@ -322,20 +275,17 @@ __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles
     return (const float2*)(W + tiles * (cols >> 6) * 512);
 }
 
-// Block (bx, by) takes the tile groups bx, bx + gridDim.x, .. (RT tiles each) and x rows 8 by ..;
-// two groups a warp in flight.
+// Block (bx, by) takes tiles RT bx .. and x rows 8 by ...
 template <int RT, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
-    tf_mma_body<RT, MMA_KW, STAGED, PLANT, 2>(
-        (const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), x, y, n, blockIdx.y * 8,
-        blockIdx.x * RT, gridDim.x * RT, rows, cols);
+    tf_mma_body<RT, MMA_KW, STAGED, PLANT>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
+                                           x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
 }
 
-// tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block; at one
-// tile, registers for two blocks an SM.
+// tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block.
 #define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW)                                  \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
         tf_follow();                                                                           \
         tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \

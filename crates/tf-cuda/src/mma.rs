@@ -154,41 +154,21 @@ fn staging_bytes(n: usize, cols: usize) -> usize {
     n.min(8) * (cols / GROUP) * 256
 }
 
-/// Dynamic shared memory of a block of choice `c`.
-fn smem(c: Choice, n: usize, cols: usize) -> u32 {
-    if c.staged {
-        staging_bytes(n, cols) as u32
-    } else {
-        0
-    }
-}
-
-/// The launcher's blocks along the tiles for `kernel` (of choice `c`): for at most one block of
-/// x rows, no more than the GPU holds at once, each taking tile groups in turn (its x staged
-/// once, its loads running on across tiles); else a block a tile group. The bits are the same.
-pub fn blocks(
-    gpu: &Gpu,
-    kernel: &str,
-    c: Choice,
-    rows: usize,
-    cols: usize,
-    n: usize,
-) -> Result<usize> {
-    let groups = rows.div_ceil(16 * c.rt).max(1);
-    if n > 8 {
-        return Ok(groups);
-    }
-    let resident = gpu.resident_blocks(kernel, 32 * WARPS, smem(c, n, cols))?;
-    Ok(groups.min(resident.max(1) * gpu.info().multiprocessors))
-}
-
-/// `blocks` blocks of `c.rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
-fn launch(c: Choice, cols: usize, n: usize, blocks: u32) -> LaunchConfig {
+/// A block for `c.rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
+fn launch(c: Choice, rows: usize, cols: usize, n: usize) -> LaunchConfig {
     crate::slices::count_launch();
     LaunchConfig {
-        grid_dim: (blocks, n.div_ceil(8).max(1) as u32, 1),
+        grid_dim: (
+            rows.div_ceil(16 * c.rt).max(1) as u32,
+            n.div_ceil(8).max(1) as u32,
+            1,
+        ),
         block_dim: (32 * WARPS, 1, 1),
-        shared_mem_bytes: smem(c, n, cols),
+        shared_mem_bytes: if c.staged {
+            staging_bytes(n, cols) as u32
+        } else {
+            0
+        },
     }
 }
 
@@ -259,23 +239,6 @@ pub fn matmul_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let b = blocks(gpu, kernel, c, w.rows(), w.cols(), n)?;
-    matmul_on(gpu, kernel, c, w, x, n, y, b)
-}
-
-/// [`matmul_with`] on `blocks` blocks along the tiles (at least 1; more than the tile groups
-/// leaves the rest idle).
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_on(
-    gpu: &Gpu,
-    kernel: &str,
-    c: Choice,
-    w: &GpuMatrix,
-    x: &CudaSlice<f32>,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-    blocks: usize,
-) -> Result<()> {
     const OP: &str = "mma matmul";
     need(OP, "x", x.len(), n * w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
@@ -295,10 +258,6 @@ pub fn matmul_on(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let blocks = u32::try_from(blocks.max(1)).map_err(|_| CudaError::Shape {
-        op: OP,
-        detail: format!("{blocks} blocks exceed the grid"),
-    })?;
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.bytes())
         .arg(x)
@@ -308,7 +267,7 @@ pub fn matmul_on(
         .arg(&cols);
     // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements they read and write (checked above; the tiles were made for this shape).
-    unsafe { b.go(launch(c, w.cols(), n, blocks), "launching mma matmul") }
+    unsafe { b.go(launch(c, w.rows(), w.cols(), n), "launching mma matmul") }
 }
 
 #[cfg(test)]

@@ -58,8 +58,7 @@ fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
 }
 
 /// The host harness: reads (rows, cols, n, rows-layout bytes, x), writes the tiles, then y of
-/// each choice (tiles a block, x staged or not) and of the planted control in turn, each on a
-/// block a tile group, then each choice again on two blocks that take every tile group in turn.
+/// each choice (tiles a block, x staged or not) and of the planted control in turn.
 fn harness() -> String {
     let mut calls = String::new();
     let plant = Choice {
@@ -70,24 +69,16 @@ fn harness() -> String {
         .iter()
         .map(|&c| (c.kernel(), c))
         .chain([(PLANT_ROW_VARIANT, plant)]);
-    let two = Choice::ALL.iter().map(|&c| (c.kernel(), c, "2"));
-    let one_each = kernels.map(|(name, c)| (name, c, ""));
-    for (name, c, blocks) in one_each.chain(two) {
+    for (name, c) in kernels {
         let smem = if c.staged {
             "(size_t)std::min(n, 8) * (cols / 64) * 256"
         } else {
             "0"
         };
-        let t = 16 * c.rt;
-        let gx = if blocks.is_empty() {
-            format!("(unsigned)((rows + {t} - 1) / {t})")
-        } else {
-            blocks.to_string()
-        };
         calls.push_str(&format!(
-            "    std::fill(y.begin(), y.end(), 0.0f);\n\
-             \x20   tf_launch(D3{{{gx}, (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
+            t = 16 * c.rt,
             threads = 32 * WARPS,
         ));
     }
@@ -138,7 +129,7 @@ fn emulate(
     let out = host_cxx::run(dir, exe, &format!("{rows}x{cols}-{n}"), &input);
     let tb = tile_bytes(rows, cols);
     let ys = host_cxx::floats(&out[tb..]);
-    assert_eq!(ys.len(), (2 * Choice::ALL.len() + 1) * n * rows);
+    assert_eq!(ys.len(), (Choice::ALL.len() + 1) * n * rows);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.chunks(n * rows).map(<[f32]>::to_vec).collect(),
@@ -171,9 +162,8 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
     };
     let (dir, exe) = host_cxx::build(&cxx, "mma", &harness());
     let mut rng = Rng::new(0x3a3a_0001);
-    // 40 rows: a partial tile, 4 groups: fewer than the block's warps; 80 x 4096: 4 groups a
-    // warp, more than the loads in flight, across 5 tiles.
-    for (rows, cols, group) in [(40, 256, 64), (32, 2048, 128), (80, 4096, 64)] {
+    // 40 rows: a partial tile; 256 columns: 4 groups, fewer than the block's warps.
+    for (rows, cols, group) in [(40, 256, 64), (32, 2048, 128)] {
         let hw = HostWeights::random_mlx(4, group, FloatType::BF16, rows, cols, &mut rng);
         let src = device_bytes(&hw.packed())
             .expect("rows layout")
@@ -193,10 +183,6 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
             // Two bf16 parts keep about 16 bits of each x (seen: 6.2e-7 and 2.4e-7).
             assert!(err <= 2e-6, "{rows}x{cols} {c:?}: error {err:.2e}");
             assert_eq!(host_cxx::differing(y, base), 0, "{c:?} differs from r1");
-        }
-        // Two blocks taking every tile group in turn: the same bits.
-        for (c, y) in Choice::ALL.iter().zip(&all.ys[Choice::ALL.len() + 1..]) {
-            assert_eq!(host_cxx::differing(y, base), 0, "{c:?} on two blocks");
         }
         for y1 in &solo.ys[..Choice::ALL.len()] {
             assert_eq!(

@@ -72,17 +72,15 @@ fn case(
         gpu.zeros::<f32>(MAX_ROWS * rows)?,
     ));
     let errs = ErrSlot::default();
-    // `how`: a kernel, its choice and its blocks along the tiles (None: the launcher's).
-    type How<'a> = Option<(&'a str, Choice, Option<usize>)>;
-    let run_how = |w: &GpuMatrix, how: How, xs: &[Vec<f32>], o: &mut [f32]| {
+    // `how`: a kernel and its choice (None: the launcher's).
+    let run_how = |w: &GpuMatrix, how: Option<(&str, Choice)>, xs: &[Vec<f32>], o: &mut [f32]| {
         let r = (|| -> Result<()> {
             let mut b = bufs.borrow_mut();
             let (x, y) = &mut *b;
             let flat: Vec<f32> = xs.iter().flatten().copied().collect();
             gpu.write(&flat, x)?;
             match how {
-                Some((k, c, None)) => mma::matmul_with(gpu, k, c, w, x, xs.len(), y)?,
-                Some((k, c, Some(b))) => mma::matmul_on(gpu, k, c, w, x, xs.len(), y, b)?,
+                Some((k, c)) => mma::matmul_with(gpu, k, c, w, x, xs.len(), y)?,
                 None => mma::matmul(gpu, w, x, xs.len(), y)?,
             }
             o.copy_from_slice(&gpu.download(y, o.len())?);
@@ -109,8 +107,8 @@ fn case(
     let cfg = depth.config(0x3a1 + seed);
     let run = |xs: &[Vec<f32>], o: &mut [f32]| run_how(&w, None, xs, o);
     let v = verdict(&op, &run, &cfg, &errs);
-    // Each choice at 40 rows (where its staging fits) and one row alone, on the launcher's
-    // blocks and on 3 blocks that take every tile group in turn, against the launcher's 40 rows.
+    // Each choice at 40 rows (where its staging fits) and one row alone, against the
+    // launcher's 40 rows.
     let mut r2 = Rng::new(0x3a2 + seed);
     let xs: Vec<Vec<f32>> = (0..40).map(|_| r2.vec_uniform(cols, -1.0, 1.0)).collect();
     let mut want = vec![0f32; 40 * rows];
@@ -121,10 +119,9 @@ fn case(
         max_abs_diff: 0.0,
     };
     for c in Choice::ALL {
-        let ns = [40, 1].into_iter().filter(|&n| c.fits(n, cols));
-        for (n, blocks) in ns.flat_map(|n| [(n, None), (n, Some(3))]) {
+        for n in [40, 1].into_iter().filter(|&n| c.fits(n, cols)) {
             let mut y = vec![0f32; n * rows];
-            run_how(&w, Some((c.kernel(), c, blocks)), &xs[..n], &mut y);
+            run_how(&w, Some((c.kernel(), c)), &xs[..n], &mut y);
             let b = compare_bits(&y, &want[..n * rows]);
             bits.compared += b.compared;
             bits.differing += b.differing;
@@ -140,7 +137,7 @@ fn case(
     };
     out.cases.push(CaseResult {
         op: name.clone(),
-        case: format!("{label} (bits: each choice, on the launcher's blocks and on 3, against the launcher's)"),
+        case: format!("{label} (bits: each choice against the launcher's)"),
         verdict,
         cpu_bits: Some(bits),
     });
@@ -150,7 +147,7 @@ fn case(
                 rt: 1,
                 staged: false,
             };
-            run_how(&w, Some((PLANT_ROW_VARIANT, plant, None)), xs, o)
+            run_how(&w, Some((PLANT_ROW_VARIANT, plant)), xs, o)
         };
         let what = "matmul mma MLX 4-bit: x's low parts dropped when n > 1";
         out.controls.push(control(what, &op, &broken, &cfg, &errs));
