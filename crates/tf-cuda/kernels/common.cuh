@@ -124,6 +124,38 @@ __device__ __forceinline__ float tf_block_sumsq16(V v, int width) {
     return sq_sum;
 }
 
+// Elements a thread holds for tf_held_sumsq16 (rows of at most TF_HOLD * blockDim.x).
+#define TF_HOLD 8
+
+// tf_block_sumsq16's sum (the same order, so the same bits) of the first `width` elements of a
+// row whose element threadIdx.x + j blockDim.x each thread holds in h[j] (its loads, issued
+// together by the caller, need no second trip per chunk). Every thread of the block must call it.
+__device__ __forceinline__ float tf_held_sumsq16(const float (&h)[TF_HOLD], int width) {
+    __shared__ float held_chunk[TF_SQ_CHUNK];
+    __shared__ float held_sum;
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < width; c0 += TF_SQ_CHUNK) {
+        const int len = min(TF_SQ_CHUNK, width - c0);
+#pragma unroll
+        for (int j = 0; j < TF_HOLD; j++) {
+            const int k = (int)(threadIdx.x + j * blockDim.x) - c0;
+            if (k >= 0 && k < len) held_chunk[k] = h[j];
+        }
+        __syncthreads();
+        if (threadIdx.x < 16) {
+#pragma unroll 8
+            for (int k = threadIdx.x; k < len; k += 16) acc = fmaf(held_chunk[k], held_chunk[k], acc);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x < 32) {
+        const float ss = tf_fold16_sum(acc);
+        if (threadIdx.x == 0) held_sum = ss;
+    }
+    __syncthreads();
+    return held_sum;
+}
+
 // The same tree with max_op(acc[l], acc[l + w]).
 __device__ __forceinline__ float tf_fold16_max(float v) {
     v = tf_max_op(v, __shfl_down_sync(TF_FULL_MASK, v, 8, 16));

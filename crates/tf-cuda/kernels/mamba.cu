@@ -207,6 +207,24 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
     const int gs = width / groups;
     const size_t base = (size_t)i * width + (size_t)grp * gs;
     const float* zr = z + (size_t)i * z_stride + (size_t)grp * gs;
+    const float* gr = gain + (size_t)grp * gs;
+    if (gs <= TF_HOLD * (int)blockDim.x) {
+        // h and the gains held, their loads all issued at once; the same bits.
+        float h[TF_HOLD], gv[TF_HOLD];
+#pragma unroll
+        for (int j = 0; j < TF_HOLD; j++) {
+            const int k = threadIdx.x + j * blockDim.x;
+            h[j] = k < gs ? tf_silu(zr[k]) * y[base + k] : 0.0f;
+            gv[j] = k < gs ? gr[k] : 0.0f;
+        }
+        const float r = tf_inv_rms(tf_held_sumsq16(h, gs), gs, eps);
+#pragma unroll
+        for (int j = 0; j < TF_HOLD; j++) {
+            const int k = threadIdx.x + j * blockDim.x;
+            if (k < gs) out[base + k] = gv[j] * (h[j] * r);
+        }
+        return;
+    }
     // h is written to out, then read back (by the threads that wrote it) for the sum of squares.
     const float ss = tf_block_sumsq16(
         [&](int k) {
@@ -217,7 +235,7 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
         gs);
     const float r = tf_inv_rms(ss, gs, eps);
     for (int k = threadIdx.x; k < gs; k += blockDim.x)
-        out[base + k] = gain[(size_t)grp * gs + k] * (out[base + k] * r);
+        out[base + k] = gr[k] * (out[base + k] * r);
 }
 
 // relu^2: out = r * r with r = x if x > 0 else 0 (tf_kernels::ops::relu2), element-wise.

@@ -16,6 +16,26 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
     float* yr = y + (size_t)blockIdx.x * width;
     auto v = [&](int k) { return ADD ? xr[k] + orow[k] : xr[k]; };
     const int end = PLANT == 1 ? width - 1 : width;
+    if (width <= TF_HOLD * (int)blockDim.x) {
+        // The row and the gains held, their loads all issued at once; the same bits.
+        float e[TF_HOLD], gv[TF_HOLD];
+#pragma unroll
+        for (int j = 0; j < TF_HOLD; j++) {
+            const int k = threadIdx.x + j * blockDim.x;
+            e[j] = k < width ? v(k) : 0.0f;
+            gv[j] = k < width ? g[k] : 0.0f;
+        }
+        const float r = tf_inv_rms(tf_held_sumsq16(e, end), width, eps);
+#pragma unroll
+        for (int j = 0; j < TF_HOLD; j++) {
+            const int k = threadIdx.x + j * blockDim.x;
+            if (k < width) {
+                if (ADD) xr[k] = e[j];
+                yr[k] = gv[j] * (e[j] * r);
+            }
+        }
+        return;
+    }
     const float ss = tf_block_sumsq16(v, end);  // ends with a barrier: x is read before written
     const float r = tf_inv_rms(ss, width, eps);
 #pragma unroll 4

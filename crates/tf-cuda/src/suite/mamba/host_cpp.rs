@@ -285,9 +285,11 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         "__device__ __forceinline__ float tf_inv_rms(",
         "#define TF_SQ_CHUNK",
         "template <class V>\n__device__ __forceinline__ float tf_block_sumsq16(",
+        "#define TF_HOLD",
+        "__device__ __forceinline__ float tf_held_sumsq16(",
     ] {
         if head.starts_with("#define") {
-            let line = common[common.find(head).expect("TF_SQ_CHUNK")..]
+            let line = common[common.find(head).expect("a #define of common.cuh")..]
                 .lines()
                 .next()
                 .unwrap_or_default();
