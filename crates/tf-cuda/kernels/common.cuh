@@ -95,20 +95,19 @@ __device__ __forceinline__ float tf_inv_rms(float ss, int n, float eps) {
 // Elements a block stages per step of tf_block_sumsq16 (a multiple of 16).
 #define TF_SQ_CHUNK 2048
 
-// sum over k < width of v(k)^2 in the 16-lane order (lane l: fmaf(v, v, acc) for k = l mod 16
-// ascending, then tf_fold16_sum), returned to every thread of the block. The whole block reads
-// the row (v(k): element k, any expression) into shared memory TF_SQ_CHUNK elements at a time,
-// so its loads are in flight together; the 16 chains then read shared memory. Every thread of
-// the block must call it.
-template <class V>
-__device__ __forceinline__ float tf_block_sumsq16(V v, int width) {
+// sum over k < width of a row's squares in the 16-lane order (lane l: fmaf(v, v, acc) for k = l
+// mod 16 ascending, then tf_fold16_sum), returned to every thread of the block. The block stages
+// the row into shared memory TF_SQ_CHUNK elements at a time (stage(c0, len, chunk) writes its
+// elements c0 .. c0 + len - 1 to chunk[0 ..]); the 16 chains then read shared memory. Every
+// thread of the block must call it.
+template <class Stage>
+__device__ __forceinline__ float tf_staged_sumsq16(Stage stage, int width) {
     __shared__ float sq_chunk[TF_SQ_CHUNK];
     __shared__ float sq_sum;
     float acc = 0.0f;
     for (int c0 = 0; c0 < width; c0 += TF_SQ_CHUNK) {
         const int len = min(TF_SQ_CHUNK, width - c0);
-#pragma unroll 4
-        for (int k = threadIdx.x; k < len; k += blockDim.x) sq_chunk[k] = v(c0 + k);
+        stage(c0, len, sq_chunk);
         __syncthreads();
         if (threadIdx.x < 16) {
 #pragma unroll 8
@@ -124,36 +123,34 @@ __device__ __forceinline__ float tf_block_sumsq16(V v, int width) {
     return sq_sum;
 }
 
+// tf_staged_sumsq16 of v(k) (element k, any expression), read by the whole block a chunk at a
+// time, so a chunk's loads are in flight together.
+template <class V>
+__device__ __forceinline__ float tf_block_sumsq16(V v, int width) {
+    return tf_staged_sumsq16(
+        [&](int c0, int len, float* chunk) {
+#pragma unroll 4
+            for (int k = threadIdx.x; k < len; k += blockDim.x) chunk[k] = v(c0 + k);
+        },
+        width);
+}
+
 // Elements a thread holds for tf_held_sumsq16 (rows of at most TF_HOLD * blockDim.x).
 #define TF_HOLD 8
 
-// tf_block_sumsq16's sum (the same order, so the same bits) of the first `width` elements of a
-// row whose element threadIdx.x + j blockDim.x each thread holds in h[j] (its loads, issued
-// together by the caller, need no second trip per chunk). Every thread of the block must call it.
+// tf_staged_sumsq16 (the bits of tf_block_sumsq16) of the first `width` elements of a row whose
+// element threadIdx.x + j blockDim.x each thread holds in h[j]: its loads, issued together by
+// the caller, need no second trip for a second chunk.
 __device__ __forceinline__ float tf_held_sumsq16(const float (&h)[TF_HOLD], int width) {
-    __shared__ float held_chunk[TF_SQ_CHUNK];
-    __shared__ float held_sum;
-    float acc = 0.0f;
-    for (int c0 = 0; c0 < width; c0 += TF_SQ_CHUNK) {
-        const int len = min(TF_SQ_CHUNK, width - c0);
+    return tf_staged_sumsq16(
+        [&](int c0, int len, float* chunk) {
 #pragma unroll
-        for (int j = 0; j < TF_HOLD; j++) {
-            const int k = (int)(threadIdx.x + j * blockDim.x) - c0;
-            if (k >= 0 && k < len) held_chunk[k] = h[j];
-        }
-        __syncthreads();
-        if (threadIdx.x < 16) {
-#pragma unroll 8
-            for (int k = threadIdx.x; k < len; k += 16) acc = fmaf(held_chunk[k], held_chunk[k], acc);
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x < 32) {
-        const float ss = tf_fold16_sum(acc);
-        if (threadIdx.x == 0) held_sum = ss;
-    }
-    __syncthreads();
-    return held_sum;
+            for (int j = 0; j < TF_HOLD; j++) {
+                const int k = (int)(threadIdx.x + j * blockDim.x) - c0;
+                if (k >= 0 && k < len) chunk[k] = h[j];
+            }
+        },
+        width);
 }
 
 // The same tree with max_op(acc[l], acc[l + w]).

@@ -477,36 +477,29 @@ pub(crate) fn expert_matmul(
     // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
     let groups = w.n_experts().min(slots).max(1);
     let format = w.matrix.format();
-    if w.matrix.layout() == crate::weights::Layout::MmaTiles && !plant {
+    let (name, cfg, during) = if w.matrix.layout() == crate::weights::Layout::MmaTiles && !plant {
         let (name, cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups)?;
-        let mut b = gpu.launcher(name)?;
-        b.arg(w.matrix.bytes())
-            .arg(x)
-            .arg(y)
-            .arg(offsets)
-            .arg(&rows)
-            .arg(&cols)
-            .arg(&n_experts);
-        // SAFETY: as below; the stacked tiles hold n_experts * rows / 16 tiles (made for this
-        // shape, `rows` a multiple of 16).
-        return unsafe { b.go(cfg, "launching moe mma matmul") };
-    }
-    w.matrix.need_rows(OP)?;
-    // MLX 4-bit and bf16 in the GPU's own order (tf_slices; its one-row body when a round has
-    // one token, so every group is one row).
-    let (name, mut cfg) = match crate::slices::kernel(format, w.cols()) {
-        Some(_) if !plant => (
-            format!(
-                "tf_moe_slices_{}{}",
-                format.kernel_tag(),
-                if n == 1 { "_one" } else { "" }
+        (name.to_string(), cfg, "launching moe mma matmul")
+    } else {
+        w.matrix.need_rows(OP)?;
+        // MLX 4-bit and bf16 in the GPU's own order (tf_slices; its one-row body when a round
+        // has one token, so every group is one row).
+        let (name, mut cfg) = match crate::slices::kernel(format, w.cols()) {
+            Some(_) if !plant => (
+                format!(
+                    "tf_moe_slices_{}{}",
+                    format.kernel_tag(),
+                    if n == 1 { "_one" } else { "" }
+                ),
+                crate::slices::launch_config(format, w.rows(), w.cols(), n, 1),
             ),
-            crate::slices::launch_config(format, w.rows(), w.cols(), n, 1),
-        ),
-        _ => {
-            let tpr = format.matmul_threads_per_row(w.rows() * groups, n);
-            (geometry_kernel(kernel, tpr), grid(w.rows() * tpr, THREADS))
-        }
+            _ => {
+                let tpr = format.matmul_threads_per_row(w.rows() * groups, n);
+                (geometry_kernel(kernel, tpr), grid(w.rows() * tpr, THREADS))
+            }
+        };
+        cfg.grid_dim.1 = grid_rows(OP, "expert groups", groups)?;
+        (name, cfg, "launching moe expert matmul")
     };
     let mut b = gpu.launcher(&name)?;
     b.arg(w.matrix.bytes())
@@ -516,10 +509,10 @@ pub(crate) fn expert_matmul(
         .arg(&rows)
         .arg(&cols)
         .arg(&n_experts);
-    cfg.grid_dim.1 = grid_rows(OP, "expert groups", groups)?;
     // SAFETY: (u8*, f32*, f32*, i32*, i32, i32, i32); the stacked weight holds n_experts * rows
-    // rows (validated at upload); every group lies within the `slots` rows checked above.
-    unsafe { b.go(cfg, "launching moe expert matmul") }
+    // rows (validated at upload; in the mma tiles, n_experts * rows / 16 tiles made for this
+    // shape, `rows` a multiple of 16); every group lies within the `slots` rows checked above.
+    unsafe { b.go(cfg, during) }
 }
 
 /// `v` as a grid's y dimension (at most 65535).
