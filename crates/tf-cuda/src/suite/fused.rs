@@ -568,9 +568,7 @@ fn norm_rope_case(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
         if b.differing > 0 && first_bad.is_none() {
             first_bad = Some(n);
         }
-        bits.compared += b.compared;
-        bits.differing += b.differing;
-        bits.max_abs_diff = bits.max_abs_diff.max(b.max_abs_diff);
+        bits.add(b);
         calls += 1;
     }
     let planted = launch(n_max, Pairing::Interleaved)?;

@@ -7,7 +7,7 @@
 #[cfg(test)]
 mod host_cpp;
 
-use super::{compare_bits, control, verdict, CaseResult, CpuBits, Depth, ErrSlot, SuiteResult};
+use super::{compare_bits, control, verdict, CaseResult, Depth, ErrSlot, SuiteResult};
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
@@ -20,21 +20,6 @@ use tf_kernels::ops::{exp, mamba_step, rms_norm_gated, MambaParams, MambaState};
 
 const MAX_ROWS: usize = 100;
 const TOL: Tolerance = Tolerance::new(2e-5, 2e-5);
-
-/// The harness's verdict, failed when any GPU value differs from the CPU kernel's bits (the
-/// GPU must reproduce the CPU exactly, not only within the tolerance).
-fn with_bits(
-    v: std::result::Result<Report, String>,
-    bits: CpuBits,
-) -> std::result::Result<Report, String> {
-    match v {
-        Ok(_) if bits.differing > 0 => Err(format!(
-            "{} of {} values differ from the CPU kernel's bits (max {:.2e})",
-            bits.differing, bits.compared, bits.max_abs_diff
-        )),
-        other => other,
-    }
-}
 
 fn cpu_err(op: &'static str) -> impl Fn(tf_kernels::ops::OpError) -> CudaError {
     move |e| CudaError::Shape {
@@ -368,7 +353,7 @@ fn step_case(
             c.conv_bias.is_some(),
             c.dt_limit
         ),
-        verdict: with_bits(v, bits),
+        verdict: bits.gate(v, "the CPU kernel's bits"),
         cpu_bits: Some(bits),
     });
     if with_controls {
@@ -593,7 +578,7 @@ fn norm_case(
     out.cases.push(CaseResult {
         op: "rms_norm_gated".into(),
         case: format!("width {width}, {groups} groups, z strided"),
-        verdict: with_bits(v, bits),
+        verdict: bits.gate(v, "the CPU kernel's bits"),
         cpu_bits: Some(bits),
     });
     Ok(())

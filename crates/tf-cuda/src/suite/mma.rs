@@ -122,19 +122,10 @@ fn case(
         for n in [40, 1].into_iter().filter(|&n| c.fits(n, cols)) {
             let mut y = vec![0f32; n * rows];
             run_how(&w, Some((c.kernel(), c)), &xs[..n], &mut y);
-            let b = compare_bits(&y, &want[..n * rows]);
-            bits.compared += b.compared;
-            bits.differing += b.differing;
-            bits.max_abs_diff = bits.max_abs_diff.max(b.max_abs_diff);
+            bits.add(compare_bits(&y, &want[..n * rows]));
         }
     }
-    let verdict = match v {
-        Ok(_) if bits.differing > 0 => Err(format!(
-            "the choices differ: {} of {} (max {:.2e})",
-            bits.differing, bits.compared, bits.max_abs_diff
-        )),
-        v => v,
-    };
+    let verdict = bits.gate(v, "the launcher's bits");
     out.cases.push(CaseResult {
         op: name.clone(),
         case: format!("{label} (bits: each choice against the launcher's)"),

@@ -45,6 +45,27 @@ pub struct CpuBits {
     pub max_abs_diff: f64,
 }
 
+impl CpuBits {
+    /// Adds another comparison's counts to these.
+    pub(crate) fn add(&mut self, b: CpuBits) {
+        self.compared += b.compared;
+        self.differing += b.differing;
+        self.max_abs_diff = self.max_abs_diff.max(b.max_abs_diff);
+    }
+
+    /// The contract verdict `v`, failed too when any compared value differs from `of` (the
+    /// bits these kernels promise, not only the tolerance).
+    pub(crate) fn gate(self, v: Result<Report, String>, of: &str) -> Result<Report, String> {
+        match v {
+            Ok(_) if self.differing > 0 => Err(format!(
+                "GPU != {of}: {} of {} differ (max {:.2e})",
+                self.differing, self.compared, self.max_abs_diff
+            )),
+            v => v,
+        }
+    }
+}
+
 /// One planted control's outcome.
 #[derive(Debug)]
 pub struct ControlResult {
