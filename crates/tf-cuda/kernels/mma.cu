@@ -9,13 +9,15 @@
 // nibble r the low and nibble r + 4 the high half of register r. With g = L / 4, t = L % 4 and
 // k = 16 m: register 0 is row g, columns k + 2t, k + 2t + 1; register 1 row g + 8, the same
 // columns; registers 2 and 3 the same rows, columns + 8 (the PTX ISA's m16n8k16 A layout).
-// After every tile's codes: f32 (s, b) for (T, G, row r of the tile), at (T groups + G) 16 + r.
+// After every tile's codes: f32 (s, b - 128 s) for (T, G, row r of the tile), at (T groups + G)
+// 16 + r.
 //
 // x (f32, n rows), 8 rows a block: lane (g, t) feeds the block's row g. Each value is split
-// into bf16 parts hi = bf16(v) and lo = bf16(v - hi), the tensor cores sum q (lo, then hi) per
-// 16 columns, and X, the group's sum of the parts, comes from the same fragments times a matrix
-// of ones. A group adds s Σ q x + b X to its outputs (two FMAs); warp w takes groups
-// w, w + MMA_KW, ... and the warps' sums are added in warp order.
+// into bf16 parts hi = bf16(v) and lo = bf16(v - hi), the tensor cores sum 128 + q (exact in
+// bf16; lo, then hi) per 16 columns, and X, the group's sum of the parts, comes from the same
+// fragments times a matrix of ones. A group adds s Σ (128 + q) x + (b - 128 s) X to its outputs
+// (two FMAs; the tiles hold b - 128 s); warp w takes groups w, w + MMA_KW, ... and the warps'
+// sums are added in warp order.
 
 #define MMA_KW 16     // warps a block along the groups (fixed: it orders an output's sum)
 #define MMA_MOE_KW 4  // the same for the grouped expert products (moe.cu), whose K is small
@@ -35,9 +37,6 @@ static inline u32 tf_mma_bf16x2(float lo, float hi) {
 }
 static inline float tf_mma_lo(u32 v) { return __int_as_float((int)(v << 16)); }
 static inline float tf_mma_hi(u32 v) { return __int_as_float((int)(v & 0xffff0000u)); }
-static inline u32 tf_mma_less128(u32 a) {
-    return tf_mma_bf16x2(tf_mma_lo(a) - 128.0f, tf_mma_hi(a) - 128.0f);
-}
 static u32 tf_mma_frag[64][32][6];
 static float tf_mma_acc[64][32][4];
 static inline void tf_mma_16816(float* d, const u32* a, u32 b0, u32 b1) {
@@ -74,11 +73,6 @@ __device__ __forceinline__ u32 tf_mma_bf16x2(float lo, float hi) {
 }
 __device__ __forceinline__ float tf_mma_lo(u32 v) { return __int_as_float((int)(v << 16)); }
 __device__ __forceinline__ float tf_mma_hi(u32 v) { return __int_as_float((int)(v & 0xffff0000u)); }
-// Both halves less 128, in bf16 (exact for 128 + q).
-__device__ __forceinline__ u32 tf_mma_less128(u32 a) {
-    asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(a) : "r"(0x3f803f80u), "r"(0xc300c300u));
-    return a;
-}
 __device__ __forceinline__ void tf_mma_16816(float* d, const u32* a, u32 b0, u32 b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -92,10 +86,11 @@ __device__ __forceinline__ void tf_mma_16816(float* d, const u32* a, u32 b0, u32
 // then takes one immediate, 0x43004300, and the mask needs no move before each use.
 __device__ __forceinline__ u32 tf_mma_mask(int n) { return 0x000f000fu | ((u32)n & 0x80000000u); }
 
-// The A registers of code word v: bf16 pairs q (128 + q by one LOP3, less 128 in bf16).
+// The A registers of code word v: bf16 pairs 128 + q, by one LOP3 (the 128 is taken off in the
+// epilogue, through the tiles' b - 128 s).
 __device__ __forceinline__ void tf_mma_codes(u32 v, u32* a, u32 mask) {
 #pragma unroll
-    for (int r = 0; r < 4; r++) a[r] = tf_mma_less128(((v >> (4 * r)) & mask) | 0x43004300u);
+    for (int r = 0; r < 4; r++) a[r] = ((v >> (4 * r)) & mask) | 0x43004300u;
 }
 
 // The bf16 parts of a pair of x values: hi = bf16(v), lo = bf16(v - hi).
@@ -283,9 +278,10 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
                                            x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
 }
 
-// tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block.
+// tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block; at one
+// tile, registers for two blocks an SM.
 #define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_KW)                                  \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
         tf_follow();                                                                           \
         tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \
@@ -332,7 +328,8 @@ extern "C" __global__ void tf_mma_tile_mlx4(const u8* src, u8* dst, int rows, in
         v.x = 0.0f, v.y = 0.0f;
         if (16 * T + lane < rows) {
             const u32* p = unit(lane, 2 * G);
-            v.x = __int_as_float((int)p[4]), v.y = __int_as_float((int)p[5]);
+            v.x = __int_as_float((int)p[4]);
+            v.y = __int_as_float((int)p[5]) - 128.0f * v.x;  // 128 s is exact: one rounding
         }
         ((float2*)(dst + (size_t)tiles * groups * 512))[tg * 16 + lane] = v;
     }

@@ -91,9 +91,11 @@ fn case(
         }
     };
     // |x| <= 1: x's two bf16 parts leave at most 2^-17 |x| each (8 units of 2^-24 a term), the
-    // f32 sums of a group and of the groups (a term's share of them), the epilogue's FMAs.
+    // f32 sums of a group and of the groups (a term's share of them), the epilogue's FMAs; the
+    // 128 in the group's sums (128 + q, then 128 s X off): up to 271 s a term, where wmax >= 7.5 s
+    // (a group's 16 codes span 15 s), so 36 more.
     let k = cols as f64;
-    let abs = (8.0 + 16.0 + (cols / 64) as f64 / 16.0 + 4.0) * U * k * wmax;
+    let abs = (8.0 + 16.0 + 36.0 + (cols / 64) as f64 / 16.0 + 4.0) * U * k * wmax;
     let gen = |r: &mut Rng, _: usize| r.vec_uniform(cols, -1.0, 1.0);
     let reference = |x: &Vec<f32>, o: &mut [f64]| dense_reference(&wf, cols, x, o);
     let name = format!("matmul mma MLX 4-bit g{group} {ty:?}");
@@ -211,7 +213,7 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
         }
     };
     let k = cols as f64;
-    let abs = (8.0 + 16.0 + (cols / 64) as f64 / 4.0 + 4.0) * U * k * wmax;
+    let abs = (8.0 + 16.0 + 36.0 + (cols / 64) as f64 / 4.0 + 4.0) * U * k * wmax;
     let gen = |r: &mut Rng, _: usize| r.vec_uniform(cols, -1.0, 1.0);
     let reference = |x: &Vec<f32>, o: &mut [f64]| {
         let e = expert_of(x, 0);
