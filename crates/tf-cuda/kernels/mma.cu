@@ -115,73 +115,16 @@ struct TfMmaGroup {
     float2 lo[RT], hi[RT];
 };
 
-// A warp's groups arrive through a ring of MMA_STAGES slots in shared memory, copied by
-// cp.async (no registers held while they are in flight): MMA_STAGES - 1 groups ahead of the one
-// being multiplied. A slot: each lane's codes of the RT tiles, then the tiles' 16 rows of
-// (s, b - 128 s).
-#define MMA_STAGES 4
-template <int RT>
-struct TfMmaSlot {
-    uint4 q[RT][32];
-    float2 sb[RT][16];
-};
-
-#ifdef TF_HOST_SIMT
-static inline void tf_cp16(void* dst, const void* src, bool on) {
-    if (on) std::memcpy(dst, src, 16);
-}
-static inline void tf_cp4(void* dst, const void* src, bool on) {
-    if (on) std::memcpy(dst, src, 4);
-}
-static inline void tf_cp_commit() {}
-static inline void tf_cp_wait_ring() {}
-static inline void tf_cp_wait_all() {}
-#else
-// 16 (or 4) bytes from global to shared memory where `on`; else nothing is read (the slot's
-// bytes become zeros, never used).
-__device__ __forceinline__ void tf_cp16(void* dst, const void* src, bool on) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     (u32)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(on ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void tf_cp4(void* dst, const void* src, bool on) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
-                     (u32)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(on ? 4 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void tf_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Until all but the newest MMA_STAGES - 2 of this lane's copy groups have landed.
-__device__ __forceinline__ void tf_cp_wait_ring() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_STAGES - 2) : "memory");
-}
-// Until all of this lane's copies have landed.
-__device__ __forceinline__ void tf_cp_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-#endif
-
-// A lane's copies of the next group into slot d where `on`: its codes of the RT tiles at wp,
-// and 4 bytes of each tile's scales at cs (a tile's 16 rows of (s, b) are 32 words, a lane
-// each); then both move KW groups on.
+// The group of the RT tiles at wp, sp, which then move KW groups on.
 template <int RT, int KW>
-__device__ __forceinline__ void tf_mma_fetch(TfMmaSlot<RT>& d, const uint4** wp,
-                                             const float** cs, int lane, bool on) {
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
+                                            const float2** sp) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        tf_cp16(&d.q[r][lane], wp[r], on);
-        tf_cp4((float*)d.sb[r] + lane, cs[r], on);
-        wp[r] += 32 * KW, cs[r] += 32 * KW;
-    }
-}
-
-// A lane's registers of the group in slot s: its codes, (s, b) of its rows g and g + 8.
-template <int RT>
-__device__ __forceinline__ void tf_mma_take(TfMmaGroup<RT>& d, const TfMmaSlot<RT>& s, int lane) {
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-        d.q[r] = s.q[r][lane];
-        d.lo[r] = s.sb[r][lane >> 2];
-        d.hi[r] = s.sb[r][(lane >> 2) + 8];
+        d.q[r] = __ldg(wp[r]);
+        d.lo[r] = __ldg(sp[r]);
+        d.hi[r] = __ldg(sp[r] + 8);
+        wp[r] += 32 * KW, sp[r] += 16 * KW;
     }
 }
 
@@ -246,57 +189,45 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
 }
 
 // y[j, row] for x rows j0 .. j0 + 7 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix of
-// `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, each
-// warp's groups through its ring (dynamic shared memory after the staging: KW x MMA_STAGES
-// slots). The ring's first copies go out before anything else; FOLLOW: then the wait for the
-// kernels before (tf_follow; the weights are written by none of them). STAGED: the block then
-// splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each (row,
-// group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting copies
-// (rows x groups x 256 bytes, at the start of the dynamic shared memory).
-template <int RT, int KW, int STAGED, int PLANT, int FOLLOW>
+// `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
+// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
+// first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
+// (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
+// copies (dynamic shared memory: rows x groups x 256 bytes).
+template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
                                             int n, int j0, int tile0, int rows, int cols) {
     __shared__ float red[KW][32][4];
-#ifdef TF_HOST_SIMT
-    uint4* dyn = (uint4*)tf_dyn_smem;
-#else
-    extern __shared__ uint4 tf_mma_dyn[];
-    uint4* dyn = tf_mma_dyn;
-#endif
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int groups = cols >> 6, tiles = (rows + 15) >> 4;
-    // A lane past the last x row reads the last (its D column is not stored; columns do
-    // not mix).
-    const int live = min(8, n - j0);
-    const int staging = STAGED ? live * groups * 16 : 0;  // uint4s
-    TfMmaSlot<RT>* ring = (TfMmaSlot<RT>*)(dyn + staging) + w * MMA_STAGES;
     const uint4* wp[RT];
-    const float* cs[RT];
+    const float2* sp[RT];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         const size_t tg = (size_t)min(tile0 + r, tiles - 1) * groups + w;
         wp[r] = wq + tg * 32 + lane;
-        cs[r] = (const float*)(sb + tg * 16) + lane;
+        sp[r] = sb + tg * 16 + g;
     }
-    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
-#pragma unroll
-    for (int i = 0; i < MMA_STAGES - 1; i++) {
-        tf_mma_fetch<RT, KW>(ring[i], wp, cs, lane, i < steps);
-        tf_cp_commit();
-    }
-    if constexpr (FOLLOW) tf_follow();
+    // A lane past the last x row reads the last (its D column is not stored; columns do
+    // not mix).
+    const int live = min(8, n - j0);
     TfMmaX<STAGED, KW> xr;
     if constexpr (STAGED) {
+#ifdef TF_HOST_SIMT
+        uint4* xs = (uint4*)tf_dyn_smem;
+#else
+        extern __shared__ uint4 xs[];
+#endif
         for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
             const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
-            dyn[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
-                                  16 * m + 2 * tt);
+            xs[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
+                                 16 * m + 2 * tt);
         }
         __syncthreads();
-        xr.p = dyn + ((size_t)min(g, live - 1) * groups + w) * 16 + t;
+        xr.p = xs + ((size_t)min(g, live - 1) * groups + w) * 16 + t;
     } else {
         xr.p = x + (size_t)(j0 + min(g, live - 1)) * cols + 64 * w + 2 * t;
     }
@@ -305,26 +236,17 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
+    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    // Slot s holds groups s, s + MMA_STAGES, ...: the loop runs a round of the ring at a time.
-    for (int i0 = 0; i0 < steps; i0 += MMA_STAGES) {
-#pragma unroll
-        for (int s = 0; s < MMA_STAGES; s++) {
-            const int i = i0 + s;
-            if (i >= steps) break;
-            // Group i has landed for every lane; the slot refilled next was read by all of
-            // them in the step before.
-            tf_cp_wait_ring();
-            __syncwarp();
-            tf_mma_fetch<RT, KW>(ring[(s + MMA_STAGES - 1) % MMA_STAGES], wp, cs, lane,
-                                 i + MMA_STAGES - 1 < steps);
-            tf_cp_commit();
-            TfMmaGroup<RT> d;
-            tf_mma_take<RT>(d, ring[s], lane);
-            tf_mma_group<RT, KW, STAGED, PLANT>(d, xr, mask, n, yacc);
-        }
+    TfMmaGroup<RT> a, b;
+    if (steps > 0) tf_mma_load<RT, KW>(a, wp, sp);
+    for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) tf_mma_load<RT, KW>(b, wp, sp);
+        tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
+        if (i + 1 >= steps) break;
+        if (i + 2 < steps) tf_mma_load<RT, KW>(a, wp, sp);
+        tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
     }
-    tf_cp_wait_all();  // the last (empty) copies land before the ring is used again (moe.cu)
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -352,9 +274,8 @@ __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles
 template <int RT, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
-    tf_mma_body<RT, MMA_KW, STAGED, PLANT, 1>((const uint4*)W,
-                                              tf_mma_scales(W, (rows + 15) >> 4, cols), x, y, n,
-                                              blockIdx.y * 8, blockIdx.x * RT, rows, cols);
+    tf_mma_body<RT, MMA_KW, STAGED, PLANT>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
+                                           x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
 }
 
 // tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block; at one
@@ -362,7 +283,8 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
 #define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
-        tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols); /* tf_follow in the body */    \
+        tf_follow();                                                                           \
+        tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \
     }
 TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0)
 TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0)

@@ -587,9 +587,9 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const uint4* wq = (const uint4*)W + first * 32;
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
     for (int j0 = 0; j0 < cnt; j0 += 8)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, 0>(wq, sb, xg + (size_t)off * cols,
-                                                  yg + (size_t)off * rows, cnt, j0,
-                                                  blockIdx.x * RT, rows, cols);
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(wq, sb, xg + (size_t)off * cols,
+                                               yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
+                                               rows, cols);
 }
 
 #define TF_MOE_MMA_ENTRY(NAME, RT, STAGED)                                                     \

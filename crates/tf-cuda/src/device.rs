@@ -278,17 +278,16 @@ impl Gpu {
                 .map_err(drv("raising a kernel's shared memory limit"))?;
             }
         }
-        // The tensor cores' products stage x and ring their weights beside their static
-        // reduction buffer.
-        let mma = crate::mma::KERNEL_NAMES
+        // The tensor cores' product stages x beside its static reduction buffer.
+        let staged = crate::mma::KERNEL_NAMES
             .iter()
             .chain(crate::moe::KERNEL_NAMES)
-            .filter(|n| n.contains("_mma_mlx4"));
-        for name in mma {
+            .filter(|n| n.ends_with("_staged"));
+        for name in staged {
             let (f, _) = &functions[*name];
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                crate::mma::smem_max() as i32,
+                crate::mma::STAGING_MAX as i32,
             )
             .map_err(drv("raising a kernel's shared memory limit"))?;
         }

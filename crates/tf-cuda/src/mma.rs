@@ -90,20 +90,6 @@ pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
 /// Most shared memory a block's staged x may take.
 pub(crate) const STAGING_MAX: usize = 64 << 10;
 
-/// Groups in a warp's ring (`MMA_STAGES` in kernels/mma.cu).
-const STAGES: usize = 4;
-
-/// Shared memory of the rings of a block of `warps` warps taking `rt` tiles: 640 bytes a tile
-/// a slot.
-fn ring_bytes(rt: usize, warps: u32) -> usize {
-    warps as usize * STAGES * rt * 640
-}
-
-/// Most dynamic shared memory an mma block takes: the staging and the rings of two tiles.
-pub(crate) fn smem_max() -> usize {
-    STAGING_MAX + ring_bytes(2, WARPS.max(MOE_WARPS))
-}
-
 /// How a block takes its x: `rt` row tiles a block, and `staged` (x split once into shared
 /// memory) or not (each lane splits its own); every choice gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,8 +154,7 @@ fn staging_bytes(n: usize, cols: usize) -> usize {
     n.min(8) * (cols / GROUP) * 256
 }
 
-/// A block for `c.rt` tiles by 8 x rows, with its staging and rings (counted in
-/// [`crate::slices::launches`]).
+/// A block for `c.rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
 fn launch(c: Choice, rows: usize, cols: usize, n: usize) -> LaunchConfig {
     crate::slices::count_launch();
     LaunchConfig {
@@ -179,8 +164,11 @@ fn launch(c: Choice, rows: usize, cols: usize, n: usize) -> LaunchConfig {
             1,
         ),
         block_dim: (32 * WARPS, 1, 1),
-        shared_mem_bytes: (if c.staged { staging_bytes(n, cols) } else { 0 }
-            + ring_bytes(c.rt, WARPS)) as u32,
+        shared_mem_bytes: if c.staged {
+            staging_bytes(n, cols) as u32
+        } else {
+            0
+        },
     }
 }
 
@@ -215,8 +203,11 @@ pub(crate) fn experts_launch(
     let cfg = LaunchConfig {
         grid_dim: (rows.div_ceil(16 * MOE_TILES).max(1) as u32, groups, 1),
         block_dim: (32 * MOE_WARPS, 1, 1),
-        shared_mem_bytes: (if staged { staging_bytes(1, cols) } else { 0 }
-            + ring_bytes(MOE_TILES, MOE_WARPS)) as u32,
+        shared_mem_bytes: if staged {
+            staging_bytes(1, cols) as u32
+        } else {
+            0
+        },
     };
     let name = if staged {
         "tf_moe_mma_mlx4_staged"

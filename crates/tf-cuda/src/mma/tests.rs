@@ -72,12 +72,11 @@ fn harness() -> String {
         .map(|&c| (c.kernel(), c))
         .chain([(PLANT_ROW_VARIANT, plant)]);
     for (name, c) in kernels {
-        let staging = if c.staged {
+        let smem = if c.staged {
             "(size_t)std::min(n, 8) * (cols / 64) * 256"
         } else {
             "0"
         };
-        let smem = format!("{staging} + {}", ring_bytes(c.rt, WARPS));
         calls.push_str(&format!(
             "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
@@ -265,8 +264,8 @@ fn moe_harness() -> String {
          \x20   if (fread(src.data(), 1, src.size(), fi) != src.size() || fread(offsets.data(), 4, ne + 1, fi) != (size_t)ne + 1 || fread(x.data(), 4, x.size(), fi) != x.size()) return 1;\n\
          \x20   tf_launch(D3{{(unsigned)((nt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ tf_mma_tile_mlx4(src.data(), tiles.data(), ne * rows, cols); }});\n\
          \x20   const D3 grid{{(unsigned)((rows + 31) / 32), (unsigned)std::min(ne, slots), 1}};\n\
-         \x20   if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256 + {ring}, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20   else tf_launch(grid, {threads}, {ring}, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   fwrite(y.data(), 4, y.size(), fo);\n\
          \x20   fclose(fo);\n\
          \x20   return 0;\n\
@@ -274,7 +273,6 @@ fn moe_harness() -> String {
         prelude = host_cxx::SIMT_PRELUDE,
         source = include_str!("../../kernels/mma.cu"),
         threads = 32 * MOE_WARPS,
-        ring = ring_bytes(MOE_TILES, MOE_WARPS),
     )
 }
 
