@@ -25,21 +25,11 @@ typedef unsigned long long u64;
 // go before it). Inside a round's graph, kernels follow each other by programmatic edges
 // (src/graphs.rs): a kernel is launched as the blocks of the one before it exit, before that
 // kernel's completion is flushed, so each waits here until the kernels before it have finished
-// and their writes are visible. Outside such an edge the wait is a no-op.
+// and their writes are visible. No kernel lets the next launch earlier (launch_dependents): that
+// measured slower (docs/perf.md). Outside such an edge the wait is a no-op.
 __device__ __forceinline__ void tf_follow() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-// tf_follow, then the next kernel may launch at once (launch_dependents): in the kernels of a
-// wave or less at one row (norms, the Mamba steps, routing and combine, element-wise ops), so
-// that the matrix products after them place their blocks and load their first weights (before
-// their own tf_follow) while these run. Every kernel still waits for all before it to finish.
-// (Each kernel letting the next launch measured slower, session 13: docs/perf.md.)
-__device__ __forceinline__ void tf_follow_release() {
-    tf_follow();
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 #endif

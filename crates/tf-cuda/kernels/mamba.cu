@@ -86,7 +86,7 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
                                     const float* bias, int has_bias, float* pool,                \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int cd, int kernel,   \
-                                    float* out) { tf_follow_release();                           \
+                                    float* out) { tf_follow();                                   \
         tf_mamba_conv<PLANT>(proj, proj_stride, x_off, w, bias, has_bias, pool, slots, pos,     \
                              n_slots, slot_stride, layer_off, n, cd, kernel, out);               \
     }
@@ -186,8 +186,7 @@ __device__ __forceinline__ void tf_mamba_ssm(
                                     const float* dt_bias, float dt_lo, float dt_hi, float* pool, \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int heads,            \
-                                    int head_dim, int groups, int ns, float* y) {                \
-        tf_follow_release();                                                                     \
+                                    int head_dim, int groups, int ns, float* y) { tf_follow();   \
         tf_mamba_ssm<PLANT>(xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo, dt_hi, \
                             pool, slots, pos, n_slots, slot_stride, layer_off, n, heads,         \
                             head_dim, groups, ns, y);                                            \
@@ -203,6 +202,7 @@ TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2)
 extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, int z_stride,
                                                const float* gain, float eps, int width, int groups,
                                                float* out) {
+    tf_follow();
     const int i = blockIdx.x, grp = blockIdx.y;
     const int gs = width / groups;
     const size_t base = (size_t)i * width + (size_t)grp * gs;
@@ -214,13 +214,8 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
 #pragma unroll
         for (int j = 0; j < TF_HOLD; j++) {
             const int k = threadIdx.x + j * blockDim.x;
-            gv[j] = k < gs ? gr[k] : 0.0f;
-        }
-        tf_follow_release();  // after the gains' loads
-#pragma unroll
-        for (int j = 0; j < TF_HOLD; j++) {
-            const int k = threadIdx.x + j * blockDim.x;
             h[j] = k < gs ? tf_silu(zr[k]) * y[base + k] : 0.0f;
+            gv[j] = k < gs ? gr[k] : 0.0f;
         }
         const float r = tf_inv_rms(tf_held_sumsq16(h, gs), gs, eps);
 #pragma unroll
@@ -230,7 +225,6 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
         }
         return;
     }
-    tf_follow_release();
     // h is written to out, then read back (by the threads that wrote it) for the sum of squares.
     const float ss = tf_block_sumsq16(
         [&](int k) {
@@ -246,7 +240,7 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
 
 // relu^2: out = r * r with r = x if x > 0 else 0 (tf_kernels::ops::relu2), element-wise.
 extern "C" __global__ void tf_nh_relu2(const float* x, float* out, int len) {
-    tf_follow_release();
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) {
         const float v = x[t];

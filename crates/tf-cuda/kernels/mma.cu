@@ -115,44 +115,15 @@ struct TfMmaGroup {
     float2 lo[RT], hi[RT];
 };
 
-#ifdef TF_HOST_SIMT
-template <class T>
-static inline T tf_mma_ld_early(const T* p) {
-    return *p;
-}
-#else
-// A load of weights that stays before tf_follow (an asm statement, which the compiler keeps in
-// order with the wait's; it may move a plain __ldg after it).
-__device__ __forceinline__ uint4 tf_mma_ld_early(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-__device__ __forceinline__ float2 tf_mma_ld_early(const float2* p) {
-    float2 v;
-    asm volatile("ld.global.nc.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "l"(p));
-    return v;
-}
-#endif
-
-// The group of the RT tiles at wp, sp, which then move KW groups on. EARLY: loaded before
-// tf_follow.
-template <int RT, int KW, bool EARLY = false>
+// The group of the RT tiles at wp, sp, which then move KW groups on.
+template <int RT, int KW>
 __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
                                             const float2** sp) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        if constexpr (EARLY) {
-            d.q[r] = tf_mma_ld_early(wp[r]);
-            d.lo[r] = tf_mma_ld_early(sp[r]);
-            d.hi[r] = tf_mma_ld_early(sp[r] + 8);
-        } else {
-            d.q[r] = __ldg(wp[r]);
-            d.lo[r] = __ldg(sp[r]);
-            d.hi[r] = __ldg(sp[r] + 8);
-        }
+        d.q[r] = __ldg(wp[r]);
+        d.lo[r] = __ldg(sp[r]);
+        d.hi[r] = __ldg(sp[r] + 8);
         wp[r] += 32 * KW, sp[r] += 16 * KW;
     }
 }
@@ -222,9 +193,8 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
 // groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
 // first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
-// copies (dynamic shared memory: rows x groups x 256 bytes). The first two groups' loads go
-// out first; FOLLOW: then the wait for the kernels before (tf_follow; no kernel writes weights).
-template <int RT, int KW, int STAGED, int PLANT, int FOLLOW>
+// copies (dynamic shared memory: rows x groups x 256 bytes).
+template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
@@ -240,18 +210,6 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         const size_t tg = (size_t)min(tile0 + r, tiles - 1) * groups + w;
         wp[r] = wq + tg * 32 + lane;
         sp[r] = sb + tg * 16 + g;
-    }
-    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
-    TfMmaGroup<RT> a, b;
-    // (Nested, so that the loads end in their own block of code: ptxas moved the wait above
-    // them when they were merely predicated.)
-    if (steps > 0) {
-        tf_mma_load<RT, KW, FOLLOW>(a, wp, sp);
-        if (steps > 1) tf_mma_load<RT, KW, FOLLOW>(b, wp, sp);
-    }
-    if constexpr (FOLLOW) {
-        __syncwarp();
-        tf_follow();
     }
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
@@ -278,13 +236,16 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
+    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
+    TfMmaGroup<RT> a, b;
+    if (steps > 0) tf_mma_load<RT, KW>(a, wp, sp);
     for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) tf_mma_load<RT, KW>(b, wp, sp);
         tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
         if (i + 2 < steps) tf_mma_load<RT, KW>(a, wp, sp);
         tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
-        if (i + 3 < steps) tf_mma_load<RT, KW>(b, wp, sp);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll
@@ -313,9 +274,8 @@ __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles
 template <int RT, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
-    tf_mma_body<RT, MMA_KW, STAGED, PLANT, 1>((const uint4*)W,
-                                              tf_mma_scales(W, (rows + 15) >> 4, cols), x, y, n,
-                                              blockIdx.y * 8, blockIdx.x * RT, rows, cols);
+    tf_mma_body<RT, MMA_KW, STAGED, PLANT>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
+                                           x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
 }
 
 // tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block; at one
@@ -323,7 +283,8 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
 #define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
-        tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols); /* its tf_follow: the body's */ \
+        tf_follow();                                                                           \
+        tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \
     }
 TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0)
 TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0)

@@ -258,7 +258,7 @@ extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, cons
                                                        int topk_group, float scaling,
                                                        int norm_topk, float fill, int* offsets,
                                                        int* order, int* where_) {
-    tf_follow_release();
+    tf_follow();
     extern __shared__ unsigned long long rt_keys[];
     tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k, n_group,
                             topk_group, scaling, norm_topk, fill);
@@ -440,7 +440,7 @@ TF_MOE_SLICES_ENTRIES(tf_moe_slices_bf16, FMT_BF16)
 
 // relu²: out = max(x, 0)², as tf_kernels' relu2 (r = x > 0 ? x : 0; r * r).
 extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {
-    tf_follow_release();
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) {
         const float v = x[t];
@@ -506,7 +506,7 @@ __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
 extern "C" __global__ void tf_moe_combine(const float* yg, const int* where_, const float* weights,
                                           const float* gain, float* out, int top_k, int width,
                                           int norm, float eps) {
-    tf_follow_release();
+    tf_follow();
     tf_moe_combine<0>(yg, where_, weights, gain, out, top_k, width, norm, eps);
 }
 
@@ -587,7 +587,7 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const uint4* wq = (const uint4*)W + first * 32;
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
     for (int j0 = 0; j0 < cnt; j0 += 8)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, 0>(wq, sb, xg + (size_t)off * cols,
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(wq, sb, xg + (size_t)off * cols,
                                                yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
                                                rows, cols);
 }

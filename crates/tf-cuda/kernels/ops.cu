@@ -6,7 +6,7 @@
 // (tf_block_sumsq16), r = 1 / sqrt(ss / n + eps), then y = g * (x * r). ADD: the residual add
 // first, x = x + o, written back, and the norm of that sum (the bits of tf_add_inplace and then
 // tf_rms_norm, in one launch). PLANT = 1 is a planted control: the sum of squares skips the last
-// element of the row. Waits for the kernels before (tf_follow_release) after loading the gains.
+// element of the row.
 template <int PLANT, bool ADD>
 __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* __restrict__ o,
                                             const float* __restrict__ g, float* __restrict__ y,
@@ -22,13 +22,8 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
 #pragma unroll
         for (int j = 0; j < TF_HOLD; j++) {
             const int k = threadIdx.x + j * blockDim.x;
-            gv[j] = k < width ? g[k] : 0.0f;
-        }
-        tf_follow_release();
-#pragma unroll
-        for (int j = 0; j < TF_HOLD; j++) {
-            const int k = threadIdx.x + j * blockDim.x;
             e[j] = k < width ? v(k) : 0.0f;
+            gv[j] = k < width ? g[k] : 0.0f;
         }
         const float r = tf_inv_rms(tf_held_sumsq16(e, end), width, eps);
 #pragma unroll
@@ -41,7 +36,6 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
         }
         return;
     }
-    tf_follow_release();
     const float ss = tf_block_sumsq16(v, end);  // ends with a barrier: x is read before written
     const float r = tf_inv_rms(ss, width, eps);
 #pragma unroll 4
@@ -54,21 +48,25 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
 
 extern "C" __global__ void tf_rms_norm(const float* x, const float* g, float* y, int width,
                                        float eps) {
+    tf_follow();
     tf_rms_norm<0, false>((float*)x, nullptr, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_plant_rms_norm_short(const float* x, const float* g, float* y,
                                                    int width, float eps) {
+    tf_follow();
     tf_rms_norm<1, false>((float*)x, nullptr, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_add_rms_norm(float* x, const float* o, const float* g, float* y,
                                            int width, float eps) {
+    tf_follow();
     tf_rms_norm<0, true>(x, o, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_plant_add_rms_norm_short(float* x, const float* o, const float* g,
                                                        float* y, int width, float eps) {
+    tf_follow();
     tf_rms_norm<1, true>(x, o, g, y, width, eps);
 }
 
@@ -103,7 +101,7 @@ extern "C" __global__ void tf_silu_mul(const float* gate, const float* up, float
 
 // Residual: acc += x, element-wise.
 extern "C" __global__ void tf_add_inplace(float* acc, const float* x, int len) {
-    tf_follow_release();
+    tf_follow();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < len) acc[t] = acc[t] + x[t];
 }
