@@ -198,11 +198,12 @@ TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2)
 
 // Grouped gated RMSNorm (tf_kernels::ops::rms_norm_gated), one block per (row, group):
 // h = silu(z) * y (rounded), r = 1 / sqrt(dot16(h, h) / gs + eps) per group, out = g * (h * r).
-// z of row i is at z[i * z_stride]; y and out are [n, width].
-extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, int z_stride,
-                                               const float* gain, float eps, int width, int groups,
-                                               float* out) {
-    tf_follow();
+// z of row i is at z[i * z_stride]; y and out are [n, width]. PLANT = 1 is a planted control:
+// the sum of squares leaves out each group's last element.
+template <int PLANT>
+__device__ __forceinline__ void tf_mamba_gated_norm(const float* y, const float* z, int z_stride,
+                                                    const float* gain, float eps, int width,
+                                                    int groups, float* out) {
     const int i = blockIdx.x, grp = blockIdx.y;
     const int gs = width / groups;
     const size_t base = (size_t)i * width + (size_t)grp * gs;
@@ -217,7 +218,7 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
             h[j] = k < gs ? tf_silu(zr[k]) * y[base + k] : 0.0f;
             gv[j] = k < gs ? gr[k] : 0.0f;
         }
-        const float r = tf_inv_rms(tf_held_sumsq16(h, gs), gs, eps);
+        const float r = tf_inv_rms(tf_held_sumsq16(h, PLANT ? gs - 1 : gs), gs, eps);
 #pragma unroll
         for (int j = 0; j < TF_HOLD; j++) {
             const int k = threadIdx.x + j * blockDim.x;
@@ -230,13 +231,24 @@ extern "C" __global__ void tf_mamba_gated_norm(const float* y, const float* z, i
         [&](int k) {
             const float h = tf_silu(zr[k]) * y[base + k];
             out[base + k] = h;
-            return h;
+            return PLANT && k == gs - 1 ? 0.0f : h;
         },
         gs);
     const float r = tf_inv_rms(ss, gs, eps);
     for (int k = threadIdx.x; k < gs; k += blockDim.x)
         out[base + k] = gr[k] * (out[base + k] * r);
 }
+
+#define TF_MAMBA_GATED_NORM_ENTRY(NAME, PLANT)                                                   \
+    extern "C" __global__ void NAME(const float* y, const float* z, int z_stride,                \
+                                    const float* gain, float eps, int width, int groups,         \
+                                    float* out) {                                                \
+        tf_follow();                                                                             \
+        tf_mamba_gated_norm<PLANT>(y, z, z_stride, gain, eps, width, groups, out);               \
+    }
+
+TF_MAMBA_GATED_NORM_ENTRY(tf_mamba_gated_norm, 0)
+TF_MAMBA_GATED_NORM_ENTRY(tf_plant_mamba_gated_norm_short, 1)
 
 // relu^2: out = r * r with r = x if x > 0 else 0 (tf_kernels::ops::relu2), element-wise.
 extern "C" __global__ void tf_nh_relu2(const float* x, float* out, int len) {

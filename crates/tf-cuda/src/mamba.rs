@@ -21,9 +21,13 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_plant_mamba_ssm_unclamped",
     "tf_plant_mamba_ssm_stale",
     "tf_mamba_gated_norm",
+    PLANT_GATED_NORM_SHORT,
     "tf_nh_relu2",
     "tf_nh_add_bias",
 ];
+
+/// Planted control: the gated norm's sum of squares leaves out each group's last element.
+pub const PLANT_GATED_NORM_SHORT: &str = "tf_plant_mamba_gated_norm_short";
 
 /// Largest SSM state size the kernels take (kernels/mamba.cu `MAMBA_MAX_STATE`).
 pub const MAX_STATE: usize = 256;
@@ -510,6 +514,24 @@ pub fn gated_norm(
     n: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
+    let kernel = "tf_mamba_gated_norm";
+    gated_norm_with(gpu, kernel, y, z, z_stride, gain, eps, groups, n, out)
+}
+
+/// [`gated_norm`] through a named kernel (the planted control uses this).
+#[allow(clippy::too_many_arguments)]
+pub fn gated_norm_with(
+    gpu: &Gpu,
+    kernel: &'static str,
+    y: &CudaSlice<f32>,
+    z: &CudaSlice<f32>,
+    z_stride: usize,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    groups: usize,
+    n: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
     const OP: &str = "gated rms_norm";
     let width = gain.len();
     if width == 0 || groups == 0 || !width.is_multiple_of(groups) || z_stride < width {
@@ -537,7 +559,7 @@ pub fn gated_norm(
         i32_of(OP, "width", width)?,
         i32_of(OP, "groups", groups)?,
     );
-    let mut b = gpu.launcher("tf_mamba_gated_norm")?;
+    let mut b = gpu.launcher(kernel)?;
     b.arg(y)
         .arg(z)
         .arg(&zs)

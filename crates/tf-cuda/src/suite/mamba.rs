@@ -301,7 +301,16 @@ pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
         sequence_case(gpu, c, out, 0x3b0 + i as u64)?;
     }
     for (width, groups) in [(128usize, 2usize), (64, 1), (35, 5), (4096, 8)] {
-        norm_case(gpu, depth, width, groups, out, 0x3c0 + width as u64)?;
+        let control = width == 4096;
+        norm_case(
+            gpu,
+            depth,
+            width,
+            groups,
+            control,
+            out,
+            0x3c0 + width as u64,
+        )?;
     }
     Ok(())
 }
@@ -504,11 +513,15 @@ fn sequence_case(gpu: &Gpu, c: &Consts, out: &mut SuiteResult, seed: u64) -> Res
     Ok(())
 }
 
+/// The grouped gated RMSNorm against f64 and the CPU's bits; `with_control`: also its planted
+/// control (a group's last element left out of its sum of squares).
+#[allow(clippy::too_many_arguments)]
 fn norm_case(
     gpu: &Gpu,
     depth: Depth,
     width: usize,
     groups: usize,
+    with_control: bool,
     out: &mut SuiteResult,
     seed: u64,
 ) -> Result<()> {
@@ -522,7 +535,7 @@ fn norm_case(
     let z = RefCell::new(gpu.zeros::<f32>(MAX_ROWS * zs)?);
     let o = RefCell::new(gpu.zeros::<f32>(MAX_ROWS * width)?);
     let errs = ErrSlot::default();
-    let run = |rows: &[(Vec<f32>, Vec<f32>)], out: &mut [f32]| {
+    let run_k = |kernel: &'static str, rows: &[(Vec<f32>, Vec<f32>)], out: &mut [f32]| {
         let r = (|| -> Result<()> {
             let yf: Vec<f32> = rows.iter().flat_map(|r| r.0.iter().copied()).collect();
             let mut zf = vec![0f32; rows.len() * zs];
@@ -532,7 +545,8 @@ fn norm_case(
             let (mut yb, mut zb, mut ob) = (y.borrow_mut(), z.borrow_mut(), o.borrow_mut());
             gpu.write(&yf, &mut yb)?;
             gpu.write(&zf, &mut zb)?;
-            mamba::gated_norm(gpu, &yb, &zb, zs, &gain, eps, groups, rows.len(), &mut ob)?;
+            let n = rows.len();
+            mamba::gated_norm_with(gpu, kernel, &yb, &zb, zs, &gain, eps, groups, n, &mut ob)?;
             out.copy_from_slice(&gpu.download(&ob, out.len())?);
             Ok(())
         })();
@@ -540,6 +554,8 @@ fn norm_case(
             errs.put(e, out);
         }
     };
+    let run =
+        |rows: &[(Vec<f32>, Vec<f32>)], out: &mut [f32]| run_k("tf_mamba_gated_norm", rows, out);
     let gen = |r: &mut Rng, _: usize| (r.vec_normal(width, 1.0), r.vec_normal(width, 2.0));
     let gs = width / groups;
     let reference = |row: &(Vec<f32>, Vec<f32>), out: &mut [f64]| {
@@ -565,7 +581,15 @@ fn norm_case(
         gen_row: &gen,
         reference: &reference,
     };
-    let v = verdict(&op, &run, &depth.config(seed), &errs);
+    let cfg = depth.config(seed);
+    let v = verdict(&op, &run, &cfg, &errs);
+    if with_control {
+        let broken = |rows: &[(Vec<f32>, Vec<f32>)], o: &mut [f32]| {
+            run_k(mamba::PLANT_GATED_NORM_SHORT, rows, o)
+        };
+        let name = "rms_norm_gated: each group's last element left out of its sum of squares";
+        out.controls.push(control(name, &op, &broken, &cfg, &errs));
+    }
     let rows: Vec<(Vec<f32>, Vec<f32>)> = (0..33).map(|i| gen(&mut rng, i)).collect();
     let mut g = vec![0f32; 33 * width];
     run(&rows, &mut g);

@@ -2,7 +2,8 @@
 //! SIMT emulation (one OS thread per CUDA thread, barriers for `__syncthreads` and the warp
 //! shuffles): a round of rows of three slots (one starting at position 0 over a dirty state,
 //! several rows per slot in order) must give the CPU `mamba_step`'s bits — outputs and final
-//! states — and the gated norm, relu² and bias add the CPU's; each planted kernel must differ.
+//! states — and the gated norm, relu² and bias add the CPU's; each planted kernel (the gated
+//! norm's too) must differ.
 //! The double `exp` / `log1p` of the softplus are the host libm's here (on the GPU, CUDA's:
 //! the one part this cannot check). Skipped, with a message, when no C++ compiler is found
 //! (`$CXX`, else `c++`); `TF_CUDA_REQUIRE_CXX=1` makes that a failure.
@@ -70,6 +71,10 @@ int main(int argc, char** argv) {
     std::vector<float> yn((size_t)n * inner);
     tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 128, [&] {
         tf_mamba_gated_norm(y0.data(), proj.data(), width, gain.data(), eps, inner, groups, yn.data());
+    });
+    put(yn);
+    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 128, [&] {
+        tf_plant_mamba_gated_norm_short(y0.data(), proj.data(), width, gain.data(), eps, inner, groups, yn.data());
     });
     put(yn);
     const int len = n * width;
@@ -323,7 +328,7 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         let per_variant = ny + nc + nsm;
         assert_eq!(
             got.len(),
-            4 * per_variant + ny + 2 * c.proj.len(),
+            4 * per_variant + 2 * ny + 2 * c.proj.len(),
             "case {ci}"
         );
         let (prod, rest) = got.split_at(per_variant);
@@ -354,6 +359,9 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         let (yn, tail) = tail.split_at(ny);
         let bad = differing(yn, &want[3]);
         assert_eq!(bad, 0, "case {ci}: gated norm, {bad} of {ny} differ");
+        let (short, tail) = tail.split_at(ny);
+        let d = differing(short, &want[3]);
+        assert!(d > 0, "case {ci}: the planted short gated norm gave the CPU's bits");
         let (r2, pb) = tail.split_at(c.proj.len());
         assert_eq!(differing(r2, &want[4]), 0, "case {ci}: relu2");
         assert_eq!(differing(pb, &want[5]), 0, "case {ci}: bias add");
