@@ -9,9 +9,11 @@ use super::packed::HostWeights;
 use super::{compare_bits, control, dense_reference, verdict, CaseResult, Depth, ErrSlot};
 use super::{CpuBits, SuiteResult};
 use crate::device::Gpu;
-use crate::error::Result;
+use crate::error::{CudaError, Result};
 use crate::mma::{self, Choice, PLANT_ROW_VARIANT};
 use crate::weights::{device_bytes, GpuFormat, GpuMatrix};
+use crate::{ops, slices};
+use cudarc::driver::CudaSlice;
 use std::cell::RefCell;
 use tf_kernels::contract::{Rng, RowOp, Tolerance};
 use tf_kernels::matmul::FloatType;
@@ -127,10 +129,18 @@ fn case(
             bits.add(compare_bits(&y, &want[..n * rows]));
         }
     }
-    let verdict = bits.gate(v, "the launcher's bits");
+    let verdict = bits.gate(v, "the launcher's bits").and_then(|r| {
+        let taken = rows_kernels_taking(gpu, &w, &mut bufs.borrow_mut());
+        match taken.is_empty() {
+            true => Ok(r),
+            false => Err(format!("{taken:?} took the mma tiles as rows")),
+        }
+    });
     out.cases.push(CaseResult {
         op: name.clone(),
-        case: format!("{label} (bits: each choice against the launcher's)"),
+        case: format!(
+            "{label} (bits: each choice against the launcher's; rows kernels refuse the tiles)"
+        ),
         verdict,
         cpu_bits: Some(bits),
     });
@@ -150,6 +160,29 @@ fn case(
         out.controls.push(control(what, &op, &broken, &cfg, &errs));
     }
     Ok(())
+}
+
+/// The rows layout's kernels that do not refuse `w` (in the mma tiles) by name
+/// (`GpuMatrix::need_rows`): they would read the tiles' bytes as weight rows.
+fn rows_kernels_taking(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    (x, y): &mut (CudaSlice<f32>, CudaSlice<f32>),
+) -> Vec<&'static str> {
+    let rows_kernel = GpuFormat::Mlx4.matmul_kernel();
+    let tries = [
+        (
+            "tf_slices_mlx4",
+            slices::matmul_with(gpu, "tf_slices_mlx4", w, x, 2, y),
+        ),
+        (rows_kernel, ops::matmul_with(gpu, rows_kernel, w, x, 2, y)),
+    ];
+    let refused = |r: &Result<()>| matches!(r, Err(CudaError::Shape { detail, .. }) if detail.contains("not in rows"));
+    tries
+        .into_iter()
+        .filter(|(_, r)| !refused(r))
+        .map(|(k, _)| k)
+        .collect()
 }
 
 /// Experts of the grouped case.

@@ -361,7 +361,10 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         assert_eq!(bad, 0, "case {ci}: gated norm, {bad} of {ny} differ");
         let (short, tail) = tail.split_at(ny);
         let d = differing(short, &want[3]);
-        assert!(d > 0, "case {ci}: the planted short gated norm gave the CPU's bits");
+        assert!(
+            d > 0,
+            "case {ci}: the planted short gated norm gave the CPU's bits"
+        );
         let (r2, pb) = tail.split_at(c.proj.len());
         assert_eq!(differing(r2, &want[4]), 0, "case {ci}: relu2");
         assert_eq!(differing(pb, &want[5]), 0, "case {ci}: bias add");
