@@ -190,10 +190,10 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
 
 // y[j, row] for x rows j0 .. j0 + 7 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix of
 // `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
-// groups' loads in turn so one is in flight while the other is multiplied. STAGED: each warp
-// first splits its groups of the block's x rows (at most 8) into shared memory, a uint4 (h0,
-// h1, l0, l1) for each (row, group, k-step m, t), so that a lane reads them once instead of
-// all 32 lanes splitting copies (dynamic shared memory: rows x groups x 256 bytes).
+// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
+// first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
+// (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
+// copies (dynamic shared memory: rows x groups x 256 bytes).
 template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
@@ -214,7 +214,6 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
     const int live = min(8, n - j0);
-    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     TfMmaX<STAGED, KW> xr;
     if constexpr (STAGED) {
 #ifdef TF_HOST_SIMT
@@ -222,15 +221,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
 #else
         extern __shared__ uint4 xs[];
 #endif
-        // Each warp splits only its own groups (w, w + KW, ..) of each row; no other warp reads
-        // them, so the warp's barrier is enough.
-        for (int row = 0; row < live; row++)
-            for (int i = lane; i < steps * 16; i += 32) {
-                const int q = i & 15, G = w + KW * (i >> 4);
-                xs[((size_t)row * groups + G) * 16 + q] = tf_mma_parts(
-                    x + (size_t)(j0 + row) * cols + 64 * G + 16 * (q >> 2) + 2 * (q & 3));
-            }
-        __syncwarp();
+        for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
+            const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
+            xs[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
+                                 16 * m + 2 * tt);
+        }
+        __syncthreads();
         xr.p = xs + ((size_t)min(g, live - 1) * groups + w) * 16 + t;
     } else {
         xr.p = x + (size_t)(j0 + min(g, live - 1)) * cols + 64 * w + 2 * t;
@@ -240,6 +236,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
+    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT> a, b;
     if (steps > 0) tf_mma_load<RT, KW>(a, wp, sp);
