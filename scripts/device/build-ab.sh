@@ -12,8 +12,8 @@
 # --model bolt --bench 16`), test and base alternated. (scripts/device/ab.sh does the same for
 # the default model's shape and Lightning, through `tensorfold bench`, without the receipts.)
 # Each build compiles its kernels once (80-150 s the first time; cached on disk after): the
-# base's compile runs beside the receipts. About 7 minutes with ROUNDS=2 (session 17, call 1,
-# without the overlap: 510 s).
+# base's compile runs beside the receipts. ROUNDS=2 took 291 and 351 s (session 17, calls 2
+# and 3; 510 s in call 1, before the overlap).
 set -uo pipefail
 base=${1:?usage: build-ab.sh BASE_DIR [ROUNDS]}
 rounds=${2:-2}

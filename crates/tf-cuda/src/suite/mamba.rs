@@ -301,16 +301,9 @@ pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
         sequence_case(gpu, c, out, 0x3b0 + i as u64)?;
     }
     for (width, groups) in [(128usize, 2usize), (64, 1), (35, 5), (4096, 8)] {
-        let control = width == 4096;
-        norm_case(
-            gpu,
-            depth,
-            width,
-            groups,
-            control,
-            out,
-            0x3c0 + width as u64,
-        )?;
+        let with_control = width == 4096;
+        let seed = 0x3c0 + width as u64;
+        norm_case(gpu, depth, width, groups, with_control, out, seed)?;
     }
     Ok(())
 }
