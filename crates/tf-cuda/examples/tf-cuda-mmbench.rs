@@ -267,7 +267,37 @@ fn bench_mma(
             ok = false;
         }
     }
+    // x split once: row 0 alone against its place among 37, one and two tiles a block.
+    let mut sx = mma::SplitX::new(gpu, 64, cols)?;
+    for rt in [1, 2] {
+        mma::split(gpu, x, 1, &mut sx)?;
+        mma::matmul_split_with(gpu, rt, &tiles[0], &sx, 1, &mut y)?;
+        let bad = bits_equal(&gpu.download(&y, rows)?, &all[..rows]);
+        if bad != 0 {
+            println!("CHECK mma {label} split r{rt}: row 0 alone differs from its place among 37 ({bad})");
+            ok = false;
+        }
+    }
     for n in [1usize, 4, 16, 64] {
+        let us = time_us::<Error>(gpu.stream(), iters, |_| Ok(mma::split(gpu, x, n, &mut sx)?))?;
+        let name = format!("{label} (tf_mma_split alone)");
+        println!(
+            "{}",
+            table_row(&name, GpuFormat::Mlx4, n, cols, 4 * n * cols, n, us, peak)
+        );
+        for rt in [1, 2] {
+            let k = mma::SPLIT_KERNELS[rt - 1];
+            let us = time_us::<Error>(gpu.stream(), iters, |i| {
+                let m = &tiles[i % tiles.len()];
+                Ok(mma::matmul_split_with(gpu, rt, m, &sx, n, &mut y)?)
+            })?;
+            let regs = gpu.registers(k)?;
+            let name = format!("{label} ({k}, {regs} regs)");
+            println!(
+                "{}",
+                table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
+            );
+        }
         for c in Choice::ALL.into_iter().filter(|c| c.fits(n, cols)) {
             let k = c.kernel();
             let us = time_us::<Error>(gpu.stream(), iters, |i| {

@@ -18,6 +18,12 @@
 // fragments times a matrix of ones. A group adds s Σ (128 + q) x + (b - 128 s) X to its outputs
 // (two FMAs; the tiles hold b - 128 s); warp w takes groups w, w + MMA_KW, ... and the warps'
 // sums are added in warp order.
+//
+// x split once a call (tf_mma_split, or the norm that writes it: norm_split.cu): for each (row,
+// group) the 16 uint4 (h0, h1, l0, l1) at (m, t) of the staging's layout, and the group's X at
+// sums[row * groups + G], from the same fragments times the same ones, in the same order: the
+// bits the products compute in place, which the split products (tf_mma_mlx4_r*_split) read
+// instead.
 
 #define MMA_KW 16     // warps a block along the groups (fixed: it orders an output's sum)
 #define MMA_MOE_KW 4  // the same for the grouped expert products (moe.cu), whose K is small
@@ -99,26 +105,33 @@ __device__ __forceinline__ void tf_mma_split(float2 v, u32& hi, u32& lo) {
     lo = tf_mma_bf16x2(v.x - tf_mma_lo(hi), v.y - tf_mma_hi(hi));
 }
 
-// A lane's B registers of one k-step from x at p (its columns k + 2t): (h0, h1, l0, l1), the
-// parts of the pairs at p and p + 8.
-__device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
+// A lane's B registers of one k-step from its pairs a (columns k + 2t) and b (+ 8): (h0, h1,
+// l0, l1).
+__device__ __forceinline__ uint4 tf_mma_parts_of(float2 a, float2 b) {
     uint4 v;
-    tf_mma_split(__ldg((const float2*)p), v.x, v.z);
-    tf_mma_split(__ldg((const float2*)(p + 8)), v.y, v.w);
+    tf_mma_split(a, v.x, v.z);
+    tf_mma_split(b, v.y, v.w);
     return v;
 }
 
-// One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8.
+// The same from x at p, through the read-only cache.
+__device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
+    return tf_mma_parts_of(__ldg((const float2*)p), __ldg((const float2*)(p + 8)));
+}
+
+// One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
+// where x comes split, the group's X of the lane's D columns (x rows 2t, 2t + 1).
 template <int RT>
 struct TfMmaGroup {
     uint4 q[RT];
     float2 lo[RT], hi[RT];
+    float X[2];
 };
 
-// The group of the RT tiles at wp, sp, which then move KW groups on.
-template <int RT, int KW>
+// The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
+template <int RT, int KW, int SPLIT>
 __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
-                                            const float2** sp) {
+                                            const float2** sp, const float** xs) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         d.q[r] = __ldg(wp[r]);
@@ -126,11 +139,16 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
         d.hi[r] = __ldg(sp[r] + 8);
         wp[r] += 32 * KW, sp[r] += 16 * KW;
     }
+    if (SPLIT) {
+#pragma unroll
+        for (int c = 0; c < 2; c++) d.X[c] = __ldg(xs[c]), xs[c] += KW;
+    }
 }
 
 // A lane's x: the B registers (h0, h1, l0, l1: the hi and lo parts of the pairs at columns
 // k + 2t and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory
-// (STAGED 0) or read from the block's staging in shared memory (1), the same values.
+// (STAGED 0), read from the block's staging in shared memory (1) or from x split once a call
+// in global memory (2), the same values.
 template <int STAGED, int KW>
 struct TfMmaX;
 template <int KW>
@@ -145,9 +163,16 @@ struct TfMmaX<1, KW> {
     __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
+template <int KW>
+struct TfMmaX<2, KW> {
+    const uint4* p;  // the split at (the lane's row, G, m = 0, t)
+    __device__ __forceinline__ uint4 at(int m) const { return __ldg(p + 4 * m); }
+    __device__ __forceinline__ void next() { p += 16 * KW; }
+};
 
-// One group of this lane's x (which then moves KW groups on) into yacc. PLANT (a planted
-// control): the low parts dropped when the call has several rows.
+// One group of this lane's x (which then moves KW groups on) into yacc; X from the split
+// (STAGED 2) or summed here. PLANT (a planted control): the low parts dropped when the call
+// has several rows.
 template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STAGED, KW>& xr,
                                              u32 mask, int n, float (*yacc)[4]) {
@@ -174,8 +199,10 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
             tf_mma_16816(acc[r], a[r][m], l0, l1);
             tf_mma_16816(acc[r], a[r][m], h0, h1);
         }
-        tf_mma_16816(X, ones, l0, l1);
-        tf_mma_16816(X, ones, h0, h1);
+        if (STAGED != 2) {
+            tf_mma_16816(X, ones, l0, l1);
+            tf_mma_16816(X, ones, h0, h1);
+        }
     }
     xr.next();
     // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]; X the same columns.
@@ -184,7 +211,8 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
 #pragma unroll
         for (int v = 0; v < 4; v++) {
             const float2 sc = v < 2 ? d.lo[r] : d.hi[r];
-            yacc[r][v] = fmaf(sc.x, acc[r][v], fmaf(sc.y, X[v & 1], yacc[r][v]));
+            const float xv = STAGED == 2 ? d.X[v & 1] : X[v & 1];
+            yacc[r][v] = fmaf(sc.x, acc[r][v], fmaf(sc.y, xv, yacc[r][v]));
         }
 }
 
@@ -193,12 +221,15 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
 // groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
 // first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
-// copies (dynamic shared memory: rows x groups x 256 bytes).
+// copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
+// xp and xsum (x unused).
 template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
-                                            int n, int j0, int tile0, int rows, int cols) {
+                                            int n, int j0, int tile0, int rows, int cols,
+                                            const uint4* __restrict__ xp = nullptr,
+                                            const float* __restrict__ xsum = nullptr) {
     __shared__ float red[KW][32][4];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -215,7 +246,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     // not mix).
     const int live = min(8, n - j0);
     TfMmaX<STAGED, KW> xr;
-    if constexpr (STAGED) {
+    const float* xs[2] = {nullptr, nullptr};
+    if constexpr (STAGED == 2) {
+        xr.p = xp + ((size_t)(j0 + min(g, live - 1)) * groups + w) * 16 + t;
+#pragma unroll
+        for (int c = 0; c < 2; c++) xs[c] = xsum + (size_t)(j0 + min(2 * t + c, live - 1)) * groups + w;
+    } else if constexpr (STAGED == 1) {
 #ifdef TF_HOST_SIMT
         uint4* xs = (uint4*)tf_dyn_smem;
 #else
@@ -239,12 +275,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT> a, b;
-    if (steps > 0) tf_mma_load<RT, KW>(a, wp, sp);
+    if (steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
     for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps) tf_mma_load<RT, KW>(b, wp, sp);
+        if (i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
         tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
-        if (i + 2 < steps) tf_mma_load<RT, KW>(a, wp, sp);
+        if (i + 2 < steps) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
         tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
@@ -291,6 +327,76 @@ TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0)
 TF_MMA_ENTRY(tf_mma_mlx4_r1_staged, 1, 1, 0)
 TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0)
 TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
+
+// tf_mma_mlx4_r{RT}_split: the same products of x split once a call (parts xp, sums xsum).
+#define TF_MMA_SPLIT_ENTRY(NAME, RT)                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
+        NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
+             int cols) {                                                                       \
+        tf_follow();                                                                           \
+        tf_mma_body<RT, MMA_KW, 2, 0>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), \
+                                      nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, rows,    \
+                                      cols, xp, xsum);                                         \
+    }
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2)
+
+// A warp splits group G of x rows 0 .. live - 1 (at most 8; rows of `cols` at x) into parts
+// and sums (each at its row 0): lane (g, t) the parts of row g, the sums of rows 2t, 2t + 1
+// from D[g][2t], D[g][2t + 1], as tf_mma_group takes them. PLANT (a planted control): the sums
+// in f32 from x itself, not from the parts on the tensor cores.
+template <int PLANT>
+__device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, int live, int G,
+                                                   int cols, uint4* __restrict__ parts,
+                                                   float* __restrict__ sums) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, groups = cols >> 6;
+    const float* p = x + (size_t)min(g, live - 1) * cols + 64 * G + 2 * t;
+    const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+    float X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        // Plain loads: a norm's block reads back the row it has just written.
+        const float* q = p + 16 * m;
+        const uint4 v = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
+        if (g < live) parts[((size_t)g * groups + G) * 16 + 4 * m + t] = v;
+        tf_mma_16816(X, ones, v.z, v.w);
+        tf_mma_16816(X, ones, v.x, v.y);
+    }
+    if (PLANT) {
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const float* q = x + (size_t)min(2 * t + c, live - 1) * cols + 64 * G;
+            float s = 0.0f;
+            for (int k = 0; k < 64; k++) s += q[k];
+            X[c] = s;
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < 2; c++)
+        if (g == 0 && 2 * t + c < live) sums[(size_t)(2 * t + c) * groups + G] = X[c];
+}
+
+// x [n, cols] split: a warp a (group, 8 rows), 4 groups a block (bx), rows 8 by ...
+template <int PLANT>
+__device__ __forceinline__ void tf_mma_split_rows(const float* x, uint4* parts, float* sums,
+                                                  int n, int cols) {
+    const int G = 4 * blockIdx.x + (threadIdx.x >> 5), j0 = 8 * blockIdx.y, groups = cols >> 6;
+    if (G >= groups) return;  // the whole warp
+    tf_mma_split_group<PLANT>(x + (size_t)j0 * cols, min(8, n - j0), G, cols,
+                              parts + (size_t)j0 * groups * 16, sums + (size_t)j0 * groups);
+}
+
+extern "C" __global__ void tf_mma_split(const float* x, uint4* parts, float* sums, int n,
+                                        int cols) {
+    tf_follow();
+    tf_mma_split_rows<0>(x, parts, sums, n, cols);
+}
+
+extern "C" __global__ void tf_plant_mma_split_sums(const float* x, uint4* parts, float* sums,
+                                                   int n, int cols) {
+    tf_follow();
+    tf_mma_split_rows<1>(x, parts, sums, n, cols);
+}
 
 // The mma tiles of an MLX 4-bit matrix from its rows layout (units of 32 weights: 4 code words,
 // element 8m + e in nibble e of word m, then f32 s and b; the MLX group a multiple of 64, so

@@ -10,13 +10,14 @@ use std::path::PathBuf;
 pub const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// The kernel sources, `(file name, text)`; each is compiled after [`COMMON`].
-pub const SOURCES: [(&str, &str); 13] = [
+pub const SOURCES: [(&str, &str); 14] = [
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("slices.cu", include_str!("../kernels/slices.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
     ("fused.cu", include_str!("../kernels/fused.cu")),
     ("mmg.cu", include_str!("../kernels/mmg.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
+    ("norm_split.cu", include_str!("../kernels/norm_split.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("quant.cu", include_str!("../kernels/quant.cu")),
     ("mamba.cu", include_str!("../kernels/mamba.cu")),

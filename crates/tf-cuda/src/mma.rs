@@ -13,15 +13,27 @@ use crate::ops::{grid, i32_of, need};
 use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-/// Kernel entry points defined in kernels/mma.cu.
-pub const KERNEL_NAMES: [&str; 6] = [
+/// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu.
+pub const KERNEL_NAMES: [&str; 12] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
     "tf_mma_mlx4_r2_staged",
     PLANT_ROW_VARIANT,
     "tf_mma_tile_mlx4",
+    SPLIT_KERNELS[0],
+    SPLIT_KERNELS[1],
+    "tf_mma_split",
+    PLANT_SPLIT_SUMS,
+    "tf_rms_norm_split",
+    "tf_add_rms_norm_split",
 ];
+
+/// The products of x split once a call ([`SplitX`]), one tile and two tiles a block.
+pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_split"];
+
+/// Planted control: [`split`]'s group sums taken in f32 from x, not on the tensor cores.
+pub const PLANT_SPLIT_SUMS: &str = "tf_plant_mma_split_sums";
 
 /// Planted control: the low parts of x dropped when a call has several rows (one tile a block).
 pub const PLANT_ROW_VARIANT: &str = "tf_plant_mma_mlx4_rowvar";
@@ -42,6 +54,13 @@ const MOE_TILES: usize = 2;
 /// groups of `group_size` (and `TF_CUDA_MMA` is not `0`).
 pub fn serves(group_size: usize, cols: usize) -> bool {
     enabled() && group_size.is_multiple_of(GROUP) && cols.is_multiple_of(GROUP) && cols > 0
+}
+
+/// Whether the models' norms split their rows for the products that follow ([`SplitX`];
+/// `TF_CUDA_MMA_SPLIT=0` turns it off, for comparisons: the same bits).
+pub fn split_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").map_or(true, |v| v != "0"))
 }
 
 fn enabled() -> bool {
@@ -268,6 +287,153 @@ pub fn matmul_with(
     // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements they read and write (checked above; the tiles were made for this shape).
     unsafe { b.go(launch(c, w.rows(), w.cols(), n), "launching mma matmul") }
+}
+
+/// x split once for the tensor cores' products: each row's bf16 parts in the B fragments'
+/// order and its groups' sums X, taken on the tensor cores as the products take them in place,
+/// so that [`matmul_split`] gives [`matmul`]'s bits. Made by [`split`] or by the norm that
+/// writes x ([`crate::ops::rms_norm_split`], [`crate::ops::add_rms_norm_split`]).
+pub struct SplitX {
+    pub(crate) parts: CudaSlice<u32>,
+    pub(crate) sums: CudaSlice<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl SplitX {
+    /// Room for `rows` rows of `cols` columns (a multiple of [`GROUP`]).
+    pub fn new(gpu: &Gpu, rows: usize, cols: usize) -> Result<SplitX> {
+        if !cols.is_multiple_of(GROUP) || cols == 0 {
+            return Err(CudaError::Shape {
+                op: "mma split",
+                detail: format!("{cols} columns: the split takes whole 64-column groups"),
+            });
+        }
+        Ok(SplitX {
+            parts: gpu.zeros::<u32>(rows * cols)?,
+            sums: gpu.zeros::<f32>(rows * (cols / GROUP))?,
+            rows,
+            cols,
+        })
+    }
+
+    /// Columns of a row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Whether it holds `n` rows of `cols` columns.
+    pub fn holds(&self, n: usize, cols: usize) -> bool {
+        n <= self.rows && cols == self.cols
+    }
+
+    /// An error unless it holds `n` rows of `cols` columns.
+    pub(crate) fn check(&self, op: &'static str, n: usize, cols: usize) -> Result<()> {
+        match self.holds(n, cols) {
+            true => Ok(()),
+            false => Err(CudaError::Shape {
+                op,
+                detail: format!(
+                    "{n} rows of {cols}: the split holds {} of {}",
+                    self.rows, self.cols
+                ),
+            }),
+        }
+    }
+}
+
+/// `s` = the split of `x`'s first `n` rows (`s.cols()` columns each).
+pub fn split(gpu: &Gpu, x: &CudaSlice<f32>, n: usize, s: &mut SplitX) -> Result<()> {
+    split_with(gpu, "tf_mma_split", x, n, s)
+}
+
+/// [`split`] through `kernel` (it, or the planted control [`PLANT_SPLIT_SUMS`]).
+pub fn split_with(
+    gpu: &Gpu,
+    kernel: &str,
+    x: &CudaSlice<f32>,
+    n: usize,
+    s: &mut SplitX,
+) -> Result<()> {
+    const OP: &str = "mma split";
+    let cols = s.cols;
+    s.check(OP, n, cols)?;
+    need(OP, "x", x.len(), n * cols)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let (n_, cols_) = (i32_of(OP, "n", n)?, i32_of(OP, "cols", cols)?);
+    let mut b = gpu.launcher(kernel)?;
+    b.arg(x)
+        .arg(&mut s.parts)
+        .arg(&mut s.sums)
+        .arg(&n_)
+        .arg(&cols_);
+    let cfg = LaunchConfig {
+        grid_dim: ((cols / GROUP).div_ceil(4) as u32, n.div_ceil(8) as u32, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: (f32*, uint4*, f32*, i32, i32); x holds n rows of cols, the split room for them
+    // (checked above): a warp a (group, 8 rows), 4 groups a block.
+    unsafe { b.go(cfg, "launching the mma split") }
+}
+
+/// [`matmul`] of x split once ([`SplitX`], its first `n` rows), the launcher's tiles a block:
+/// the same bits.
+pub fn matmul_split(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    s: &SplitX,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let rt = Choice::for_call(w.rows(), w.cols(), n).rt;
+    matmul_split_with(gpu, rt, w, s, n, y)
+}
+
+/// [`matmul_split`] with `rt` (1 or 2) tiles a block.
+pub fn matmul_split_with(
+    gpu: &Gpu,
+    rt: usize,
+    w: &GpuMatrix,
+    s: &SplitX,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "mma matmul (split x)";
+    s.check(OP, n, w.cols())?;
+    need(OP, "y", y.len(), n * w.rows())?;
+    if w.layout() != Layout::MmaTiles {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
+        });
+    }
+    if n == 0 || w.rows() == 0 {
+        return Ok(());
+    }
+    let c = Choice {
+        rt: rt.clamp(1, 2),
+        staged: false,
+    };
+    let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
+    let mut b = gpu.launcher(SPLIT_KERNELS[c.rt - 1])?;
+    b.arg(w.bytes())
+        .arg(&s.parts)
+        .arg(&s.sums)
+        .arg(y)
+        .arg(&n_)
+        .arg(&rows)
+        .arg(&cols);
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32, i32, i32); the split holds n rows of the matrix's
+    // columns and y n rows of its rows (checked above; the tiles were made for this shape).
+    unsafe {
+        b.go(
+            launch(c, w.rows(), w.cols(), n),
+            "launching mma matmul (split x)",
+        )
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
+use crate::mma::SplitX;
 use crate::weights::{geometry_kernel, GpuMatrix};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
@@ -253,7 +254,7 @@ pub fn rms_norm_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    norm(gpu, kernel, x, None, gain, eps, n, y)
+    norm(gpu, kernel, x, None, gain, eps, n, y, None)
 }
 
 /// The residual add and the next norm in one launch: `x = x + o`, then `y = rms_norm(x)` (the
@@ -270,6 +271,65 @@ pub fn add_rms_norm(
     add_rms_norm_with(gpu, "tf_add_rms_norm", x, o, gain, eps, n, y)
 }
 
+/// [`rms_norm`], its rows also split for the tensor cores' products into `s`
+/// (`crate::mma::SplitX`: the bits `crate::mma::split` gives from `y`).
+pub fn rms_norm_split(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    s: &mut SplitX,
+) -> Result<()> {
+    s.check("rms_norm (split)", n, gain.len())?;
+    norm(gpu, "tf_rms_norm_split", x, None, gain, eps, n, y, Some(s))
+}
+
+/// [`add_rms_norm`], its rows also split into `s` (as [`rms_norm_split`]).
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_split(
+    gpu: &Gpu,
+    x: &mut CudaSlice<f32>,
+    o: &CudaSlice<f32>,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    s: &mut SplitX,
+) -> Result<()> {
+    s.check("add_rms_norm (split)", n, gain.len())?;
+    norm(
+        gpu,
+        "tf_add_rms_norm_split",
+        x,
+        Some(o),
+        gain,
+        eps,
+        n,
+        y,
+        Some(s),
+    )
+}
+
+/// [`matmul`] of x, reading `split` (x split by the norm that wrote it) where the tensor
+/// cores' product takes `w` and the split holds the call: the same bits either way.
+pub fn matmul_of(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    x: &CudaSlice<f32>,
+    split: Option<&SplitX>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    match split {
+        Some(s) if w.layout() == crate::weights::Layout::MmaTiles && s.holds(n, w.cols()) => {
+            crate::mma::matmul_split(gpu, w, s, n, y)
+        }
+        _ => matmul(gpu, w, x, n, y),
+    }
+}
+
 /// [`add_rms_norm`] through a named kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn add_rms_norm_with(
@@ -283,11 +343,12 @@ pub fn add_rms_norm_with(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     // The kernel writes x through the pointer it is given.
-    norm(gpu, kernel, x, Some(o), gain, eps, n, y)
+    norm(gpu, kernel, x, Some(o), gain, eps, n, y, None)
 }
 
 /// A norm of `n` rows of `gain.len()` elements: the kernel's arguments are x, then o where the
-/// residual add comes first, then gain, y, width and eps.
+/// residual add comes first, then gain, y, the split's parts and sums where it splits its rows,
+/// width and eps.
 #[allow(clippy::too_many_arguments)]
 fn norm(
     gpu: &Gpu,
@@ -298,6 +359,7 @@ fn norm(
     eps: f32,
     n: usize,
     y: &mut CudaSlice<f32>,
+    split: Option<&mut SplitX>,
 ) -> Result<()> {
     const OP: &str = "rms_norm";
     let width = gain.len();
@@ -323,14 +385,19 @@ fn norm(
     if let Some(o) = o {
         b.arg(o);
     }
-    b.arg(gain).arg(y).arg(&w).arg(&eps);
+    b.arg(gain).arg(y);
+    if let Some(s) = split {
+        b.arg(&mut s.parts).arg(&mut s.sums);
+    }
+    b.arg(&w).arg(&eps);
     // A block a row: its loads all in flight at once (tf_block_sumsq16), then 16 chains.
     let cfg = LaunchConfig {
         grid_dim: (n as u32, 1, 1),
         block_dim: (1024, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: (f32*, [f32*,] f32*, f32*, i32, f32); lengths checked above.
+    // SAFETY: (f32*, [f32*,] f32*, f32*, [uint4*, f32*,] i32, f32); lengths checked above (the
+    // split's by its callers).
     unsafe { b.go(cfg, "launching rms_norm") }?;
     Ok(())
 }

@@ -84,6 +84,31 @@ fn harness() -> String {
             threads = 32 * WARPS,
         ));
     }
+    // Then x split once (tf_mma_split) into both split products, and the planted split into
+    // the one-tile product.
+    let split = |kernel: &str| {
+        format!(
+            "    tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ {kernel}(x.data(), parts.data(), sums.data(), n, cols); }});\n"
+        )
+    };
+    let product = |rt: usize| {
+        format!(
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, 0, [&] {{ {k}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
+             \x20   fwrite(y.data(), 4, y.size(), fo);\n",
+            t = 16 * rt,
+            k = SPLIT_KERNELS[rt - 1],
+            threads = 32 * WARPS,
+        )
+    };
+    for part in [
+        split("tf_mma_split"),
+        product(1),
+        product(2),
+        split(PLANT_SPLIT_SUMS),
+        product(1),
+    ] {
+        calls.push_str(&part);
+    }
     format!(
         "{prelude}\n{source}\n\
          int main(int argc, char** argv) {{\n\
@@ -94,7 +119,8 @@ fn harness() -> String {
          \x20   const int rows = head[0], cols = head[1], n = head[2];\n\
          \x20   const size_t nt = (size_t)(rows + 15) / 16 * (cols / 64);\n\
          \x20   std::vector<u8> src((size_t)rows * cols / 32 * 24), tiles(nt * 640);\n\
-         \x20   std::vector<float> x((size_t)n * cols), y((size_t)n * rows);\n\
+         \x20   std::vector<float> x((size_t)n * cols), y((size_t)n * rows), sums((size_t)n * cols / 64);\n\
+         \x20   std::vector<uint4> parts((size_t)n * cols / 4);\n\
          \x20   if (fread(src.data(), 1, src.size(), fi) != src.size() || fread(x.data(), 4, x.size(), fi) != x.size()) return 1;\n\
          \x20   tf_launch(D3{{(unsigned)((nt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ tf_mma_tile_mlx4(src.data(), tiles.data(), rows, cols); }});\n\
          \x20   fwrite(tiles.data(), 1, tiles.size(), fo);\n\
@@ -107,7 +133,8 @@ fn harness() -> String {
     )
 }
 
-/// One emulated run: the tiles, then y of each choice and of the plant.
+/// One emulated run: the tiles, then y of each choice and of the plant, then of the split
+/// products (one and two tiles a block) and of the planted split.
 struct Run {
     tiles: Vec<u8>,
     ys: Vec<Vec<f32>>,
@@ -131,7 +158,7 @@ fn emulate(
     let out = host_cxx::run(dir, exe, &format!("{rows}x{cols}-{n}"), &input);
     let tb = tile_bytes(rows, cols);
     let ys = host_cxx::floats(&out[tb..]);
-    assert_eq!(ys.len(), (Choice::ALL.len() + 1) * n * rows);
+    assert_eq!(ys.len(), (Choice::ALL.len() + 4) * n * rows);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.chunks(n * rows).map(<[f32]>::to_vec).collect(),
@@ -205,6 +232,15 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
             0,
             "the plant alone (one row) keeps the order's bits"
         );
+        // x split once: the products' bits, in a call of 20 rows and alone.
+        let at = Choice::ALL.len() + 1;
+        for (run, rows_of) in [(&all, 0..n * rows), (&solo, 13 * rows..14 * rows)] {
+            for (k, y) in SPLIT_KERNELS.iter().zip(&run.ys[at..at + 2]) {
+                assert_eq!(host_cxx::differing(y, &base[rows_of.clone()]), 0, "{k}");
+            }
+            // Control: the planted split's sums (f32 from x) change the bits.
+            assert_ne!(host_cxx::differing(&run.ys[at + 2], &base[rows_of]), 0);
+        }
     }
 }
 
@@ -334,4 +370,80 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     // Control: the same row under another expert gives other values.
     let y2 = run(&[0, 0, 1, 2, 3], &one, true);
     assert_ne!(host_cxx::differing(&y2[..rows], &y[..rows]), 0);
+}
+
+/// Reads (n, width, add; eps; x, o, gain); writes the split norm's x, y, parts and sums, then
+/// the plain norm's x and y and tf_mma_split's parts and sums of that y.
+const NORM_SPLIT_MAIN: &str = r#"
+static std::vector<float> vf(FILE* f, size_t n) { std::vector<float> v(n); if (std::fread(v.data(), 4, n, f) != n) std::exit(3); return v; }
+int main(int argc, char** argv) {
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
+    int h[3];
+    float eps;
+    if (std::fread(h, 4, 3, fi) != 3 || std::fread(&eps, 4, 1, fi) != 1) return 3;
+    const int n = h[0], w = h[1], add = h[2];
+    const size_t len = (size_t)n * w;
+    auto x = vf(fi, len); auto o = vf(fi, len); auto g = vf(fi, w);
+    auto xa = x, xb = x;
+    std::vector<float> ya(len), yb(len), sa(len / 64), sb(len / 64);
+    std::vector<uint4> pa(len / 4), pb(len / 4);
+    tf_launch(D3{(unsigned)n, 1, 1}, 128, 0, [&] {
+        if (add) tf_add_rms_norm_split(xa.data(), o.data(), g.data(), ya.data(), pa.data(), sa.data(), w, eps);
+        else tf_rms_norm_split(xa.data(), g.data(), ya.data(), pa.data(), sa.data(), w, eps);
+    });
+    tf_launch(D3{(unsigned)n, 1, 1}, 128, 0, [&] {
+        if (add) tf_add_rms_norm(xb.data(), o.data(), g.data(), yb.data(), w, eps);
+        else tf_rms_norm(xb.data(), g.data(), yb.data(), w, eps);
+    });
+    tf_launch(D3{(unsigned)((w / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}, 128, 0, [&] { tf_mma_split(yb.data(), pb.data(), sb.data(), n, w); });
+    std::fwrite(xa.data(), 4, len, fo); std::fwrite(ya.data(), 4, len, fo);
+    std::fwrite(pa.data(), 4, len, fo); std::fwrite(sa.data(), 4, len / 64, fo);
+    std::fwrite(xb.data(), 4, len, fo); std::fwrite(yb.data(), 4, len, fo);
+    std::fwrite(pb.data(), 4, len, fo); std::fwrite(sb.data(), 4, len / 64, fo);
+    std::fclose(fo);
+    return 0;
+}
+"#;
+
+/// The norms that split their rows (kernels/norm_split.cu) give the plain norms' x and y, and
+/// the split tf_mma_split makes of that y, bit for bit.
+#[test]
+fn split_norms_give_the_norms_bits_and_their_split() {
+    let Some(cxx) = host_cxx::compiler() else {
+        return;
+    };
+    let source = format!(
+        "{}\n{}\n{}\n{}\n{}\n{NORM_SPLIT_MAIN}",
+        host_cxx::SIMT_PRELUDE,
+        host_cxx::common(),
+        include_str!("../../kernels/mma.cu"),
+        include_str!("../../kernels/ops.cu"),
+        include_str!("../../kernels/norm_split.cu"),
+    );
+    let (dir, exe) = host_cxx::build(&cxx, "norm_split", &source);
+    let mut rng = Rng::new(0x3a3a_0003);
+    // 1024: the row held by 128 threads; 4160: the chunked path.
+    for (n, w) in [(3usize, 1024usize), (2, 4160)] {
+        let (x, o) = (rng.vec_normal(n * w, 2.0), rng.vec_normal(n * w, 1.0));
+        let g = rng.vec_uniform(w, 0.5, 1.5);
+        for add in [false, true] {
+            let mut input = Vec::new();
+            for v in [n as i32, w as i32, add as i32] {
+                input.extend(v.to_le_bytes());
+            }
+            input.extend(1e-5f32.to_le_bytes());
+            for v in x.iter().chain(&o).chain(&g) {
+                input.extend(v.to_le_bytes());
+            }
+            let label = format!("n{n}w{w}a{add}");
+            let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
+            let one = 3 * n * w + n * w / 64;
+            assert_eq!(got.len(), 2 * one, "{label}");
+            let (split, plain) = got.split_at(one);
+            assert_eq!(host_cxx::differing(split, plain), 0, "{label}");
+            // Control: the sums are there to compare (not all zero).
+            assert!(split[3 * n * w..].iter().any(|&v| v != 0.0), "{label}");
+        }
+    }
 }

@@ -8,21 +8,24 @@ use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::mamba::{self, GpuMambaState};
+use crate::mma::SplitX;
 use crate::moe::{self, MoeBuffers};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
 use cudarc::driver::CudaSlice;
 
-/// `y = W x (+ bias)` for `n` rows (the CPU's `linear`: matmul, then the bias added).
+/// `y = W x (+ bias)` for `n` rows (the CPU's `linear`: matmul, then the bias added), reading
+/// x's split where it has one (`ws.hs`: the same bits).
 fn linear(
     g: &Gpu,
     w: &GpuMatrix,
     bias: Option<&CudaSlice<f32>>,
     x: &CudaSlice<f32>,
+    split: Option<&SplitX>,
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    ops::matmul(g, w, x, n, y)?;
+    ops::matmul_of(g, w, x, split, n, y)?;
     match bias {
         Some(b) => mamba::add_bias(g, y, b, n),
         None => Ok(()),
@@ -51,7 +54,15 @@ pub(super) fn mamba(
             ),
         });
     }
-    linear(g, &m.in_proj, m.in_bias.as_ref(), &ws.h, n, &mut ws.proj)?;
+    linear(
+        g,
+        &m.in_proj,
+        m.in_bias.as_ref(),
+        &ws.h,
+        ws.hs.as_ref(),
+        n,
+        &mut ws.proj,
+    )?;
     let (mx, si) = (&m.mixer, m.state_index);
     mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
     mamba::ssm_step(
@@ -69,7 +80,15 @@ pub(super) fn mamba(
     mamba::gated_norm(
         g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
     )?;
-    linear(g, &m.out_proj, m.out_bias.as_ref(), &ws.yn, n, &mut ws.o)
+    linear(
+        g,
+        &m.out_proj,
+        m.out_bias.as_ref(),
+        &ws.yn,
+        None,
+        n,
+        &mut ws.o,
+    )
 }
 
 /// Attention without RoPE: q/k/v → append k, v at each row's slot and position → attend over
@@ -83,33 +102,68 @@ pub(super) fn attention(
     ws: &mut Workspace,
 ) -> Result<()> {
     let b = a.biases.as_ref();
-    linear(g, &a.q, b.map(|b| &b[0]), &ws.h, n, &mut ws.q)?;
-    linear(g, &a.k, b.map(|b| &b[1]), &ws.h, n, &mut ws.k)?;
-    linear(g, &a.v, b.map(|b| &b[2]), &ws.h, n, &mut ws.v)?;
+    linear(
+        g,
+        &a.q,
+        b.map(|b| &b[0]),
+        &ws.h,
+        ws.hs.as_ref(),
+        n,
+        &mut ws.q,
+    )?;
+    linear(
+        g,
+        &a.k,
+        b.map(|b| &b[1]),
+        &ws.h,
+        ws.hs.as_ref(),
+        n,
+        &mut ws.k,
+    )?;
+    linear(
+        g,
+        &a.v,
+        b.map(|b| &b[2]),
+        &ws.h,
+        ws.hs.as_ref(),
+        n,
+        &mut ws.v,
+    )?;
     ops::kv_append(g, &ws.k, &ws.v, kv, rows, 0)?;
     ops::attend(g, &ws.q, kv, rows, 0, &a.shape, &mut ws.attn)?;
-    linear(g, &a.o, b.map(|b| &b[3]), &ws.attn, n, &mut ws.o)
+    linear(g, &a.o, b.map(|b| &b[3]), &ws.attn, None, n, &mut ws.o)
 }
 
-/// relu² MLP over `n` rows of `x`: `down(relu2(up(x)))` into `out`.
+/// relu² MLP over `n` rows of `x` (and its split, if any): `down(relu2(up(x)))` into `out`.
+#[allow(clippy::too_many_arguments)]
 fn mlp_rows(
     g: &Gpu,
     m: &MlpLayer,
     x: &CudaSlice<f32>,
+    split: Option<&SplitX>,
     n: usize,
     up: &mut CudaSlice<f32>,
     act: &mut CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let b = m.biases.as_ref();
-    linear(g, &m.up, b.map(|b| &b[0]), x, n, up)?;
+    linear(g, &m.up, b.map(|b| &b[0]), x, split, n, up)?;
     mamba::relu2(g, up, act, n * m.up.rows())?;
-    linear(g, &m.down, b.map(|b| &b[1]), act, n, out)
+    linear(g, &m.down, b.map(|b| &b[1]), act, None, n, out)
 }
 
 /// The dense relu² MLP block.
 pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result<()> {
-    mlp_rows(g, m, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.o)
+    mlp_rows(
+        g,
+        m,
+        &ws.h,
+        ws.hs.as_ref(),
+        n,
+        &mut ws.up,
+        &mut ws.act,
+        &mut ws.o,
+    )
 }
 
 /// MoE in mlx-lm's order: router → routing per row → fc1_latent_proj → routed experts →
@@ -130,14 +184,17 @@ pub(super) fn moe(
     const FC1: usize = 0;
     const SHARED: usize = 1;
     if let Some((fc1, _)) = &m.latent {
-        g.beside(FC1, || ops::matmul(g, fc1, &ws.h, n, &mut ws.latent))?;
+        g.beside(FC1, || {
+            ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)
+        })?;
     }
     if let Some(sh) = &m.shared {
         g.beside(SHARED, || {
-            mlp_rows(g, sh, &ws.h, n, &mut ws.up, &mut ws.act, &mut ws.shared)
+            let (x, s) = (&ws.h, ws.hs.as_ref());
+            mlp_rows(g, sh, x, s, n, &mut ws.up, &mut ws.act, &mut ws.shared)
         })?;
     }
-    ops::matmul(g, &m.gate, &ws.h, n, &mut ws.gates)?;
+    ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
     let xe = match &m.latent {
         Some(_) => {

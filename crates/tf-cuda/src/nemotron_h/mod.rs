@@ -22,6 +22,7 @@ use crate::graphs::{check_rows, wanted_logits, Graphs};
 use crate::kv::GpuKv;
 use crate::load;
 use crate::mamba::{GpuMambaState, MambaShape};
+use crate::mma::{self, SplitX};
 use crate::moe::{MoeBuffers, MoeLimits};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
@@ -35,6 +36,9 @@ struct Workspace {
     tokens: CudaSlice<i32>,
     x: CudaSlice<f32>,
     h: CudaSlice<f32>,
+    /// `h` split for the tensor cores' products by the norm that writes it (`None`:
+    /// `TF_CUDA_MMA_SPLIT=0`, or a hidden size the split does not take).
+    hs: Option<SplitX>,
     o: CudaSlice<f32>,
     /// Mamba `in_proj` rows `[z | xBC | dt]`.
     proj: CudaSlice<f32>,
@@ -111,9 +115,13 @@ fn norm_into_h(
     eps: f32,
     n: usize,
 ) -> Result<()> {
-    match added {
-        true => ops::rms_norm(g, &ws.x, gain, eps, n, &mut ws.h),
-        false => ops::add_rms_norm(g, &mut ws.x, &ws.o, gain, eps, n, &mut ws.h),
+    match (added, &mut ws.hs) {
+        (true, None) => ops::rms_norm(g, &ws.x, gain, eps, n, &mut ws.h),
+        (false, None) => ops::add_rms_norm(g, &mut ws.x, &ws.o, gain, eps, n, &mut ws.h),
+        (true, Some(s)) => ops::rms_norm_split(g, &ws.x, gain, eps, n, &mut ws.h, s),
+        (false, Some(s)) => {
+            ops::add_rms_norm_split(g, &mut ws.x, &ws.o, gain, eps, n, &mut ws.h, s)
+        }
     }
 }
 
@@ -242,6 +250,10 @@ impl GpuNemotronH {
             tokens: gpu.zeros(n)?,
             x: gpu.zeros(n * hidden)?,
             h: gpu.zeros(n * hidden)?,
+            hs: match mma::split_enabled() && hidden.is_multiple_of(mma::GROUP) {
+                true => Some(SplitX::new(&gpu, n, hidden)?),
+                false => None,
+            },
             o: gpu.zeros(n * hidden)?,
             proj: gpu.zeros(n * w.proj)?,
             xbc: gpu.zeros(n * w.conv)?,
@@ -519,6 +531,6 @@ impl GpuNemotronH {
         }
         norm_into_h(g, added, ws, &self.final_norm, self.eps, n)?;
         let head = self.head.as_ref().unwrap_or(&self.embed);
-        ops::matmul(g, head, &ws.h, n, &mut ws.logits)
+        ops::matmul_of(g, head, &ws.h, ws.hs.as_ref(), n, &mut ws.logits)
     }
 }

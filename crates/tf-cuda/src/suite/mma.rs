@@ -1,8 +1,9 @@
 //! Contract cases for the tensor cores' MLX 4-bit product ([`crate::mma`]): accuracy against
 //! an f64 reference and row invariance at every row count, with the launcher's choice (tiles a
-//! block, x staged or not) and with each other (they must give the same bits). Planted
-//! controls: the low parts of x dropped when a call has several rows (the harness must catch
-//! the row variance), and tiles made from a matrix with two rows exchanged (the reference must
+//! block, x staged or not, x split once a call) and with each other (they must give the same
+//! bits). Planted controls: the low parts of x dropped when a call has several rows (the
+//! harness must catch the row variance), tiles made from a matrix with two rows exchanged (the
+//! reference must catch it), and x split with its group sums taken in f32 (the bits check must
 //! catch it).
 
 use super::packed::HostWeights;
@@ -129,6 +130,48 @@ fn case(
             bits.add(compare_bits(&y, &want[..n * rows]));
         }
     }
+    // x split once (by tf_mma_split, and by the norm that writes it) into the split products.
+    let gain = gpu.upload(&r2.vec_uniform(cols, 0.5, 1.5))?;
+    let mut sx = mma::SplitX::new(gpu, MAX_ROWS, cols)?;
+    let mut split_run = |splitter: &str, rt: usize, n: usize| -> Result<Vec<f32>> {
+        let mut b = bufs.borrow_mut();
+        let (x, y) = &mut *b;
+        let flat: Vec<f32> = xs[..n].iter().flatten().copied().collect();
+        gpu.write(&flat, x)?;
+        match splitter {
+            "norm" => {
+                let mut h = gpu.zeros::<f32>(n * cols)?;
+                ops::rms_norm_split(gpu, x, &gain, 1e-5, n, &mut h, &mut sx)?;
+                let mut h2 = gpu.zeros::<f32>(n * cols)?;
+                ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h2)?;
+                mma::matmul_split_with(gpu, rt, &w, &sx, n, y)?;
+                let got = gpu.download(y, n * rows)?;
+                mma::matmul(gpu, &w, &h2, n, y)?;
+                let mut out = got;
+                out.extend(gpu.download(y, n * rows)?);
+                return Ok(out);
+            }
+            k => mma::split_with(gpu, k, x, n, &mut sx)?,
+        }
+        mma::matmul_split_with(gpu, rt, &w, &sx, n, y)?;
+        Ok(gpu.download(y, n * rows)?)
+    };
+    for rt in [1, 2] {
+        for n in [40, 1] {
+            bits.add(compare_bits(
+                &split_run("tf_mma_split", rt, n)?,
+                &want[..n * rows],
+            ));
+            // The norm's split against the product of its y (the same norm unsplit).
+            let both = split_run("norm", rt, n)?;
+            let (a, b) = both.split_at(n * rows);
+            bits.add(compare_bits(a, b));
+        }
+    }
+    let planted = compare_bits(
+        &split_run(mma::PLANT_SPLIT_SUMS, 1, 40)?,
+        &want[..40 * rows],
+    );
     let verdict = bits.gate(v, "the launcher's bits").and_then(|r| {
         let taken = rows_kernels_taking(gpu, &w, &mut bufs.borrow_mut());
         match taken.is_empty() {
@@ -139,11 +182,24 @@ fn case(
     out.cases.push(CaseResult {
         op: name.clone(),
         case: format!(
-            "{label} (bits: each choice against the launcher's; rows kernels refuse the tiles)"
+            "{label} (bits: each choice and x split once, by tf_mma_split and by the norm, \
+             against the launcher's; rows kernels refuse the tiles)"
         ),
         verdict,
         cpu_bits: Some(bits),
     });
+    if plants {
+        out.controls.push(super::ControlResult {
+            control: "matmul mma MLX 4-bit: x split with its group sums in f32 from x".into(),
+            caught: match planted.differing {
+                0 => Err("the split products' bits check saw no difference".into()),
+                d => Ok(format!(
+                    "the split products' bits: {d} of {} differ",
+                    planted.compared
+                )),
+            },
+        });
+    }
     if plants {
         let broken = |xs: &[Vec<f32>], o: &mut [f32]| {
             let plant = Choice {
