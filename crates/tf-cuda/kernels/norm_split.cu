@@ -1,18 +1,32 @@
 // RMSNorm (ops.cu's, the residual add first where ADD) whose rows also come split for the
 // tensor cores' products (mma.cu's tf_mma_split_group): the norm's bits in y, then each warp a
 // group of its block's row into parts and sums, the bits tf_mma_split gives from that y. The
-// row's width a multiple of 64.
+// row's width a multiple of 64; rows of at most TF_NORM_STASH elements are split from a copy
+// in shared memory (dynamic: 4 width bytes), wider ones from y.
+#define TF_NORM_STASH 6144
+
 template <bool ADD>
 __device__ __forceinline__ void tf_norm_split(float* __restrict__ x, const float* __restrict__ o,
                                               const float* __restrict__ g, float* __restrict__ y,
                                               uint4* __restrict__ parts, float* __restrict__ sums,
                                               int width, float eps) {
-    tf_rms_norm<0, ADD>(x, o, g, y, width, eps);
-    __syncthreads();  // the row's y, written by the block, is what its warps split
-    const int groups = width >> 6, row = blockIdx.x;
+#ifdef TF_HOST_SIMT
+    float* stash = (float*)tf_dyn_smem;
+#else
+    extern __shared__ float stash[];
+#endif
+    const float* row = y + (size_t)blockIdx.x * width;
+    if (width <= TF_NORM_STASH) {
+        tf_rms_norm<0, ADD, true>(x, o, g, y, width, eps, stash);
+        row = stash;
+    } else {
+        tf_rms_norm<0, ADD>(x, o, g, y, width, eps);
+    }
+    __syncthreads();  // the row, written by the block, is what its warps split
+    const int groups = width >> 6;
     for (int G = threadIdx.x >> 5; G < groups; G += blockDim.x >> 5)
-        tf_mma_split_group<0>(y + (size_t)row * width, 1, G, width,
-                              parts + (size_t)row * groups * 16, sums + (size_t)row * groups);
+        tf_mma_split_group<0>(row, 1, G, width, parts + (size_t)blockIdx.x * groups * 16,
+                              sums + (size_t)blockIdx.x * groups);
 }
 
 extern "C" __global__ void tf_rms_norm_split(const float* x, const float* g, float* y,

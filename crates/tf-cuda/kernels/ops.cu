@@ -6,11 +6,11 @@
 // (tf_block_sumsq16), r = 1 / sqrt(ss / n + eps), then y = g * (x * r). ADD: the residual add
 // first, x = x + o, written back, and the norm of that sum (the bits of tf_add_inplace and then
 // tf_rms_norm, in one launch). PLANT = 1 is a planted control: the sum of squares skips the last
-// element of the row.
-template <int PLANT, bool ADD>
+// element of the row. STASH: y's row also written to `stash` (the block's shared memory).
+template <int PLANT, bool ADD, bool STASH = false>
 __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* __restrict__ o,
                                             const float* __restrict__ g, float* __restrict__ y,
-                                            int width, float eps) {
+                                            int width, float eps, float* stash = nullptr) {
     float* xr = x + (size_t)blockIdx.x * width;
     const float* orow = ADD ? o + (size_t)blockIdx.x * width : nullptr;
     float* yr = y + (size_t)blockIdx.x * width;
@@ -31,7 +31,9 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
             const int k = threadIdx.x + j * blockDim.x;
             if (k < width) {
                 if (ADD) xr[k] = e[j];
-                yr[k] = gv[j] * (e[j] * r);
+                const float v = gv[j] * (e[j] * r);
+                yr[k] = v;
+                if (STASH) stash[k] = v;
             }
         }
         return;
@@ -42,7 +44,9 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
     for (int k = threadIdx.x; k < width; k += blockDim.x) {
         const float e = v(k);
         if (ADD) xr[k] = e;
-        yr[k] = g[k] * (e * r);
+        const float v = g[k] * (e * r);
+        yr[k] = v;
+        if (STASH) stash[k] = v;
     }
 }
 

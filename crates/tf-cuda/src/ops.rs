@@ -346,6 +346,10 @@ pub fn add_rms_norm_with(
     norm(gpu, kernel, x, Some(o), gain, eps, n, y, None)
 }
 
+/// Widest row a split norm splits from its copy in shared memory (`TF_NORM_STASH` in
+/// kernels/norm_split.cu).
+pub(crate) const NORM_STASH: usize = 6144;
+
 /// A norm of `n` rows of `gain.len()` elements: the kernel's arguments are x, then o where the
 /// residual add comes first, then gain, y, the split's parts and sums where it splits its rows,
 /// width and eps.
@@ -386,6 +390,7 @@ fn norm(
         b.arg(o);
     }
     b.arg(gain).arg(y);
+    let stash = split.is_some() && width <= NORM_STASH;
     if let Some(s) = split {
         b.arg(&mut s.parts).arg(&mut s.sums);
     }
@@ -394,7 +399,7 @@ fn norm(
     let cfg = LaunchConfig {
         grid_dim: (n as u32, 1, 1),
         block_dim: (1024, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: if stash { 4 * width as u32 } else { 0 },
     };
     // SAFETY: (f32*, [f32*,] f32*, f32*, [uint4*, f32*,] i32, f32); lengths checked above (the
     // split's by its callers).

@@ -261,6 +261,15 @@ fn the_launcher_picks_a_choice_that_fits() {
     assert!(!staged.fits(8, 4096));
 }
 
+/// The split norms' launch gives the copy of the row the kernels take (a mismatch would
+/// overrun their shared memory).
+#[test]
+fn the_split_norms_stash_is_the_kernels() {
+    let src = include_str!("../../kernels/norm_split.cu");
+    let want = format!("#define TF_NORM_STASH {}\n", crate::ops::NORM_STASH);
+    assert!(src.contains(&want));
+}
+
 /// The launcher's warps a block are the kernels' (a mismatch would leave groups unsummed).
 #[test]
 fn warps_a_block_are_the_kernels() {
@@ -388,7 +397,7 @@ int main(int argc, char** argv) {
     auto xa = x, xb = x;
     std::vector<float> ya(len), yb(len), sa(len / 64), sb(len / 64);
     std::vector<uint4> pa(len / 4), pb(len / 4);
-    tf_launch(D3{(unsigned)n, 1, 1}, 128, 0, [&] {
+    tf_launch(D3{(unsigned)n, 1, 1}, 128, w <= 6144 ? 4 * (size_t)w : 0, [&] {
         if (add) tf_add_rms_norm_split(xa.data(), o.data(), g.data(), ya.data(), pa.data(), sa.data(), w, eps);
         else tf_rms_norm_split(xa.data(), g.data(), ya.data(), pa.data(), sa.data(), w, eps);
     });
@@ -423,8 +432,9 @@ fn split_norms_give_the_norms_bits_and_their_split() {
     );
     let (dir, exe) = host_cxx::build(&cxx, "norm_split", &source);
     let mut rng = Rng::new(0x3a3a_0003);
-    // 1024: the row held by 128 threads; 4160: the chunked path.
-    for (n, w) in [(3usize, 1024usize), (2, 4160)] {
+    // 1024: the row held by 128 threads; 4160: the chunked path; 6208: split from y, not from
+    // the copy in shared memory.
+    for (n, w) in [(3usize, 1024usize), (2, 4160), (1, 6208)] {
         let (x, o) = (rng.vec_normal(n * w, 2.0), rng.vec_normal(n * w, 1.0));
         let g = rng.vec_uniform(w, 0.5, 1.5);
         for add in [false, true] {
