@@ -329,21 +329,17 @@ TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0)
 TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
 
 // tf_mma_mlx4_r{RT}_split: the same products of x split once a call (parts xp, sums xsum).
-#define TF_MMA_SPLIT_ENTRY(NAME, RT, KW)                                                      \
-    extern "C" __global__ void __launch_bounds__(32 * KW, RT == 1 ? 32 / KW : 1)               \
+#define TF_MMA_SPLIT_ENTRY(NAME, RT)                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols) {                                                                       \
         tf_follow();                                                                           \
-        tf_mma_body<RT, KW, 2, 0>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),   \
-                                  nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols,  \
-                                  xp, xsum);                                                   \
+        tf_mma_body<RT, MMA_KW, 2, 0>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), \
+                                      nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, rows,    \
+                                      cols, xp, xsum);                                         \
     }
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, MMA_KW)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, MMA_KW)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_kw8, 1, 8)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_kw8, 2, 8)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_kw4, 1, 4)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_kw4, 2, 4)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2)
 
 // A warp splits group G of x rows 0 .. live - 1 (at most 8; rows of `cols` at x) into parts
 // and sums (each at its row 0): lane (g, t) the parts of row g, the sums of rows 2t, 2t + 1

@@ -14,7 +14,7 @@ use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu.
-pub const KERNEL_NAMES: [&str; 16] = [
+pub const KERNEL_NAMES: [&str; 12] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -27,10 +27,6 @@ pub const KERNEL_NAMES: [&str; 16] = [
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
     "tf_add_rms_norm_split",
-    "tf_mma_mlx4_r1_split_kw8",
-    "tf_mma_mlx4_r2_split_kw8",
-    "tf_mma_mlx4_r1_split_kw4",
-    "tf_mma_mlx4_r2_split_kw4",
 ];
 
 /// The products of x split once a call ([`SplitX`]), one tile and two tiles a block.
@@ -405,19 +401,6 @@ pub fn matmul_split_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    matmul_split_kw(gpu, rt, WARPS, w, s, n, y)
-}
-
-/// EXPLORATION: [`matmul_split_with`] with `kw` warps a block (16, 8 or 4).
-pub fn matmul_split_kw(
-    gpu: &Gpu,
-    rt: usize,
-    kw: u32,
-    w: &GpuMatrix,
-    s: &SplitX,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
@@ -435,11 +418,7 @@ pub fn matmul_split_kw(
         staged: false,
     };
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let name = match kw {
-        16 => SPLIT_KERNELS[c.rt - 1].to_string(),
-        k => format!("{}_kw{k}", SPLIT_KERNELS[c.rt - 1]),
-    };
-    let mut b = gpu.launcher(&name)?;
+    let mut b = gpu.launcher(SPLIT_KERNELS[c.rt - 1])?;
     b.arg(w.bytes())
         .arg(&s.parts)
         .arg(&s.sums)
@@ -449,9 +428,12 @@ pub fn matmul_split_kw(
         .arg(&cols);
     // SAFETY: (u8*, uint4*, f32*, f32*, i32, i32, i32); the split holds n rows of the matrix's
     // columns and y n rows of its rows (checked above; the tiles were made for this shape).
-    let mut cfg = launch(c, w.rows(), w.cols(), n);
-    cfg.block_dim.0 = 32 * kw;
-    unsafe { b.go(cfg, "launching mma matmul (split x)") }
+    unsafe {
+        b.go(
+            launch(c, w.rows(), w.cols(), n),
+            "launching mma matmul (split x)",
+        )
+    }
 }
 
 #[cfg(test)]
