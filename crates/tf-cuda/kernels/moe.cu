@@ -579,17 +579,21 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 template <int RT, int STAGED>
 __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
-                                           int rows, int cols, int n_experts) {
+                                           int rows, int cols, int n_experts,
+                                           const uint4* __restrict__ xp = nullptr,
+                                           const float* __restrict__ xsum = nullptr) {
     const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
     if (e < 0) return;  // the whole block
     const int off = offsets[e], cnt = offsets[e + 1] - off, tiles = rows >> 4;
     const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
     const uint4* wq = (const uint4*)W + first * 32;
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
+    const size_t groups = cols >> 6;
     for (int j0 = 0; j0 < cnt; j0 += 8)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(wq, sb, xg + (size_t)off * cols,
-                                               yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
-                                               rows, cols);
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(
+            wq, sb, xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
+            rows, cols, STAGED == 2 ? xp + off * groups * 16 : nullptr,
+            STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
 #define TF_MOE_MMA_ENTRY(NAME, RT, STAGED)                                                     \
@@ -601,3 +605,57 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     }
 TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0)
 TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)
+
+// The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
+// tf_moe_relu2_split).
+extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)
+    tf_moe_mma_mlx4_split(const u8* W, const uint4* xp, const float* xsum, float* yg,
+                          const int* offsets, int rows, int cols, int n_experts) {
+    tf_follow();
+    tf_moe_mma<2, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);
+}
+
+// Row `row` of `width` (a multiple of 64) at `src`, split by the block's warps (a group each
+// in turn) into parts and sums at that row (mma.cu's layout).
+__device__ __forceinline__ void tf_moe_split_row(const float* src, int row, int width,
+                                                 uint4* parts, float* sums) {
+    const int groups = width >> 6;
+    for (int G = threadIdx.x >> 5; G < groups; G += blockDim.x >> 5)
+        tf_mma_split_group<0>(src, 1, G, width, parts + (size_t)row * groups * 16,
+                              sums + (size_t)row * groups);
+}
+
+// tf_moe_gather, each gathered row also split (from its source row, the same values).
+extern "C" __global__ void tf_moe_gather_split(const float* x, const int* order,
+                                               const int* offsets, float* xg, uint4* parts,
+                                               float* sums, int top_k, int width,
+                                               int n_experts) {
+    tf_follow();
+    const int p = blockIdx.x;
+    if (p >= offsets[n_experts]) return;
+    const float* src = x + (size_t)(order[p] / top_k) * width;
+    float* dst = xg + (size_t)p * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = src[c];
+    tf_moe_split_row(src, p, width, parts, sums);
+}
+
+// tf_moe_relu2 of row blockIdx.x (of `width`), also split: the row computed into a copy in
+// shared memory (dynamic: 4 width bytes), then split from it.
+extern "C" __global__ void tf_moe_relu2_split(const float* x, float* out, uint4* parts,
+                                              float* sums, int width) {
+    tf_follow();
+#ifdef TF_HOST_SIMT
+    float* row = (float*)tf_dyn_smem;
+#else
+    extern __shared__ float row[];
+#endif
+    const size_t base = (size_t)blockIdx.x * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        const float v = x[base + c];
+        const float r = v > 0.0f ? v : 0.0f;
+        row[c] = r * r;
+        out[base + c] = r * r;
+    }
+    __syncthreads();
+    tf_moe_split_row(row, blockIdx.x, width, parts, sums);
+}

@@ -18,6 +18,7 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
+use crate::mma::{SplitX, GROUP};
 use crate::ops::{grid, i32_of, need};
 use crate::weights::geometry_kernel;
 use cudarc::driver::{CudaSlice, LaunchConfig};
@@ -31,6 +32,9 @@ pub use experts::{ExpertMlp, GpuExperts};
 
 /// Kernel entry points defined in kernels/moe.cu.
 pub const KERNEL_NAMES: &[&str] = &[
+    "tf_moe_mma_mlx4_split",
+    "tf_moe_gather_split",
+    "tf_moe_relu2_split",
     "tf_moe_route_grouped",
     "tf_moe_route_grouped_sorted",
     "tf_plant_moe_route_tie_high",
@@ -173,6 +177,9 @@ pub struct MoeBuffers {
     up: CudaSlice<f32>,
     act: CudaSlice<f32>,
     yg: CudaSlice<f32>,
+    /// The gathered rows and the relu² rows split for the tensor cores' products, where the
+    /// widths are whole 64-column groups (`None`: `TF_CUDA_MMA_SPLIT=0`).
+    split: Option<(SplitX, SplitX)>,
 }
 
 impl MoeBuffers {
@@ -197,6 +204,17 @@ impl MoeBuffers {
             up: gpu.zeros(slots * limits.max_inter)?,
             act: gpu.zeros(slots * limits.max_inter)?,
             yg: gpu.zeros(slots * limits.max_dim)?,
+            split: match crate::mma::split_enabled()
+                && limits.max_dim.is_multiple_of(GROUP)
+                && limits.max_inter.is_multiple_of(GROUP)
+                && limits.max_dim.min(limits.max_inter) > 0
+            {
+                true => Some((
+                    SplitX::new(gpu, slots, limits.max_dim)?,
+                    SplitX::new(gpu, slots, limits.max_inter)?,
+                )),
+                false => None,
+            },
         })
     }
 
@@ -409,22 +427,41 @@ pub fn experts_with(
         return Ok(());
     }
     let slots = n * k;
-    let (k_, dim_, e_) = (k as i32, i32_of(OP, "dim", dim)?, e as i32);
-    let mut b = gpu.launcher("tf_moe_gather")?;
-    b.arg(x)
-        .arg(&buf.order)
-        .arg(&buf.offsets)
-        .arg(&mut buf.xg)
-        .arg(&k_)
-        .arg(&dim_)
-        .arg(&e_);
-    let cfg = LaunchConfig {
-        grid_dim: (slots as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
+    // relu² experts in the mma tiles read their rows split once (the same bits).
+    let tiled = |w: &GpuExperts| w.matrix.layout() == crate::weights::Layout::MmaTiles;
+    let split = match &mut buf.split {
+        Some((xs, acts))
+            if mlp.gate.is_none()
+                && !plant
+                && tiled(&mlp.up)
+                && tiled(&mlp.down)
+                && xs.holds(slots, dim)
+                && acts.holds(slots, inter)
+                && inter <= RELU2_SPLIT_MAX =>
+        {
+            Some((xs, acts))
+        }
+        _ => None,
     };
+    let (k_, dim_, e_) = (k as i32, i32_of(OP, "dim", dim)?, e as i32);
+    let mut b = gpu.launcher(match split {
+        Some(_) => "tf_moe_gather_split",
+        None => "tf_moe_gather",
+    })?;
+    b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
+    if let Some((xs, acts)) = split {
+        b.arg(&mut xs.parts).arg(&mut xs.sums);
+        b.arg(&k_).arg(&dim_).arg(&e_);
+        // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions < offsets[e] <=
+        // n * k rows of xg and of the split (checked above).
+        unsafe { b.go(gather_config(slots), "launching moe gather (split)") }?;
+        expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k)?;
+        relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
+        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k);
+    }
+    b.arg(&k_).arg(&dim_).arg(&e_);
     // SAFETY: (f32*, i32*, i32*, f32*, i32 x3); positions < offsets[e] <= n * k rows of xg.
-    unsafe { b.go(cfg, "launching moe gather") }?;
+    unsafe { b.go(gather_config(slots), "launching moe gather") }?;
     let grouped = |w: &GpuExperts,
                    xin: &CudaSlice<f32>,
                    yout: &mut CudaSlice<f32>,
@@ -513,6 +550,80 @@ pub(crate) fn expert_matmul(
     // rows (validated at upload; in the mma tiles, n_experts * rows / 16 tiles made for this
     // shape, `rows` a multiple of 16); every group lies within the `slots` rows checked above.
     unsafe { b.go(cfg, during) }
+}
+
+/// Widest row [`relu2_split`] copies into shared memory (48 KiB).
+const RELU2_SPLIT_MAX: usize = 12288;
+
+/// A block a gathered row.
+fn gather_config(slots: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (slots as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// [`expert_matmul`] of the gathered rows split once (`x`: their [`SplitX`]), `w` in the mma
+/// tiles: the same bits.
+pub(crate) fn expert_matmul_split(
+    gpu: &Gpu,
+    w: &GpuExperts,
+    x: &SplitX,
+    y: &mut CudaSlice<f32>,
+    offsets: &CudaSlice<i32>,
+    n: usize,
+    k: usize,
+) -> Result<()> {
+    const OP: &str = "moe expert matmul (split x)";
+    let slots = n * k;
+    x.check(OP, slots, w.cols())?;
+    need(OP, "y", y.len(), slots * w.rows())?;
+    need(OP, "offsets", offsets.len(), w.n_experts() + 1)?;
+    let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
+    let n_experts = i32_of(OP, "experts", w.n_experts())?;
+    let groups = w.n_experts().min(slots).max(1);
+    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups)?;
+    cfg.shared_mem_bytes = 0;
+    let mut b = gpu.launcher("tf_moe_mma_mlx4_split")?;
+    b.arg(w.matrix.bytes())
+        .arg(&x.parts)
+        .arg(&x.sums)
+        .arg(y)
+        .arg(offsets)
+        .arg(&rows)
+        .arg(&cols)
+        .arg(&n_experts);
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32, i32, i32); the tiles hold n_experts * rows /
+    // 16 tiles made for this shape; every group lies within the `slots` rows of the split and
+    // of y checked above.
+    unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
+}
+
+/// [`relu2`] of `slots` rows of `width`, the rows also split into `s`.
+fn relu2_split(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    s: &mut SplitX,
+    slots: usize,
+    width: usize,
+) -> Result<()> {
+    const OP: &str = "relu2 (split)";
+    s.check(OP, slots, width)?;
+    need(OP, "x", x.len(), slots * width)?;
+    need(OP, "out", out.len(), slots * width)?;
+    let w = i32_of(OP, "width", width)?;
+    let mut b = gpu.launcher("tf_moe_relu2_split")?;
+    b.arg(x).arg(out).arg(&mut s.parts).arg(&mut s.sums).arg(&w);
+    let cfg = LaunchConfig {
+        grid_dim: (slots as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 4 * width as u32,
+    };
+    // SAFETY: (f32*, f32*, uint4*, f32*, i32); slots rows of width in each (checked above); a
+    // block a row, its copy in shared memory.
+    unsafe { b.go(cfg, "launching relu2 (split)") }
 }
 
 /// `v` as a grid's y dimension (at most 65535).

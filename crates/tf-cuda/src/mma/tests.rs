@@ -294,8 +294,17 @@ fn moe_harness() -> String {
             .expect("moe.cu's staged mma entry"),
     );
     let entries = &moe[start..end + "TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)".len()];
+    let split = [
+        "extern \"C\" __global__ void __launch_bounds__(32 * MMA_MOE_KW)\n    tf_moe_mma_mlx4_split(",
+        "__device__ __forceinline__ void tf_moe_split_row(",
+        "extern \"C\" __global__ void tf_moe_gather_split(",
+        "extern \"C\" __global__ void tf_moe_relu2(",
+        "extern \"C\" __global__ void tf_moe_relu2_split(",
+    ]
+    .map(|head| host_cxx::extract(moe, head))
+    .join("\n");
     format!(
-        "{prelude}\n{source}\n{block_expert}\n{body}\n{entries}\n\
+        "{prelude}\n{source}\n{block_expert}\n{body}\n{entries}\n{split}\n\
          int main(int argc, char** argv) {{\n\
          \x20   FILE *fi, *fo;\n\
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
@@ -309,7 +318,23 @@ fn moe_harness() -> String {
          \x20   if (fread(src.data(), 1, src.size(), fi) != src.size() || fread(offsets.data(), 4, ne + 1, fi) != (size_t)ne + 1 || fread(x.data(), 4, x.size(), fi) != x.size()) return 1;\n\
          \x20   tf_launch(D3{{(unsigned)((nt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ tf_mma_tile_mlx4(src.data(), tiles.data(), ne * rows, cols); }});\n\
          \x20   const D3 grid{{(unsigned)((rows + 31) / 32), (unsigned)std::min(ne, slots), 1}};\n\
-         \x20   if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   std::vector<float> xg(x.size()), sums((size_t)slots * cols / 64), act(x.size()), sums2(sums.size());\n\
+         \x20   std::vector<uint4> parts((size_t)slots * cols / 4), parts2(parts.size());\n\
+         \x20   std::vector<int> order(slots);\n\
+         \x20   for (int p = 0; p < slots; p++) order[p] = p;\n\
+         \x20   if (staged == 3) {{\n\
+         \x20       tf_launch(D3{{(unsigned)slots, 1, 1}}, 256, (size_t)cols * 4, [&] {{ tf_moe_relu2_split(x.data(), act.data(), parts.data(), sums.data(), cols); }});\n\
+         \x20       tf_launch(D3{{(unsigned)((x.size() + 255) / 256), 1, 1}}, 256, 0, [&] {{ tf_moe_relu2(x.data(), xg.data(), (int)x.size()); }});\n\
+         \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_mma_split(xg.data(), parts2.data(), sums2.data(), slots, cols); }});\n\
+         \x20       for (auto* v : {{&act, &xg, &sums, &sums2}}) fwrite(v->data(), 4, v->size(), fo);\n\
+         \x20       fwrite(parts.data(), 16, parts.size(), fo); fwrite(parts2.data(), 16, parts2.size(), fo);\n\
+         \x20       fclose(fo);\n\
+         \x20       return 0;\n\
+         \x20   }}\n\
+         \x20   if (staged == 2) {{\n\
+         \x20       tf_launch(D3{{(unsigned)slots, 1, 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
+         \x20       tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   fwrite(y.data(), 4, y.size(), fo);\n\
          \x20   fclose(fo);\n\
@@ -334,22 +359,49 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         .expect("rows layout")
         .into_owned();
     let wf: Vec<f64> = (0..ne * rows).flat_map(|j| hw.row_f64(j)).collect();
-    let run = |offsets: &[i32], x: &[f32], staged: bool| {
+    // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
+    // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts).
+    let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
-        for v in [ne, rows, cols, slots, usize::from(staged)] {
+        for v in [ne, rows, cols, slots, mode] {
             input.extend((v as i32).to_le_bytes());
         }
         input.extend_from_slice(&src);
         input.extend(offsets.iter().flat_map(|v| v.to_le_bytes()));
         input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
-        let label = format!("moe-{slots}-{staged}");
+        let label = format!("moe-{slots}-{mode}");
         host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input))
     };
     // Expert 1 empty, expert 3 with 9 rows (two blocks of x rows).
     let offsets = [0, 2, 2, 5, 14];
     let x: Vec<f32> = (0..14 * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
-    let y = run(&offsets, &x, false);
+    let y = run(&offsets, &x, 0);
+    let split = run(&offsets, &x, 2);
+    assert_eq!(
+        host_cxx::differing(&split, &y),
+        0,
+        "gathered and split: the products' bits"
+    );
+    let relu = run(&offsets, &x, 3);
+    let len = x.len();
+    let (act, rest) = relu.split_at(len);
+    let (act2, rest) = rest.split_at(len);
+    assert_eq!(
+        host_cxx::differing(act, act2),
+        0,
+        "relu² split: relu²'s bits"
+    );
+    let (sums, parts) = rest.split_at(rest.len() - 2 * len);
+    let (sums, sums2) = sums.split_at(sums.len() / 2);
+    assert_eq!(host_cxx::differing(sums, sums2), 0, "relu² split: the sums");
+    let (parts, parts2) = parts.split_at(len);
+    assert_eq!(
+        host_cxx::differing(parts, parts2),
+        0,
+        "relu² split: the parts"
+    );
+    assert!(act.iter().any(|&v| v > 0.0), "relu² left something");
     for e in 0..ne {
         let (a, b) = (offsets[e] as usize, offsets[e + 1] as usize);
         let w = &wf[e * rows * cols..(e + 1) * rows * cols];
@@ -368,7 +420,7 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         .iter()
         .flat_map(|&p| x[p * cols..(p + 1) * cols].to_vec())
         .collect();
-    let y1 = run(&[0, 1, 1, 2, 3], &one, true);
+    let y1 = run(&[0, 1, 1, 2, 3], &one, 1);
     for (i, &p) in picks.iter().enumerate() {
         assert_eq!(
             host_cxx::differing(&y1[i * rows..(i + 1) * rows], &y[p * rows..(p + 1) * rows]),
@@ -377,7 +429,7 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         );
     }
     // Control: the same row under another expert gives other values.
-    let y2 = run(&[0, 0, 1, 2, 3], &one, true);
+    let y2 = run(&[0, 0, 1, 2, 3], &one, 1);
     assert_ne!(host_cxx::differing(&y2[..rows], &y[..rows]), 0);
 }
 

@@ -133,45 +133,38 @@ fn case(
     // x split once (by tf_mma_split, and by the norm that writes it) into the split products.
     let gain = gpu.upload(&r2.vec_uniform(cols, 0.5, 1.5))?;
     let mut sx = mma::SplitX::new(gpu, MAX_ROWS, cols)?;
-    let mut split_run = |splitter: &str, rt: usize, n: usize| -> Result<Vec<f32>> {
+    let mut h = gpu.zeros::<f32>(MAX_ROWS * cols)?;
+    // y of the split product of the first n rows split by `splitter` (or, None, of their norm
+    // split by the norm), then (None) the launcher's product of that norm unsplit.
+    let mut split_run = |splitter: Option<&str>, rt: usize, n: usize| -> Result<Vec<f32>> {
         let mut b = bufs.borrow_mut();
         let (x, y) = &mut *b;
         let flat: Vec<f32> = xs[..n].iter().flatten().copied().collect();
         gpu.write(&flat, x)?;
         match splitter {
-            "norm" => {
-                let mut h = gpu.zeros::<f32>(n * cols)?;
-                ops::rms_norm_split(gpu, x, &gain, 1e-5, n, &mut h, &mut sx)?;
-                let mut h2 = gpu.zeros::<f32>(n * cols)?;
-                ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h2)?;
-                mma::matmul_split_with(gpu, rt, &w, &sx, n, y)?;
-                let got = gpu.download(y, n * rows)?;
-                mma::matmul(gpu, &w, &h2, n, y)?;
-                let mut out = got;
-                out.extend(gpu.download(y, n * rows)?);
-                return Ok(out);
-            }
-            k => mma::split_with(gpu, k, x, n, &mut sx)?,
+            Some(k) => mma::split_with(gpu, k, x, n, &mut sx)?,
+            None => ops::rms_norm_split(gpu, x, &gain, 1e-5, n, &mut h, &mut sx)?,
         }
         mma::matmul_split_with(gpu, rt, &w, &sx, n, y)?;
-        Ok(gpu.download(y, n * rows)?)
+        let mut out = gpu.download(y, n * rows)?;
+        if splitter.is_none() {
+            ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h)?;
+            mma::matmul(gpu, &w, &h, n, y)?;
+            out.extend(gpu.download(y, n * rows)?);
+        }
+        Ok(out)
     };
     for rt in [1, 2] {
         for n in [40, 1] {
-            bits.add(compare_bits(
-                &split_run("tf_mma_split", rt, n)?,
-                &want[..n * rows],
-            ));
-            // The norm's split against the product of its y (the same norm unsplit).
-            let both = split_run("norm", rt, n)?;
-            let (a, b) = both.split_at(n * rows);
-            bits.add(compare_bits(a, b));
+            let got = split_run(Some("tf_mma_split"), rt, n)?;
+            bits.add(compare_bits(&got, &want[..n * rows]));
+            let normed = split_run(None, rt, n)?;
+            let (split, unsplit) = normed.split_at(n * rows);
+            bits.add(compare_bits(split, unsplit));
         }
     }
-    let planted = compare_bits(
-        &split_run(mma::PLANT_SPLIT_SUMS, 1, 40)?,
-        &want[..40 * rows],
-    );
+    let planted = split_run(Some(mma::PLANT_SPLIT_SUMS), 1, 40)?;
+    let planted = compare_bits(&planted, &want[..40 * rows]);
     let verdict = bits.gate(v, "the launcher's bits").and_then(|r| {
         let taken = rows_kernels_taking(gpu, &w, &mut bufs.borrow_mut());
         match taken.is_empty() {
@@ -272,7 +265,9 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
         gpu.zeros::<f32>(MAX_ROWS * rows)?,
     ));
     let errs = ErrSlot::default();
-    let run_shift = |shift: usize, xs: &[Vec<f32>], o: &mut [f32]| {
+    let sx = RefCell::new(mma::SplitX::new(gpu, MAX_ROWS, cols)?);
+    // `split`: the rows split once (tf_mma_split) into the split product.
+    let run_how = |shift: usize, split: bool, xs: &[Vec<f32>], o: &mut [f32]| {
         let r = (|| -> Result<()> {
             // Rows in expert order (stable), as the MoE gather lays them.
             let mut order: Vec<usize> = (0..xs.len()).collect();
@@ -289,8 +284,15 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
             let (x, y) = &mut *b;
             gpu.write(&flat, x)?;
             let offs = gpu.upload(&offsets)?;
-            let k = experts.kernel;
-            crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, xs.len(), 1)?;
+            let (k, n) = (experts.kernel, xs.len());
+            match split {
+                true => {
+                    let mut s = sx.borrow_mut();
+                    mma::split(gpu, x, n, &mut s)?;
+                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, &offs, n, 1)?;
+                }
+                false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
+            }
             let g = gpu.download(y, xs.len() * rows)?;
             for (slot, &i) in order.iter().enumerate() {
                 o[i * rows..(i + 1) * rows].copy_from_slice(&g[slot * rows..(slot + 1) * rows]);
@@ -317,15 +319,32 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
         reference: &reference,
     };
     let cfg = depth.config(0x3ae0);
-    let run = |xs: &[Vec<f32>], o: &mut [f32]| run_shift(0, xs, o);
+    let run = |xs: &[Vec<f32>], o: &mut [f32]| run_how(0, false, xs, o);
     let verdict = verdict(&op, &run, &cfg, &errs);
+    // The rows split once: the same bits, 30 rows and one alone.
+    let mut r2 = Rng::new(0x3ae1);
+    let xs: Vec<Vec<f32>> = (0..30).map(|_| r2.vec_uniform(cols, -1.0, 1.0)).collect();
+    let mut bits = CpuBits {
+        compared: 0,
+        differing: 0,
+        max_abs_diff: 0.0,
+    };
+    for n in [30, 1] {
+        let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+        run_how(0, false, &xs[..n], &mut a);
+        run_how(0, true, &xs[..n], &mut b);
+        bits.add(compare_bits(&b, &a));
+    }
     out.cases.push(CaseResult {
         op: name.into(),
-        case: format!("{EXPERTS} experts of {rows}x{cols}, rows routed by their values"),
-        verdict,
-        cpu_bits: None,
+        case: format!(
+            "{EXPERTS} experts of {rows}x{cols}, rows routed by their values (bits: the rows \
+             split once against the product's)"
+        ),
+        verdict: bits.gate(verdict, "the product's bits"),
+        cpu_bits: Some(bits),
     });
-    let broken = |xs: &[Vec<f32>], o: &mut [f32]| run_shift(1, xs, o);
+    let broken = |xs: &[Vec<f32>], o: &mut [f32]| run_how(1, false, xs, o);
     let what = "grouped experts mma: rows sent to the next expert";
     out.controls.push(control(what, &op, &broken, &cfg, &errs));
     Ok(())
