@@ -25,8 +25,7 @@ __device__ __forceinline__ void tf_norm_split(float* __restrict__ x, const float
     __syncthreads();  // the row, written by the block, is what its warps split
     const int groups = width >> 6;
     for (int G = threadIdx.x >> 5; G < groups; G += blockDim.x >> 5)
-        tf_mma_split_group<0>(row + 64 * G, width, 1, G, groups,
-                              parts + (size_t)blockIdx.x * groups * 16,
+        tf_mma_split_group<0>(row, 1, G, width, parts + (size_t)blockIdx.x * groups * 16,
                               sums + (size_t)blockIdx.x * groups);
 }
 
