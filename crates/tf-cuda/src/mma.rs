@@ -56,11 +56,12 @@ pub fn serves(group_size: usize, cols: usize) -> bool {
     enabled() && group_size.is_multiple_of(GROUP) && cols.is_multiple_of(GROUP) && cols > 0
 }
 
-/// Whether the models' norms split their rows for the products that follow ([`SplitX`];
-/// `TF_CUDA_MMA_SPLIT=0` turns it off, for comparisons: the same bits).
+/// Whether Nemotron-H's norms and relu² experts split their rows for the products that follow
+/// ([`SplitX`]; the same bits). Off unless `TF_CUDA_MMA_SPLIT=1`: it measured faster on Bolt
+/// and slower on Lightning (docs/perf.md, session 18).
 pub fn split_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").is_ok_and(|v| v == "1"))
 }
 
 fn enabled() -> bool {
