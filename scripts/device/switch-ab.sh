@@ -6,16 +6,19 @@
 # dist/tensorfold, dist/tf-cuda-contract, dist/tf-cuda-nemotron, dist/tf-cuda-muse and
 # dist/tf-cuda-synthetic of one build (built here with
 #   cargo build --profile ci -p tensorfold -p tf-cuda --bins --examples
-# from target/ci/ and target/ci/examples/). First the receipts with the switch at its default
-# (the kernel contract, every Nemotron-H and Muse Spark fixture against the CPU engine, every
-# fixture through `tensorfold score`), then per round VAR=1 and VAR=0: `tf-cuda-synthetic` at the
+# from target/ci/ and target/ci/examples/). First the receipts with VAR=1 (the kernel contract,
+# every Nemotron-H and Muse Spark fixture against the CPU engine, every fixture through
+# `tensorfold score`; e.g. TF_CUDA_MMA_SPLIT, off by default, is on for them), then per round
+# VAR=1 and VAR=0: `tf-cuda-synthetic` at the
 # default model's shape and Lightning's (1 / 4 / 16 streams), and Bolt's (1 / 4 / 16 / 64).
 # About 8 minutes with ROUNDS=1 (the first run compiles the kernels, about 80 s).
 set -uo pipefail
 var=${1:?usage: switch-ab.sh VAR [ROUNDS]}
 rounds=${2:-1}
 . scripts/device/ab-common.sh
+export "$var=1"
 receipts
+unset "$var"
 small=(--model "smollm2-135m:q4_1,embed=q8_0,dense=f32" --model lightning --bench 32 --streams 1,4,16)
 for r in $(seq 1 "$rounds"); do
   for v in 1 0; do
