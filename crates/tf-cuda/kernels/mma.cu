@@ -376,6 +376,16 @@ __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, 
         if (g == 0 && 2 * t + c < live) sums[(size_t)(2 * t + c) * groups + G] = X[c];
 }
 
+// Row `row` (of `width`, a multiple of 64) at `src`, split by the block's warps, a group each
+// in turn, into parts and sums at that row (every warp of the block calls it).
+__device__ __forceinline__ void tf_mma_split_row(const float* src, int row, int width,
+                                                 uint4* parts, float* sums) {
+    const int groups = width >> 6;
+    for (int G = threadIdx.x >> 5; G < groups; G += blockDim.x >> 5)
+        tf_mma_split_group<0>(src, 1, G, width, parts + (size_t)row * groups * 16,
+                              sums + (size_t)row * groups);
+}
+
 // x [n, cols] split: a warp a (group, 8 rows), 4 groups a block (bx), rows 8 by ...
 template <int PLANT>
 __device__ __forceinline__ void tf_mma_split_rows(const float* x, uint4* parts, float* sums,

@@ -317,14 +317,23 @@ extern "C" __global__ void tf_moe_sort(const int* experts, int* offsets, int* or
 
 // Gathers the routed rows: xg[p] = x[order[p] / top_k] for p < offsets[n_experts]. One block per
 // position (the grid covers every slot; positions past the total return).
+// Gathered row p (of `width`) copied from its token's row of x into xg by the block; that
+// source row returned.
+__device__ __forceinline__ const float* tf_moe_gather_row(const float* x, const int* order,
+                                                          float* xg, int p, int top_k,
+                                                          int width) {
+    const float* src = x + (size_t)(order[p] / top_k) * width;
+    float* dst = xg + (size_t)p * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = src[c];
+    return src;
+}
+
 extern "C" __global__ void tf_moe_gather(const float* x, const int* order, const int* offsets,
                                          float* xg, int top_k, int width, int n_experts) {
     tf_follow();
     const int p = blockIdx.x;
     if (p >= offsets[n_experts]) return;
-    const float* src = x + (size_t)(order[p] / top_k) * width;
-    float* dst = xg + (size_t)p * width;
-    for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = src[c];
+    tf_moe_gather_row(x, order, xg, p, top_k, width);
 }
 
 // The id of the y-th expert (ascending ids) whose group offsets[e]..offsets[e + 1] is not empty,
@@ -615,16 +624,6 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)
     tf_moe_mma<2, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);
 }
 
-// Row `row` of `width` (a multiple of 64) at `src`, split by the block's warps (a group each
-// in turn) into parts and sums at that row (mma.cu's layout).
-__device__ __forceinline__ void tf_moe_split_row(const float* src, int row, int width,
-                                                 uint4* parts, float* sums) {
-    const int groups = width >> 6;
-    for (int G = threadIdx.x >> 5; G < groups; G += blockDim.x >> 5)
-        tf_mma_split_group<0>(src, 1, G, width, parts + (size_t)row * groups * 16,
-                              sums + (size_t)row * groups);
-}
-
 // tf_moe_gather, each gathered row also split (from its source row, the same values).
 extern "C" __global__ void tf_moe_gather_split(const float* x, const int* order,
                                                const int* offsets, float* xg, uint4* parts,
@@ -633,10 +632,7 @@ extern "C" __global__ void tf_moe_gather_split(const float* x, const int* order,
     tf_follow();
     const int p = blockIdx.x;
     if (p >= offsets[n_experts]) return;
-    const float* src = x + (size_t)(order[p] / top_k) * width;
-    float* dst = xg + (size_t)p * width;
-    for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = src[c];
-    tf_moe_split_row(src, p, width, parts, sums);
+    tf_mma_split_row(tf_moe_gather_row(x, order, xg, p, top_k, width), p, width, parts, sums);
 }
 
 // tf_moe_relu2 of row blockIdx.x (of `width`), also split: the row computed into a copy in
@@ -657,5 +653,5 @@ extern "C" __global__ void tf_moe_relu2_split(const float* x, float* out, uint4*
         out[base + c] = r * r;
     }
     __syncthreads();
-    tf_moe_split_row(row, blockIdx.x, width, parts, sums);
+    tf_mma_split_row(row, blockIdx.x, width, parts, sums);
 }

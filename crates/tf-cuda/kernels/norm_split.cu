@@ -1,5 +1,5 @@
 // RMSNorm (ops.cu's, the residual add first where ADD) whose rows also come split for the
-// tensor cores' products (mma.cu's tf_mma_split_group): the norm's bits in y, then each warp a
+// tensor cores' products (mma.cu's tf_mma_split_row): the norm's bits in y, then each warp a
 // group of its block's row into parts and sums, the bits tf_mma_split gives from that y. The
 // row's width a multiple of 64; rows of at most TF_NORM_STASH elements are split from a copy
 // in shared memory (dynamic: 4 width bytes), wider ones from y.
@@ -23,10 +23,7 @@ __device__ __forceinline__ void tf_norm_split(float* __restrict__ x, const float
         tf_rms_norm<0, ADD>(x, o, g, y, width, eps);
     }
     __syncthreads();  // the row, written by the block, is what its warps split
-    const int groups = width >> 6;
-    for (int G = threadIdx.x >> 5; G < groups; G += blockDim.x >> 5)
-        tf_mma_split_group<0>(row, 1, G, width, parts + (size_t)blockIdx.x * groups * 16,
-                              sums + (size_t)blockIdx.x * groups);
+    tf_mma_split_row(row, blockIdx.x, width, parts, sums);
 }
 
 extern "C" __global__ void tf_rms_norm_split(const float* x, const float* g, float* y,

@@ -296,7 +296,7 @@ fn moe_harness() -> String {
     let entries = &moe[start..end + "TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)".len()];
     let split = [
         "extern \"C\" __global__ void __launch_bounds__(32 * MMA_MOE_KW)\n    tf_moe_mma_mlx4_split(",
-        "__device__ __forceinline__ void tf_moe_split_row(",
+        "__device__ __forceinline__ const float* tf_moe_gather_row(",
         "extern \"C\" __global__ void tf_moe_gather_split(",
         "extern \"C\" __global__ void tf_moe_relu2(",
         "extern \"C\" __global__ void tf_moe_relu2_split(",
