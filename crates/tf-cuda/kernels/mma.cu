@@ -341,16 +341,18 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2)
 
-// A warp splits group G of x rows 0 .. live - 1 (at most 8; rows of `cols` at x) into parts
-// and sums (each at its row 0): lane (g, t) the parts of row g, the sums of rows 2t, 2t + 1
-// from D[g][2t], D[g][2t + 1], as tf_mma_group takes them. PLANT (a planted control): the sums
-// in f32 from x itself, not from the parts on the tensor cores.
+// A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
+// value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)
+// the parts of row g, the sums of rows 2t, 2t + 1 from D[g][2t], D[g][2t + 1], as tf_mma_group
+// takes them. PLANT (a planted control): the sums in f32 from x itself, not from the parts on
+// the tensor cores.
 template <int PLANT>
-__device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, int live, int G,
-                                                   int cols, uint4* __restrict__ parts,
+__device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, size_t stride,
+                                                   int live, int G, int groups,
+                                                   uint4* __restrict__ parts,
                                                    float* __restrict__ sums) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, groups = cols >> 6;
-    const float* p = x + (size_t)min(g, live - 1) * cols + 64 * G + 2 * t;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const float* p = x + min(g, live - 1) * stride + 2 * t;
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
     float X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -365,7 +367,7 @@ __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, 
     if (PLANT) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const float* q = x + (size_t)min(2 * t + c, live - 1) * cols + 64 * G;
+            const float* q = x + min(2 * t + c, live - 1) * stride;
             float s = 0.0f;
             for (int k = 0; k < 64; k++) s += q[k];
             X[c] = s;
@@ -382,8 +384,8 @@ __device__ __forceinline__ void tf_mma_split_row(const float* src, int row, int 
                                                  uint4* parts, float* sums) {
     const int groups = width >> 6;
     for (int G = threadIdx.x >> 5; G < groups; G += blockDim.x >> 5)
-        tf_mma_split_group<0>(src, 1, G, width, parts + (size_t)row * groups * 16,
-                              sums + (size_t)row * groups);
+        tf_mma_split_group<0>(src + 64 * G, width, 1, G, groups,
+                              parts + (size_t)row * groups * 16, sums + (size_t)row * groups);
 }
 
 // x [n, cols] split: a warp a (group, 8 rows), 4 groups a block (bx), rows 8 by ...
@@ -392,7 +394,7 @@ __device__ __forceinline__ void tf_mma_split_rows(const float* x, uint4* parts, 
                                                   int n, int cols) {
     const int G = 4 * blockIdx.x + (threadIdx.x >> 5), j0 = 8 * blockIdx.y, groups = cols >> 6;
     if (G >= groups) return;  // the whole warp
-    tf_mma_split_group<PLANT>(x + (size_t)j0 * cols, min(8, n - j0), G, cols,
+    tf_mma_split_group<PLANT>(x + (size_t)j0 * cols + 64 * G, cols, min(8, n - j0), G, groups,
                               parts + (size_t)j0 * groups * 16, sums + (size_t)j0 * groups);
 }
 

@@ -624,34 +624,46 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)
     tf_moe_mma<2, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);
 }
 
+// The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
+// each (blockDim 128); the group of this warp, or -1.
+__device__ __forceinline__ int tf_moe_split_group(int width) {
+    const int G = 4 * blockIdx.y + (threadIdx.x >> 5);
+    return G < (width >> 6) ? G : -1;
+}
+
 // tf_moe_gather, each gathered row also split (from its source row, the same values).
 extern "C" __global__ void tf_moe_gather_split(const float* x, const int* order,
                                                const int* offsets, float* xg, uint4* parts,
                                                float* sums, int top_k, int width,
                                                int n_experts) {
     tf_follow();
-    const int p = blockIdx.x;
-    if (p >= offsets[n_experts]) return;
-    tf_mma_split_row(tf_moe_gather_row(x, order, xg, p, top_k, width), p, width, parts, sums);
+    const int p = blockIdx.x, G = tf_moe_split_group(width), groups = width >> 6;
+    if (p >= offsets[n_experts] || G < 0) return;  // the whole warp
+    const float* src = x + (size_t)(order[p] / top_k) * width + 64 * G;
+    float* dst = xg + (size_t)p * width + 64 * G;
+    const int c = 2 * (threadIdx.x & 31);
+    *(float2*)(dst + c) = *(const float2*)(src + c);
+    tf_mma_split_group<0>(src, width, 1, G, groups, parts + (size_t)p * groups * 16,
+                          sums + (size_t)p * groups);
 }
 
-// tf_moe_relu2 of row blockIdx.x (of `width`), also split: the row computed into a copy in
-// shared memory (dynamic: 4 width bytes), then split from it.
+// tf_moe_relu2 of row blockIdx.x (of `width`), also split: each warp's group computed into a
+// copy in shared memory, then split from it.
 extern "C" __global__ void tf_moe_relu2_split(const float* x, float* out, uint4* parts,
                                               float* sums, int width) {
     tf_follow();
-#ifdef TF_HOST_SIMT
-    float* row = (float*)tf_dyn_smem;
-#else
-    extern __shared__ float row[];
-#endif
-    const size_t base = (size_t)blockIdx.x * width;
-    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+    __shared__ float copy[4][64];
+    const int G = tf_moe_split_group(width), groups = width >> 6;
+    if (G < 0) return;  // the whole warp
+    const size_t base = (size_t)blockIdx.x * width + 64 * G;
+    float* own = copy[threadIdx.x >> 5];
+    for (int c = threadIdx.x & 31; c < 64; c += 32) {
         const float v = x[base + c];
         const float r = v > 0.0f ? v : 0.0f;
-        row[c] = r * r;
+        own[c] = r * r;
         out[base + c] = r * r;
     }
-    __syncthreads();
-    tf_mma_split_row(row, blockIdx.x, width, parts, sums);
+    __syncwarp();
+    tf_mma_split_group<0>(own, width, 1, G, groups, parts + (size_t)blockIdx.x * groups * 16,
+                          sums + (size_t)blockIdx.x * groups);
 }

@@ -291,7 +291,7 @@ pub fn matmul_with(
 }
 
 /// x split once for the tensor cores' products: each row's bf16 parts in the B fragments'
-/// order and its groups' sums X, taken on the tensor cores as the products take them in place,
+/// order and its groups' sums X (rows of any width up to its own, packed), taken on the tensor cores as the products take them in place,
 /// so that [`matmul_split`] gives [`matmul`]'s bits. Made by [`split`] or by the norm that
 /// writes x ([`crate::ops::rms_norm_split`], [`crate::ops::add_rms_norm_split`]).
 pub struct SplitX {
@@ -323,9 +323,9 @@ impl SplitX {
         self.cols
     }
 
-    /// Whether it holds `n` rows of `cols` columns.
+    /// Whether it holds `n` rows of `cols` columns (whole groups, at most its own).
     pub fn holds(&self, n: usize, cols: usize) -> bool {
-        n <= self.rows && cols == self.cols
+        n <= self.rows && cols <= self.cols && cols.is_multiple_of(GROUP)
     }
 
     /// An error unless it holds `n` rows of `cols` columns.

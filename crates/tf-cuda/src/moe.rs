@@ -436,8 +436,7 @@ pub fn experts_with(
                 && tiled(&mlp.up)
                 && tiled(&mlp.down)
                 && xs.holds(slots, dim)
-                && acts.holds(slots, inter)
-                && inter <= RELU2_SPLIT_MAX =>
+                && acts.holds(slots, inter) =>
         {
             Some((xs, acts))
         }
@@ -454,7 +453,7 @@ pub fn experts_with(
         b.arg(&k_).arg(&dim_).arg(&e_);
         // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions < offsets[e] <=
         // n * k rows of xg and of the split (checked above).
-        unsafe { b.go(gather_config(slots), "launching moe gather (split)") }?;
+        unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
         expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k)?;
         relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
         return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k);
@@ -552,8 +551,14 @@ pub(crate) fn expert_matmul(
     unsafe { b.go(cfg, during) }
 }
 
-/// Widest row [`relu2_split`] copies into shared memory (48 KiB).
-const RELU2_SPLIT_MAX: usize = 12288;
+/// The split kernels' blocks (kernels/moe.cu): a warp a (row, group), 4 groups a block.
+fn split_config(slots: usize, width: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (slots as u32, (width / GROUP).div_ceil(4) as u32, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
 
 /// A block a gathered row.
 fn gather_config(slots: usize) -> LaunchConfig {
@@ -616,14 +621,8 @@ fn relu2_split(
     let w = i32_of(OP, "width", width)?;
     let mut b = gpu.launcher("tf_moe_relu2_split")?;
     b.arg(x).arg(out).arg(&mut s.parts).arg(&mut s.sums).arg(&w);
-    let cfg = LaunchConfig {
-        grid_dim: (slots as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 4 * width as u32,
-    };
-    // SAFETY: (f32*, f32*, uint4*, f32*, i32); slots rows of width in each (checked above); a
-    // block a row, its copy in shared memory.
-    unsafe { b.go(cfg, "launching relu2 (split)") }
+    // SAFETY: (f32*, f32*, uint4*, f32*, i32); slots rows of width in each (checked above).
+    unsafe { b.go(split_config(slots, width), "launching relu2 (split)") }
 }
 
 /// `v` as a grid's y dimension (at most 65535).

@@ -323,7 +323,11 @@ pub fn matmul_of(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     match split {
-        Some(s) if w.layout() == crate::weights::Layout::MmaTiles && s.holds(n, w.cols()) => {
+        Some(s)
+            if w.layout() == crate::weights::Layout::MmaTiles
+                && s.cols() == w.cols()
+                && s.holds(n, w.cols()) =>
+        {
             crate::mma::matmul_split(gpu, w, s, n, y)
         }
         _ => matmul(gpu, w, x, n, y),

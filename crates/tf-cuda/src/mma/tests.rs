@@ -297,6 +297,7 @@ fn moe_harness() -> String {
     let split = [
         "extern \"C\" __global__ void __launch_bounds__(32 * MMA_MOE_KW)\n    tf_moe_mma_mlx4_split(",
         "__device__ __forceinline__ const float* tf_moe_gather_row(",
+        "__device__ __forceinline__ int tf_moe_split_group(",
         "extern \"C\" __global__ void tf_moe_gather_split(",
         "extern \"C\" __global__ void tf_moe_relu2(",
         "extern \"C\" __global__ void tf_moe_relu2_split(",
@@ -323,7 +324,7 @@ fn moe_harness() -> String {
          \x20   std::vector<int> order(slots);\n\
          \x20   for (int p = 0; p < slots; p++) order[p] = p;\n\
          \x20   if (staged == 3) {{\n\
-         \x20       tf_launch(D3{{(unsigned)slots, 1, 1}}, 256, (size_t)cols * 4, [&] {{ tf_moe_relu2_split(x.data(), act.data(), parts.data(), sums.data(), cols); }});\n\
+         \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_relu2_split(x.data(), act.data(), parts.data(), sums.data(), cols); }});\n\
          \x20       tf_launch(D3{{(unsigned)((x.size() + 255) / 256), 1, 1}}, 256, 0, [&] {{ tf_moe_relu2(x.data(), xg.data(), (int)x.size()); }});\n\
          \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_mma_split(xg.data(), parts2.data(), sums2.data(), slots, cols); }});\n\
          \x20       for (auto* v : {{&act, &xg, &sums, &sums2}}) fwrite(v->data(), 4, v->size(), fo);\n\
@@ -332,7 +333,7 @@ fn moe_harness() -> String {
          \x20       return 0;\n\
          \x20   }}\n\
          \x20   if (staged == 2) {{\n\
-         \x20       tf_launch(D3{{(unsigned)slots, 1, 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
+         \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
          \x20       tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
