@@ -57,11 +57,10 @@ pub fn serves(group_size: usize, cols: usize) -> bool {
 }
 
 /// Whether Nemotron-H's norms and relu² experts split their rows for the products that follow
-/// ([`SplitX`]; the same bits). Off unless `TF_CUDA_MMA_SPLIT=1`: it measured faster on Bolt
-/// and slower on Lightning (docs/perf.md, session 18).
+/// ([`SplitX`]; the same bits). On unless `TF_CUDA_MMA_SPLIT=0`.
 pub fn split_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").map_or(true, |v| v != "0"))
 }
 
 fn enabled() -> bool {

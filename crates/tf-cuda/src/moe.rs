@@ -178,7 +178,7 @@ pub struct MoeBuffers {
     act: CudaSlice<f32>,
     yg: CudaSlice<f32>,
     /// The gathered rows and the relu² rows split for the tensor cores' products, where the
-    /// widths are whole 64-column groups (`None` unless `TF_CUDA_MMA_SPLIT=1`).
+    /// widths are whole 64-column groups (`None` with `TF_CUDA_MMA_SPLIT=0`).
     split: Option<(SplitX, SplitX)>,
 }
 

@@ -37,7 +37,7 @@ struct Workspace {
     x: CudaSlice<f32>,
     h: CudaSlice<f32>,
     /// `h` split for the tensor cores' products by the norm that writes it (`None`:
-    /// without `TF_CUDA_MMA_SPLIT=1`, or a hidden size the split does not take).
+    /// with `TF_CUDA_MMA_SPLIT=0`, or a hidden size the split does not take).
     hs: Option<SplitX>,
     o: CudaSlice<f32>,
     /// Mamba `in_proj` rows `[z | xBC | dt]`.
