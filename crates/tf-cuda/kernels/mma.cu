@@ -271,65 +271,44 @@ __device__ __forceinline__ void tf_bulk_copy(void* dst, const void* src, u32 byt
 }
 #endif
 
-#define TF_MMA_RING 4  // slots of a block's ring (src/mma.rs's ring_bytes sizes it)
+#define TF_MMA_RING 4  // slots of a block's ring (src/mma.rs's bulk_bytes sizes it)
 
-// The weights of a persistent block (tf_mma_bulk) through a ring of shared memory slots,
-// filled by thread 0's bulk copies. Stage k is stage k % stages (groups KW i .. KW i + KW - 1)
-// of the block's tile group k / stages; it holds for each of the RT tiles the codes (KW x 32
-// uint4), then for each tile the (s, b) (KW x 8 uint4), and lies in slot k % slots.
-template <int RT, int KW>
+// BULK: a block's weights (and x split once a call) through a ring of shared memory slots,
+// filled by thread 0's bulk copies. Stage i holds groups KW i .. KW i + KW - 1: for each of
+// the RT tiles their codes (KW x 32 uint4), then for each tile their (s, b) (KW x 8 uint4),
+// then (SPLIT) each x row's parts (KW x 16 uint4); stage i lies in slot i % slots.
+template <int RT, int KW, int SPLIT>
 struct TfMmaRing {
     uint4* base;
     tf_bar* bar;
-    const uint4* wq;   // the matrix's codes
-    const float2* sb;  // and (s, b)
-    int slots, stages, groups, tiles;
-    static constexpr int SLOT = RT * KW * 40;  // uint4 a slot
+    int slot, slots, groups, live;
+    const uint4* wt[RT];   // each tile's group 0 codes
+    const float2* st[RT];  // and (s, b)
+    const uint4* xp;       // the block's x row 0's parts (SPLIT)
     __device__ __forceinline__ const uint4* codes(int s, int r) const {
-        return base + (size_t)s * SLOT + r * KW * 32;
+        return base + (size_t)s * slot + r * KW * 32;
     }
     __device__ __forceinline__ const float2* scales(int s, int r) const {
-        return (const float2*)(base + (size_t)s * SLOT + RT * KW * 32 + r * KW * 8);
+        return (const float2*)(base + (size_t)s * slot + RT * KW * 32 + r * KW * 8);
     }
-    // Thread 0: stage k's copies into slot s.
-    __device__ __forceinline__ void issue(int k, int s) {
-        const int u = k / stages, i = k - u * stages;
+    __device__ __forceinline__ const uint4* parts(int s, int j) const {
+        return base + (size_t)s * slot + RT * KW * 40 + j * KW * 16;
+    }
+    // Thread 0: stage i's copies into its slot s.
+    __device__ __forceinline__ void issue(int i, int s) {
         const int G0 = KW * i, cnt = min(KW, groups - G0);
-        const int tg = blockIdx.x + u * gridDim.x;
-        tf_bar_expect(bar + s, (u32)cnt * RT * 640);
+        tf_bar_expect(bar + s, (u32)cnt * (RT * 640 + (SPLIT ? live * 256 : 0)));
 #pragma unroll
         for (int r = 0; r < RT; r++) {
-            const size_t first = (size_t)min(RT * tg + r, tiles - 1) * groups + G0;
-            tf_bulk_copy((void*)codes(s, r), wq + first * 32, cnt * 512, bar + s);
-            tf_bulk_copy((void*)scales(s, r), sb + first * 16, cnt * 128, bar + s);
+            tf_bulk_copy((void*)codes(s, r), wt[r] + (size_t)G0 * 32, cnt * 512, bar + s);
+            tf_bulk_copy((void*)scales(s, r), st[r] + (size_t)G0 * 16, cnt * 128, bar + s);
         }
+        if (SPLIT)
+            for (int j = 0; j < live; j++)
+                tf_bulk_copy((void*)parts(s, j), xp + ((size_t)j * groups + G0) * 16, cnt * 256,
+                             bar + s);
     }
 };
-
-// The warps' sums yacc of tiles tile0 .. tile0 + RT - 1 added in warp order (through red), a
-// tile at a time, into y (rows past the matrix's or x's end not stored).
-template <int RT, int KW>
-__device__ __forceinline__ void tf_mma_store(float (*red)[32][4], const float (*yacc)[4],
-                                             float* __restrict__ y, int n, int j0, int tile0,
-                                             int rows) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int tiles = (rows + 15) >> 4;
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-#pragma unroll
-        for (int v = 0; v < 4; v++) red[w][lane][v] = yacc[r][v];
-        __syncthreads();
-        if (w == 0 && tile0 + r < tiles)
-#pragma unroll
-            for (int v = 0; v < 4; v++) {
-                float sum = red[0][lane][v];
-                for (int k = 1; k < KW; k++) sum = sum + red[k][lane][v];
-                const int row = 16 * (tile0 + r) + g + 8 * (v >> 1), j = j0 + 2 * t + (v & 1);
-                if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
-            }
-        __syncthreads();
-    }
-}
 
 // y[j, row] for x rows j0 .. j0 + 7 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix of
 // `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
@@ -337,8 +316,10 @@ __device__ __forceinline__ void tf_mma_store(float (*red)[32][4], const float (*
 // first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused).
-template <int RT, int KW, int STAGED, int PLANT>
+// xp and xsum (x unused). BULK: the weights (and STAGED 2's parts) come through a ring in
+// shared memory (TfMmaRing, after the staging), every slot in flight from the start: the same
+// values in the same places, so the same bits.
+template <int RT, int KW, int STAGED, int PLANT, int BULK = 0>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
@@ -360,6 +341,42 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
     const int live = min(8, n - j0);
+    const int stages = (groups + KW - 1) / KW;
+    TfMmaRing<RT, KW, STAGED == 2> ring;
+    if constexpr (BULK) {
+        __shared__ tf_bar bars[TF_MMA_RING];
+#ifdef TF_HOST_SIMT
+        uint4* dyn = (uint4*)tf_dyn_smem;
+#else
+        extern __shared__ uint4 dyn[];
+#endif
+        ring.base = dyn + (STAGED == 1 ? (size_t)live * groups * 16 : 0);
+        ring.bar = bars;
+        ring.slots = min(stages, TF_MMA_RING);
+        ring.slot = RT * KW * 40 + (STAGED == 2 ? live * KW * 16 : 0);
+        ring.groups = groups;
+        ring.live = live;
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            const size_t t0 = (size_t)min(tile0 + r, tiles - 1) * groups;
+            ring.wt[r] = wq + t0 * 32;
+            ring.st[r] = sb + t0 * 16;
+        }
+        ring.xp = STAGED == 2 ? xp + (size_t)j0 * groups * 16 : nullptr;
+#ifdef TF_HOST_SIMT
+        if ((unsigned char*)(ring.base + (size_t)ring.slots * ring.slot) > tf_dyn_smem + tf_dyn_bytes) {
+            std::fprintf(stderr, "tf_mma_body: the ring overruns the dynamic shared memory\n");
+            std::abort();
+        }
+#endif
+        if (threadIdx.x == 0) {
+            tf_bulk_fence();  // a previous call's reads of the slots (moe.cu's row blocks)
+            for (int i = 0; i < ring.slots; i++) tf_bar_init(bars + i);
+            tf_bar_init_fence();
+            for (int i = 0; i < ring.slots; i++) ring.issue(i, i);
+        }
+        __syncthreads();
+    }
     TfMmaX<STAGED, KW> xr;
     const float* xs[2] = {nullptr, nullptr};
     if constexpr (STAGED == 2) {
@@ -389,94 +406,15 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    TfMmaGroup<RT> a, b;
-    if (steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
-    for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
-        tf_mma_group<RT, STAGED == 2, PLANT>(a, xr, mask, n, yacc);
-        if (i + 1 >= steps) break;
-        if (i + 2 < steps) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
-        tf_mma_group<RT, STAGED == 2, PLANT>(b, xr, mask, n, yacc);
-    }
-    tf_mma_store<RT, KW>(red, yacc, y, n, j0, tile0, rows);
-}
-
-// tf_mma_body's products by persistent blocks: block bx takes tile groups (RT tiles) bx, bx +
-// gridDim.x, .. against x rows j0 .. j0 + 7, its x staged once in shared memory (STAGED 1:
-// split here; 2: copied from x split once a call, with its sums), the weights streaming
-// through the ring (TfMmaRing, after the staging) stage after stage and tile group after tile
-// group, every slot in flight. Each group's arithmetic is tf_mma_body's: the same bits.
-template <int RT, int KW, int STAGED>
-__device__ __forceinline__ void tf_mma_bulk(const uint4* __restrict__ wq,
-                                            const float2* __restrict__ sb,
-                                            const float* __restrict__ x, float* __restrict__ y,
-                                            int n, int j0, int rows, int cols,
-                                            const uint4* __restrict__ xp = nullptr,
-                                            const float* __restrict__ xsum = nullptr) {
-    __shared__ float red[KW][32][4];
-    __shared__ tf_bar bars[TF_MMA_RING];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int groups = cols >> 6, tiles = (rows + 15) >> 4, live = min(8, n - j0);
-    const int tgroups = (tiles + RT - 1) / RT, bx = blockIdx.x;
-    const int mine = bx < tgroups ? (tgroups - 1 - bx) / gridDim.x + 1 : 0;
-    if (mine == 0) return;  // the whole block
-#ifdef TF_HOST_SIMT
-    uint4* dyn = (uint4*)tf_dyn_smem;
-#else
-    extern __shared__ uint4 dyn[];
-#endif
-    // The staging (rows x groups x 16 uint4), then (STAGED 2) the sums, then the ring.
-    uint4* stage = dyn;
-    float* sums = (float*)(stage + (size_t)live * groups * 16);
-    TfMmaRing<RT, KW> ring;
-    ring.base = stage + (size_t)live * groups * 16 + (STAGED == 2 ? (live * groups + 3) / 4 : 0);
-    ring.bar = bars;
-    ring.wq = wq;
-    ring.sb = sb;
-    ring.stages = (groups + KW - 1) / KW;
-    ring.groups = groups;
-    ring.tiles = tiles;
-    const int total = ring.stages * mine;
-    ring.slots = min(total, TF_MMA_RING);
-#ifdef TF_HOST_SIMT
-    if ((unsigned char*)(ring.base + (size_t)ring.slots * ring.SLOT) > tf_dyn_smem + tf_dyn_bytes) {
-        std::fprintf(stderr, "tf_mma_bulk: the ring overruns the dynamic shared memory\n");
-        std::abort();
-    }
-#endif
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < ring.slots; i++) tf_bar_init(bars + i);
-        tf_bar_init_fence();
-        for (int i = 0; i < ring.slots; i++) ring.issue(i, i);
-    }
-    for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
-        const int rg = i >> 4;
-        if constexpr (STAGED == 2) {
-            stage[i] = __ldg(xp + (size_t)j0 * groups * 16 + i);
-        } else {
-            const int m = (i >> 2) & 3, tt = i & 3;
-            stage[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
-                                    16 * m + 2 * tt);
-        }
-    }
-    if constexpr (STAGED == 2)
-        for (int i = threadIdx.x; i < live * groups; i += blockDim.x)
-            sums[i] = __ldg(xsum + (size_t)j0 * groups + i);
-    __syncthreads();
-    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
-    const u32 mask = tf_mma_mask(rows);
-    const int xrow = min(g, live - 1);
-    for (int u = 0, k = 0, s = 0, phase = 0; u < mine; u++) {
-        float yacc[RT][4];
+    if constexpr (BULK) {
+        // Warp w's group of stage i is KW i + w; a block barrier before each refill.
+        float Xn[2] = {0.0f, 0.0f};
+        if (STAGED == 2 && steps > 0)
 #pragma unroll
-        for (int r = 0; r < RT; r++)
-#pragma unroll
-            for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
-        TfMmaX<1, KW> xr;
-        xr.p = stage + ((size_t)xrow * groups + w) * 16 + t;
-        for (int i = 0; i < ring.stages; i++, k++) {
+            for (int c = 0; c < 2; c++) Xn[c] = __ldg(xs[c]);
+        for (int i = 0, s = 0, phase = 0; i < stages; i++) {
             if (i < steps) {
-                tf_bar_wait(bars + s, (u32)phase);
+                tf_bar_wait(ring.bar + s, (u32)phase);
                 TfMmaGroup<RT> d;
 #pragma unroll
                 for (int r = 0; r < RT; r++) {
@@ -486,17 +424,23 @@ __device__ __forceinline__ void tf_mma_bulk(const uint4* __restrict__ wq,
                     d.hi[r] = sc[8];
                 }
                 if constexpr (STAGED == 2) {
-                    const int G = KW * i + w;
+                    d.X[0] = Xn[0];
+                    d.X[1] = Xn[1];
+                    if (i + 1 < steps)
 #pragma unroll
-                    for (int c = 0; c < 2; c++) d.X[c] = sums[min(2 * t + c, live - 1) * groups + G];
+                        for (int c = 0; c < 2; c++) xs[c] += KW, Xn[c] = __ldg(xs[c]);
+                    TfMmaX<1, KW> xb;
+                    xb.p = ring.parts(s, min(g, live - 1)) + w * 16 + t;
+                    tf_mma_group<RT, 1, PLANT>(d, xb, mask, n, yacc);
+                } else {
+                    tf_mma_group<RT, 0, PLANT>(d, xr, mask, n, yacc);
                 }
-                tf_mma_group<RT, STAGED == 2, 0>(d, xr, mask, n, yacc);
             }
-            if (k + ring.slots < total) {  // block-uniform
+            if (i + ring.slots < stages) {
                 __syncthreads();
                 if (threadIdx.x == 0) {
                     tf_bulk_fence();
-                    ring.issue(k + ring.slots, s);
+                    ring.issue(i + ring.slots, s);
                 }
 #ifdef TF_HOST_SIMT
                 __syncthreads();
@@ -504,10 +448,35 @@ __device__ __forceinline__ void tf_mma_bulk(const uint4* __restrict__ wq,
             }
             if (++s == ring.slots) s = 0, phase ^= 1;
         }
-        tf_mma_store<RT, KW>(red, yacc, y, n, j0, RT * (bx + u * gridDim.x), rows);
     }
-    if (threadIdx.x == 0)
-        for (int i = 0; i < ring.slots; i++) tf_bar_inval(bars + i);
+    TfMmaGroup<RT> a, b;
+    if (!BULK && steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
+    for (int i = 0; i < (BULK ? 0 : steps); i += 2) {
+        if (i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
+        tf_mma_group<RT, STAGED == 2, PLANT>(a, xr, mask, n, yacc);
+        if (i + 1 >= steps) break;
+        if (i + 2 < steps) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
+        tf_mma_group<RT, STAGED == 2, PLANT>(b, xr, mask, n, yacc);
+    }
+    // The warps' sums in warp order, a tile at a time.
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+#pragma unroll
+        for (int v = 0; v < 4; v++) red[w][lane][v] = yacc[r][v];
+        __syncthreads();
+        if (w == 0 && tile0 + r < tiles)
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                float sum = red[0][lane][v];
+                for (int k = 1; k < KW; k++) sum = sum + red[k][lane][v];
+                const int row = 16 * (tile0 + r) + g + 8 * (v >> 1), j = j0 + 2 * t + (v & 1);
+                if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
+            }
+        __syncthreads();
+    }
+    if constexpr (BULK)
+        if (threadIdx.x == 0)
+            for (int i = 0; i < ring.slots; i++) tf_bar_inval(ring.bar + i);
 }
 
 // The codes of a matrix's tiles at W, then their scales (tiles of `rows` rows, `cols` columns).
@@ -519,13 +488,8 @@ __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles
 template <int RT, int STAGED, int PLANT, int BULK>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
-    const uint4* wq = (const uint4*)W;
-    const float2* sb = tf_mma_scales(W, (rows + 15) >> 4, cols);
-    if constexpr (BULK)
-        tf_mma_bulk<RT, MMA_KW, STAGED>(wq, sb, x, y, n, blockIdx.y * 8, rows, cols);
-    else
-        tf_mma_body<RT, MMA_KW, STAGED, PLANT>(wq, sb, x, y, n, blockIdx.y * 8, blockIdx.x * RT,
-                                               rows, cols);
+    tf_mma_body<RT, MMA_KW, STAGED, PLANT, BULK>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
+                                           x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
 }
 
 // tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block; at one
@@ -550,14 +514,9 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 0)
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols) {                                                                       \
         tf_follow();                                                                           \
-        const uint4* wq = (const uint4*)W;                                                     \
-        const float2* sb = tf_mma_scales(W, (rows + 15) >> 4, cols);                           \
-        if (BULK)                                                                              \
-            tf_mma_bulk<RT, MMA_KW, 2>(wq, sb, nullptr, y, n, blockIdx.y * 8, rows, cols, xp,  \
-                                       xsum);                                                  \
-        else                                                                                   \
-            tf_mma_body<RT, MMA_KW, 2, 0>(wq, sb, nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, \
-                                          rows, cols, xp, xsum);                               \
+        tf_mma_body<RT, MMA_KW, 2, 0, BULK>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), \
+                                      nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, rows,    \
+                                      cols, xp, xsum);                                         \
     }
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 0)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 0)

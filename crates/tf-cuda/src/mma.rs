@@ -133,9 +133,8 @@ pub(crate) const BULK_MAX: usize = 160 << 10;
 const RING: usize = 4;
 
 /// How a block takes its x: `rt` row tiles a block, and `staged` (x split once into shared
-/// memory) or not (each lane splits its own); `bulk` (staged only): persistent blocks, the
-/// weights streaming through a ring in shared memory filled by bulk copies. Every choice gives
-/// the same bits.
+/// memory) or not (each lane splits its own); `bulk` (staged only): the weights through a ring
+/// in shared memory filled by bulk copies. Every choice gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Choice {
     pub rt: usize,
@@ -182,7 +181,7 @@ impl Choice {
         match (self.staged, self.bulk) {
             (false, _) => 0,
             (true, false) => staging_bytes(n, cols),
-            (true, true) => staging_bytes(n, cols) + ring_bytes(self.rt),
+            (true, true) => staging_bytes(n, cols) + ring_bytes(self.rt, WARPS as usize, cols, 0),
         }
     }
 
@@ -204,31 +203,11 @@ fn staging_bytes(n: usize, cols: usize) -> usize {
     n.min(8) * (cols / GROUP) * 256
 }
 
-/// Shared memory of a bulk kernel's ring (kernels/mma.cu's `TfMmaRing`): [`RING`] slots of a
-/// stage of [`WARPS`] groups of `rt` tiles' codes and (s, b), 640 bytes a tile and group.
-fn ring_bytes(rt: usize) -> usize {
-    RING * WARPS as usize * rt * 640
-}
-
-/// Dynamic shared memory of a bulk split product's block: the split rows' parts and sums
-/// (padded to 16 bytes), then the ring.
-fn split_shared_bytes(rt: usize, n: usize, cols: usize) -> usize {
-    let sums = (n.min(8) * (cols / GROUP)).div_ceil(4) * 16;
-    staging_bytes(n, cols) + sums + ring_bytes(rt)
-}
-
-/// Whether a bulk split product of `n` x rows of `cols` columns fits its staging
-/// ([`STAGING_MAX`]) and ring ([`BULK_MAX`]).
-pub fn split_bulk_fits(rt: usize, n: usize, cols: usize) -> bool {
-    staging_bytes(n, cols) <= STAGING_MAX && split_shared_bytes(rt, n, cols) <= BULK_MAX
-}
-
-/// A bulk kernel's persistent grid: no more blocks along the tiles than the GPU holds at once.
-fn persistent(gpu: &Gpu, kernel: &str, mut cfg: LaunchConfig) -> Result<LaunchConfig> {
-    let (threads, smem) = (cfg.block_dim.0, cfg.shared_mem_bytes);
-    let held = gpu.resident_blocks(kernel, threads, smem)? * gpu.info().multiprocessors;
-    cfg.grid_dim.0 = cfg.grid_dim.0.min(held.max(1) as u32);
-    Ok(cfg)
+/// Shared memory of a bulk kernel's ring (kernels/mma.cu's `TfMmaRing`): a slot a stage of
+/// `kw` groups, at most [`RING`]; a slot holds `rt` tiles' codes and (s, b) (640 bytes a tile
+/// and group) and, for x split once a call, `split_rows` rows' parts (256 bytes a row and group).
+pub(crate) fn ring_bytes(rt: usize, kw: usize, cols: usize, split_rows: usize) -> usize {
+    (cols / GROUP).div_ceil(kw).min(RING) * kw * (rt * 640 + split_rows * 256)
 }
 
 /// A block for `c.rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
@@ -266,6 +245,8 @@ pub(crate) fn experts_launch(
 ) -> Result<(&'static str, LaunchConfig)> {
     crate::slices::count_launch();
     let staged = n == 1 && staging_bytes(1, cols) <= STAGING_MAX;
+    let ring = ring_bytes(MOE_TILES, MOE_WARPS as usize, cols, 0);
+    let bulk = staged && bulk_enabled() && staging_bytes(1, cols) + ring <= BULK_MAX;
     let groups = u32::try_from(groups)
         .ok()
         .filter(|&g| g <= 65535)
@@ -276,18 +257,29 @@ pub(crate) fn experts_launch(
     let cfg = LaunchConfig {
         grid_dim: (rows.div_ceil(16 * MOE_TILES).max(1) as u32, groups, 1),
         block_dim: (32 * MOE_WARPS, 1, 1),
-        shared_mem_bytes: if staged {
-            staging_bytes(1, cols) as u32
-        } else {
-            0
+        shared_mem_bytes: match (staged, bulk) {
+            (false, _) => 0,
+            (true, false) => staging_bytes(1, cols) as u32,
+            (true, true) => (staging_bytes(1, cols) + ring) as u32,
         },
     };
-    let name = if staged {
-        "tf_moe_mma_mlx4_staged"
-    } else {
-        "tf_moe_mma_mlx4"
+    let name = match (staged, bulk) {
+        (false, _) => "tf_moe_mma_mlx4",
+        (true, false) => "tf_moe_mma_mlx4_staged",
+        (true, true) => "tf_moe_mma_mlx4_staged_bulk",
     };
     Ok((name, cfg))
+}
+
+/// The split grouped expert product's entry and dynamic shared memory for experts of `cols`
+/// columns over a round of `n` tokens (an expert takes at most `n` rows): the ring's where it
+/// fits and [`bulk_enabled`].
+pub(crate) fn experts_split_kernel(cols: usize, n: usize) -> (&'static str, u32) {
+    let ring = ring_bytes(MOE_TILES, MOE_WARPS as usize, cols, n.min(8));
+    match bulk_enabled() && ring <= BULK_MAX {
+        true => ("tf_moe_mma_mlx4_split_bulk", ring as u32),
+        false => ("tf_moe_mma_mlx4_split", 0),
+    }
 }
 
 /// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n`, `w` in the mma tiles.
@@ -338,13 +330,9 @@ pub fn matmul_with(
         .arg(&n_)
         .arg(&rows)
         .arg(&cols);
-    let mut cfg = launch(c, w.rows(), w.cols(), n);
-    if c.bulk {
-        cfg = persistent(gpu, kernel, cfg)?;
-    }
     // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements they read and write (checked above; the tiles were made for this shape).
-    unsafe { b.go(cfg, "launching mma matmul") }
+    unsafe { b.go(launch(c, w.rows(), w.cols(), n), "launching mma matmul") }
 }
 
 /// x split once for the tensor cores' products: each row's bf16 parts in the B fragments'
@@ -451,6 +439,16 @@ pub fn matmul_split(
     matmul_split_with(gpu, rt, bulk, w, s, n, y)
 }
 
+/// Dynamic shared memory of a bulk split product's block: its ring.
+fn split_shared_bytes(rt: usize, n: usize, cols: usize) -> usize {
+    ring_bytes(rt, WARPS as usize, cols, n.min(8))
+}
+
+/// Whether a bulk split product of `n` x rows of `cols` columns fits its ring ([`BULK_MAX`]).
+pub fn split_bulk_fits(rt: usize, n: usize, cols: usize) -> bool {
+    split_shared_bytes(rt, n, cols) <= BULK_MAX
+}
+
 /// [`matmul_split`] with `rt` (1 or 2) tiles a block, through the ring (`bulk`) or not.
 pub fn matmul_split_with(
     gpu: &Gpu,
@@ -480,14 +478,12 @@ pub fn matmul_split_with(
         return Ok(());
     }
     let c = Choice::of(rt.clamp(1, 2), false, false);
-    let kernel = SPLIT_KERNELS[c.rt - 1 + 2 * bulk as usize];
     let mut cfg = launch(c, w.rows(), w.cols(), n);
     if bulk {
         cfg.shared_mem_bytes = split_shared_bytes(c.rt, n, w.cols()) as u32;
-        cfg = persistent(gpu, kernel, cfg)?;
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(kernel)?;
+    let mut b = gpu.launcher(SPLIT_KERNELS[c.rt - 1 + 2 * bulk as usize])?;
     b.arg(w.bytes())
         .arg(&s.parts)
         .arg(&s.sums)

@@ -61,8 +61,7 @@ fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
 
 /// The host harness: reads (rows, cols, n, each launch's dynamic shared bytes, rows-layout
 /// bytes, x), writes the tiles, then y of each choice (tiles a block, x staged or not, bulk or
-/// not) and of the planted control in turn. The bulk kernels run as one persistent block, which
-/// takes every tile group in turn.
+/// not) and of the planted control in turn.
 fn harness() -> String {
     let mut calls = String::new();
     let plant = Choice::of(1, false, false);
@@ -70,16 +69,12 @@ fn harness() -> String {
         .iter()
         .map(|&c| (c.kernel(), c))
         .chain([(PLANT_ROW_VARIANT, plant)]);
-    let blocks = |rt: usize, bulk: bool| match bulk {
-        true => "1".to_string(),
-        false => format!("(rows + {t} - 1) / {t}", t = 16 * rt),
-    };
     for (i, (name, c)) in kernels.enumerate() {
         let smem = format!("(size_t)smem[{i}]");
         calls.push_str(&format!(
-            "    tf_launch(D3{{(unsigned)({bx}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
-            bx = blocks(c.rt, c.bulk),
+            t = 16 * c.rt,
             threads = 32 * WARPS,
         ));
     }
@@ -96,9 +91,9 @@ fn harness() -> String {
             _ => format!("(size_t)smem[{}]", Choice::ALL.len() + k - 1),
         };
         format!(
-            "    tf_launch(D3{{(unsigned)({bx}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
-            bx = blocks(1 + k % 2, k >= 2),
+            t = 16 * (1 + k % 2),
             name = SPLIT_KERNELS[k],
             threads = 32 * WARPS,
         )
@@ -301,17 +296,15 @@ fn moe_harness() -> String {
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
     let body = host_cxx::extract(
         moe,
-        "template <int RT, int STAGED>\n__device__ __forceinline__ void tf_moe_mma(",
+        "template <int RT, int STAGED, int BULK = 0>\n__device__ __forceinline__ void tf_moe_mma(",
     );
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
             .expect("moe.cu's mma entries"),
-        moe.find("TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)")
-            .expect("moe.cu's staged mma entry"),
+        moe.find(LAST_ENTRY).expect("moe.cu's last mma entry"),
     );
-    let entries = &moe[start..end + "TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)".len()];
+    let entries = &moe[start..end + LAST_ENTRY.len()];
     let split = [
-        "extern \"C\" __global__ void __launch_bounds__(32 * MMA_MOE_KW)\n    tf_moe_mma_mlx4_split(",
         "__device__ __forceinline__ const float* tf_moe_gather_row(",
         "__device__ __forceinline__ int tf_moe_split_group(",
         "extern \"C\" __global__ void tf_moe_gather_split(",
@@ -325,9 +318,10 @@ fn moe_harness() -> String {
          int main(int argc, char** argv) {{\n\
          \x20   FILE *fi, *fo;\n\
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
-         \x20   int head[5];\n\
-         \x20   if (fread(head, 4, 5, fi) != 5) return 1;\n\
+         \x20   int head[7];\n\
+         \x20   if (fread(head, 4, 7, fi) != 7) return 1;\n\
          \x20   const int ne = head[0], rows = head[1], cols = head[2], slots = head[3], staged = head[4];\n\
+         \x20   const size_t split_ring = head[5], staged_ring = head[6];\n\
          \x20   const size_t nt = (size_t)ne * rows / 16 * (cols / 64);\n\
          \x20   std::vector<u8> src((size_t)ne * rows * cols / 32 * 24), tiles(nt * 640);\n\
          \x20   std::vector<int> offsets(ne + 1);\n\
@@ -348,10 +342,12 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
-         \x20   if (staged == 2) {{\n\
+         \x20   if (staged == 2 || staged == 4) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
-         \x20       tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       if (staged == 2) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else tf_launch(grid, {threads}, split_ring, [&] {{ tf_moe_mma_mlx4_split_bulk(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   }} else if (staged == 5) tf_launch(grid, {threads}, staged_ring, [&] {{ tf_moe_mma_mlx4_staged_bulk(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   fwrite(y.data(), 4, y.size(), fo);\n\
          \x20   fclose(fo);\n\
@@ -363,6 +359,9 @@ fn moe_harness() -> String {
     )
 }
 
+/// moe.cu's last grouped product entry (the harness takes the entries up to it).
+const LAST_ENTRY: &str = "TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_bulk, 1)";
+
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let Some(cxx) = host_cxx::compiler() else {
@@ -370,18 +369,23 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     };
     let (dir, exe) = host_cxx::build(&cxx, "moe_mma", &moe_harness());
     let mut rng = Rng::new(0x3a3a_0002);
-    let (ne, rows, cols) = (4usize, 32usize, 256usize);
+    // 1280 columns: 20 groups, 5 stages of the bulk kernels' ring of 4 slots (a refill).
+    let (ne, rows, cols) = (4usize, 32usize, 1280usize);
     let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, ne * rows, cols, &mut rng);
     let src = device_bytes(&hw.packed())
         .expect("rows layout")
         .into_owned();
     let wf: Vec<f64> = (0..ne * rows).flat_map(|j| hw.row_f64(j)).collect();
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
-    // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts).
+    // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4 and 5: 2
+    // and 1 through the ring (bulk).
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
-        for v in [ne, rows, cols, slots, mode] {
+        let split_ring = ring_bytes(MOE_TILES, MOE_WARPS as usize, cols, slots.min(8));
+        let staged_ring =
+            staging_bytes(1, cols) + ring_bytes(MOE_TILES, MOE_WARPS as usize, cols, 0);
+        for v in [ne, rows, cols, slots, mode, split_ring, staged_ring] {
             input.extend((v as i32).to_le_bytes());
         }
         input.extend_from_slice(&src);
@@ -394,12 +398,14 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let offsets = [0, 2, 2, 5, 14];
     let x: Vec<f32> = (0..14 * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
     let y = run(&offsets, &x, 0);
-    let split = run(&offsets, &x, 2);
-    assert_eq!(
-        host_cxx::differing(&split, &y),
-        0,
-        "gathered and split: the products' bits"
-    );
+    for (mode, what) in [(2, "gathered and split"), (4, "gathered and split, bulk")] {
+        let split = run(&offsets, &x, mode);
+        assert_eq!(
+            host_cxx::differing(&split, &y),
+            0,
+            "{what}: the products' bits"
+        );
+    }
     let relu = run(&offsets, &x, 3);
     let len = x.len();
     let (act, rest) = relu.split_at(len);
@@ -437,13 +443,15 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         .iter()
         .flat_map(|&p| x[p * cols..(p + 1) * cols].to_vec())
         .collect();
-    let y1 = run(&[0, 1, 1, 2, 3], &one, 1);
-    for (i, &p) in picks.iter().enumerate() {
-        assert_eq!(
-            host_cxx::differing(&y1[i * rows..(i + 1) * rows], &y[p * rows..(p + 1) * rows]),
-            0,
-            "row {p} alone (staged) differs from its place in its group"
-        );
+    for mode in [1, 5] {
+        let y1 = run(&[0, 1, 1, 2, 3], &one, mode);
+        for (i, &p) in picks.iter().enumerate() {
+            assert_eq!(
+                host_cxx::differing(&y1[i * rows..(i + 1) * rows], &y[p * rows..(p + 1) * rows]),
+                0,
+                "row {p} alone (staged, mode {mode}) differs from its place in its group"
+            );
+        }
     }
     // Control: the same row under another expert gives other values.
     let y2 = run(&[0, 0, 1, 2, 3], &one, 1);
