@@ -269,12 +269,12 @@ fn bench_mma(
     }
     // x split once: row 0 alone against its place among 37, one and two tiles a block.
     let mut sx = mma::SplitX::new(gpu, 64, cols)?;
-    for (rt, bulk) in [(1, false), (2, false), (1, true), (2, true)] {
+    for rt in [1, 2] {
         mma::split(gpu, x, 1, &mut sx)?;
-        mma::matmul_split_with(gpu, rt, bulk, &tiles[0], &sx, 1, &mut y)?;
+        mma::matmul_split_with(gpu, rt, &tiles[0], &sx, 1, &mut y)?;
         let bad = bits_equal(&gpu.download(&y, rows)?, &all[..rows]);
         if bad != 0 {
-            println!("CHECK mma {label} split r{rt} bulk {bulk}: row 0 alone differs from its place among 37 ({bad})");
+            println!("CHECK mma {label} split r{rt}: row 0 alone differs from its place among 37 ({bad})");
             ok = false;
         }
     }
@@ -285,14 +285,11 @@ fn bench_mma(
             "{}",
             table_row(&name, GpuFormat::Mlx4, n, cols, 4 * n * cols, n, us, peak)
         );
-        let splits = [(1, false), (2, false), (1, true), (2, true)]
-            .into_iter()
-            .filter(|&(rt, bulk)| !bulk || mma::split_bulk_fits(rt, n, cols));
-        for (rt, bulk) in splits {
-            let k = mma::SPLIT_KERNELS[rt - 1 + 2 * bulk as usize];
+        for rt in [1, 2] {
+            let k = mma::SPLIT_KERNELS[rt - 1];
             let us = time_us::<Error>(gpu.stream(), iters, |i| {
                 let m = &tiles[i % tiles.len()];
-                Ok(mma::matmul_split_with(gpu, rt, bulk, m, &sx, n, &mut y)?)
+                Ok(mma::matmul_split_with(gpu, rt, m, &sx, n, &mut y)?)
             })?;
             let regs = gpu.registers(k)?;
             let name = format!("{label} ({k}, {regs} regs)");

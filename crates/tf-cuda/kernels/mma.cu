@@ -170,12 +170,12 @@ struct TfMmaX<2, KW> {
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
-// One group of this lane's x (xr, which then moves on) into yacc; X from the group (SUMS: x
-// split once a call) or summed here. PLANT (a planted control): the low parts dropped when the
-// call has several rows.
-template <int RT, int SUMS, int PLANT, class XR>
-__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, XR& xr, u32 mask, int n,
-                                             float (*yacc)[4]) {
+// One group of this lane's x (which then moves KW groups on) into yacc; X from the split
+// (STAGED 2) or summed here. PLANT (a planted control): the low parts dropped when the call
+// has several rows.
+template <int RT, int KW, int STAGED, int PLANT>
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STAGED, KW>& xr,
+                                             u32 mask, int n, float (*yacc)[4]) {
     u32 a[RT][4][4];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -199,7 +199,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, XR& xr, u3
             tf_mma_16816(acc[r], a[r][m], l0, l1);
             tf_mma_16816(acc[r], a[r][m], h0, h1);
         }
-        if (!SUMS) {
+        if (STAGED != 2) {
             tf_mma_16816(X, ones, l0, l1);
             tf_mma_16816(X, ones, h0, h1);
         }
@@ -211,104 +211,10 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, XR& xr, u3
 #pragma unroll
         for (int v = 0; v < 4; v++) {
             const float2 sc = v < 2 ? d.lo[r] : d.hi[r];
-            const float xv = SUMS ? d.X[v & 1] : X[v & 1];
+            const float xv = STAGED == 2 ? d.X[v & 1] : X[v & 1];
             yacc[r][v] = fmaf(sc.x, acc[r][v], fmaf(sc.y, xv, yacc[r][v]));
         }
 }
-
-// Bulk copies into shared memory (cp.async.bulk, sm_90), a slot's bytes counted by its
-// mbarrier; on the host a plain copy, which the block's barrier after the issue publishes.
-typedef unsigned long long tf_bar;
-#ifdef TF_HOST_SIMT
-static inline void tf_bar_init(tf_bar* b) { *b = 0; }
-static inline void tf_bar_init_fence() {}
-static inline void tf_bar_inval(tf_bar*) {}
-static inline void tf_bar_expect(tf_bar*, u32) {}
-static inline void tf_bar_wait(tf_bar*, u32) {}
-static inline void tf_bulk_fence() {}
-static inline void tf_bulk_copy(void* dst, const void* src, u32 bytes, tf_bar*) {
-    std::memcpy(dst, src, bytes);
-}
-#else
-__device__ __forceinline__ u32 tf_smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void tf_bar_init(tf_bar* b) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(tf_smem_addr(b)) : "memory");
-}
-// The barriers' initialisation made visible to the bulk copies' completions.
-__device__ __forceinline__ void tf_bar_init_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void tf_bar_inval(tf_bar* b) {
-    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(tf_smem_addr(b)) : "memory");
-}
-// The one arrival of the slot's phase, which then completes once `bytes` have landed.
-__device__ __forceinline__ void tf_bar_expect(tf_bar* b, u32 bytes) {
-    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(
-                     tf_smem_addr(b)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void tf_bar_wait(tf_bar* b, u32 parity) {
-    u32 done = 0;
-    while (!done)
-        asm volatile(
-            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, "
-            "0, p; }"
-            : "=r"(done)
-            : "r"(tf_smem_addr(b)), "r"(parity)
-            : "memory");
-}
-// The block's reads of a slot (ordered by a block barrier) before the bulk copy that refills it.
-__device__ __forceinline__ void tf_bulk_fence() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void tf_bulk_copy(void* dst, const void* src, u32 bytes, tf_bar* b) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            tf_smem_addr(dst)),
-        "l"(src), "r"(bytes), "r"(tf_smem_addr(b))
-        : "memory");
-}
-#endif
-
-#define TF_MMA_RING 4  // slots of a block's ring (src/mma.rs's bulk_bytes sizes it)
-
-// BULK: a block's weights (and x split once a call) through a ring of shared memory slots,
-// filled by thread 0's bulk copies. Stage i holds groups KW i .. KW i + KW - 1: for each of
-// the RT tiles their codes (KW x 32 uint4), then for each tile their (s, b) (KW x 8 uint4),
-// then (SPLIT) each x row's parts (KW x 16 uint4); stage i lies in slot i % slots.
-template <int RT, int KW, int SPLIT>
-struct TfMmaRing {
-    uint4* base;
-    tf_bar* bar;
-    int slot, slots, groups, live;
-    const uint4* wt[RT];   // each tile's group 0 codes
-    const float2* st[RT];  // and (s, b)
-    const uint4* xp;       // the block's x row 0's parts (SPLIT)
-    __device__ __forceinline__ const uint4* codes(int s, int r) const {
-        return base + (size_t)s * slot + r * KW * 32;
-    }
-    __device__ __forceinline__ const float2* scales(int s, int r) const {
-        return (const float2*)(base + (size_t)s * slot + RT * KW * 32 + r * KW * 8);
-    }
-    __device__ __forceinline__ const uint4* parts(int s, int j) const {
-        return base + (size_t)s * slot + RT * KW * 40 + j * KW * 16;
-    }
-    // Thread 0: stage i's copies into its slot s.
-    __device__ __forceinline__ void issue(int i, int s) {
-        const int G0 = KW * i, cnt = min(KW, groups - G0);
-        tf_bar_expect(bar + s, (u32)cnt * (RT * 640 + (SPLIT ? live * 256 : 0)));
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            tf_bulk_copy((void*)codes(s, r), wt[r] + (size_t)G0 * 32, cnt * 512, bar + s);
-            tf_bulk_copy((void*)scales(s, r), st[r] + (size_t)G0 * 16, cnt * 128, bar + s);
-        }
-        if (SPLIT)
-            for (int j = 0; j < live; j++)
-                tf_bulk_copy((void*)parts(s, j), xp + ((size_t)j * groups + G0) * 16, cnt * 256,
-                             bar + s);
-    }
-};
 
 // y[j, row] for x rows j0 .. j0 + 7 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix of
 // `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
@@ -316,10 +222,8 @@ struct TfMmaRing {
 // first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused). BULK: the weights (and STAGED 2's parts) come through a ring in
-// shared memory (TfMmaRing, after the staging), every slot in flight from the start: the same
-// values in the same places, so the same bits.
-template <int RT, int KW, int STAGED, int PLANT, int BULK = 0>
+// xp and xsum (x unused).
+template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
@@ -341,42 +245,6 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
     const int live = min(8, n - j0);
-    const int stages = (groups + KW - 1) / KW;
-    TfMmaRing<RT, KW, STAGED == 2> ring;
-    if constexpr (BULK) {
-        __shared__ tf_bar bars[TF_MMA_RING];
-#ifdef TF_HOST_SIMT
-        uint4* dyn = (uint4*)tf_dyn_smem;
-#else
-        extern __shared__ uint4 dyn[];
-#endif
-        ring.base = dyn + (STAGED == 1 ? (size_t)live * groups * 16 : 0);
-        ring.bar = bars;
-        ring.slots = min(stages, TF_MMA_RING);
-        ring.slot = RT * KW * 40 + (STAGED == 2 ? live * KW * 16 : 0);
-        ring.groups = groups;
-        ring.live = live;
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            const size_t t0 = (size_t)min(tile0 + r, tiles - 1) * groups;
-            ring.wt[r] = wq + t0 * 32;
-            ring.st[r] = sb + t0 * 16;
-        }
-        ring.xp = STAGED == 2 ? xp + (size_t)j0 * groups * 16 : nullptr;
-#ifdef TF_HOST_SIMT
-        if ((unsigned char*)(ring.base + (size_t)ring.slots * ring.slot) > tf_dyn_smem + tf_dyn_bytes) {
-            std::fprintf(stderr, "tf_mma_body: the ring overruns the dynamic shared memory\n");
-            std::abort();
-        }
-#endif
-        if (threadIdx.x == 0) {
-            tf_bulk_fence();  // a previous call's reads of the slots (moe.cu's row blocks)
-            for (int i = 0; i < ring.slots; i++) tf_bar_init(bars + i);
-            tf_bar_init_fence();
-            for (int i = 0; i < ring.slots; i++) ring.issue(i, i);
-        }
-        __syncthreads();
-    }
     TfMmaX<STAGED, KW> xr;
     const float* xs[2] = {nullptr, nullptr};
     if constexpr (STAGED == 2) {
@@ -406,57 +274,14 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    if constexpr (BULK) {
-        // Warp w's group of stage i is KW i + w; a block barrier before each refill.
-        float Xn[2] = {0.0f, 0.0f};
-        if (STAGED == 2 && steps > 0)
-#pragma unroll
-            for (int c = 0; c < 2; c++) Xn[c] = __ldg(xs[c]);
-        for (int i = 0, s = 0, phase = 0; i < stages; i++) {
-            if (i < steps) {
-                tf_bar_wait(ring.bar + s, (u32)phase);
-                TfMmaGroup<RT> d;
-#pragma unroll
-                for (int r = 0; r < RT; r++) {
-                    const float2* sc = ring.scales(s, r) + w * 16 + g;
-                    d.q[r] = ring.codes(s, r)[w * 32 + lane];
-                    d.lo[r] = sc[0];
-                    d.hi[r] = sc[8];
-                }
-                if constexpr (STAGED == 2) {
-                    d.X[0] = Xn[0];
-                    d.X[1] = Xn[1];
-                    if (i + 1 < steps)
-#pragma unroll
-                        for (int c = 0; c < 2; c++) xs[c] += KW, Xn[c] = __ldg(xs[c]);
-                    TfMmaX<1, KW> xb;
-                    xb.p = ring.parts(s, min(g, live - 1)) + w * 16 + t;
-                    tf_mma_group<RT, 1, PLANT>(d, xb, mask, n, yacc);
-                } else {
-                    tf_mma_group<RT, 0, PLANT>(d, xr, mask, n, yacc);
-                }
-            }
-            if (i + ring.slots < stages) {
-                __syncthreads();
-                if (threadIdx.x == 0) {
-                    tf_bulk_fence();
-                    ring.issue(i + ring.slots, s);
-                }
-#ifdef TF_HOST_SIMT
-                __syncthreads();
-#endif
-            }
-            if (++s == ring.slots) s = 0, phase ^= 1;
-        }
-    }
     TfMmaGroup<RT> a, b;
-    if (!BULK && steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
-    for (int i = 0; i < (BULK ? 0 : steps); i += 2) {
+    if (steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
+    for (int i = 0; i < steps; i += 2) {
         if (i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
-        tf_mma_group<RT, STAGED == 2, PLANT>(a, xr, mask, n, yacc);
+        tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
         if (i + 2 < steps) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
-        tf_mma_group<RT, STAGED == 2, PLANT>(b, xr, mask, n, yacc);
+        tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll
@@ -474,9 +299,6 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
             }
         __syncthreads();
     }
-    if constexpr (BULK)
-        if (threadIdx.x == 0)
-            for (int i = 0; i < ring.slots; i++) tf_bar_inval(ring.bar + i);
 }
 
 // The codes of a matrix's tiles at W, then their scales (tiles of `rows` rows, `cols` columns).
@@ -485,43 +307,39 @@ __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles
 }
 
 // Block (bx, by) takes tiles RT bx .. and x rows 8 by ...
-template <int RT, int STAGED, int PLANT, int BULK>
+template <int RT, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
-    tf_mma_body<RT, MMA_KW, STAGED, PLANT, BULK>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
+    tf_mma_body<RT, MMA_KW, STAGED, PLANT>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
                                            x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
 }
 
 // tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block; at one
 // tile, registers for two blocks an SM.
-#define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT, BULK)                                            \
+#define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
         tf_follow();                                                                           \
-        tf_mma_mlx4<RT, STAGED, PLANT, BULK>(W, x, y, n, rows, cols);                          \
+        tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \
     }
-TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r1_staged, 1, 1, 0, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r1_staged_bulk, 1, 1, 0, 1)
-TF_MMA_ENTRY(tf_mma_mlx4_r2_staged_bulk, 2, 1, 0, 1)
-TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r1_staged, 1, 1, 0)
+TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0)
+TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
 
 // tf_mma_mlx4_r{RT}_split: the same products of x split once a call (parts xp, sums xsum).
-#define TF_MMA_SPLIT_ENTRY(NAME, RT, BULK)                                                    \
+#define TF_MMA_SPLIT_ENTRY(NAME, RT)                                                          \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols) {                                                                       \
         tf_follow();                                                                           \
-        tf_mma_body<RT, MMA_KW, 2, 0, BULK>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), \
+        tf_mma_body<RT, MMA_KW, 2, 0>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), \
                                       nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, rows,    \
                                       cols, xp, xsum);                                         \
     }
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 0)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 0)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_bulk, 1, 1)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_bulk, 2, 1)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2)
 
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)

@@ -584,9 +584,8 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 // The grouped expert products on the tensor cores (kernels/mma.cu's body, MMA_MOE_KW warps a
 // block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
 // stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 8 at a
-// time. STAGED: x staged in shared memory (one-row rounds: every group one row); BULK: the
-// weights through the ring in shared memory (mma.cu's TfMmaRing).
-template <int RT, int STAGED, int BULK = 0>
+// time. STAGED: x staged in shared memory (one-row rounds: every group one row).
+template <int RT, int STAGED>
 __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
                                            int rows, int cols, int n_experts,
@@ -600,34 +599,30 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
     const size_t groups = cols >> 6;
     for (int j0 = 0; j0 < cnt; j0 += 8)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, BULK>(
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(
             wq, sb, xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
             rows, cols, STAGED == 2 ? xp + off * groups * 16 : nullptr,
             STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
-#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED, BULK)                                               \
+#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED)                                                     \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const float* xg, float* yg, const int* offsets, int rows, int cols,    \
              int n_experts) {                                                                  \
         tf_follow();                                                                           \
-        tf_moe_mma<RT, STAGED, BULK>(W, xg, yg, offsets, rows, cols, n_experts);               \
+        tf_moe_mma<RT, STAGED>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }
-TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0, 0)
-TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1, 0)
-TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged_bulk, 2, 1, 1)
+TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0)
+TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)
 
 // The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
 // tf_moe_relu2_split).
-#define TF_MOE_MMA_SPLIT_ENTRY(NAME, BULK)                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
-        NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
-             int rows, int cols, int n_experts) {                                              \
-        tf_follow();                                                                           \
-        tf_moe_mma<2, 2, BULK>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);      \
-    }
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 0)
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_bulk, 1)
+extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)
+    tf_moe_mma_mlx4_split(const u8* W, const uint4* xp, const float* xsum, float* yg,
+                          const int* offsets, int rows, int cols, int n_experts) {
+    tf_follow();
+    tf_moe_mma<2, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);
+}
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

@@ -278,21 +278,16 @@ impl Gpu {
                 .map_err(drv("raising a kernel's shared memory limit"))?;
             }
         }
-        // The tensor cores' product stages x (and the bulk kernels their ring) beside its
-        // static reduction buffer.
-        let mma = crate::mma::KERNEL_NAMES
+        // The tensor cores' product stages x beside its static reduction buffer.
+        let staged = crate::mma::KERNEL_NAMES
             .iter()
-            .chain(crate::moe::KERNEL_NAMES);
-        for name in mma {
-            let limit = match () {
-                _ if name.ends_with("_bulk") => crate::mma::BULK_MAX,
-                _ if name.ends_with("_staged") => crate::mma::STAGING_MAX,
-                _ => continue,
-            };
+            .chain(crate::moe::KERNEL_NAMES)
+            .filter(|n| n.ends_with("_staged"));
+        for name in staged {
             let (f, _) = &functions[*name];
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                limit as i32,
+                crate::mma::STAGING_MAX as i32,
             )
             .map_err(drv("raising a kernel's shared memory limit"))?;
         }

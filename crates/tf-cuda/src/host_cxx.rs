@@ -49,7 +49,6 @@ pub(crate) const SIMT_PRELUDE: &str = r#"
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -88,7 +87,6 @@ static std::vector<std::unique_ptr<std::barrier<>>> tf_warp_bars;
 static float tf_shfl[64][32];
 static unsigned tf_vote[64][32];
 static unsigned char* tf_dyn_smem;
-static size_t tf_dyn_bytes;
 static inline float __int_as_float(int b) { float f; std::memcpy(&f, &b, 4); return f; }
 static inline int __float_as_int(float f) { int b; std::memcpy(&b, &f, 4); return b; }
 static inline void __syncthreads() { tf_block_bar->arrive_and_wait(); }
@@ -185,7 +183,6 @@ template <class F> static void tf_launch(D3 grid, unsigned threads, size_t smem,
     gridDim = grid;
     std::vector<unsigned char> dyn(smem + 16);
     tf_dyn_smem = dyn.data() + (16 - ((uintptr_t)dyn.data() & 15)) % 16;
-    tf_dyn_bytes = smem;
     std::barrier<> bar((std::ptrdiff_t)threads);
     tf_block_bar = &bar;
     tf_warp_bars.clear();

@@ -14,33 +14,23 @@ use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu.
-pub const KERNEL_NAMES: [&str; 16] = [
+pub const KERNEL_NAMES: [&str; 12] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
     "tf_mma_mlx4_r2_staged",
-    "tf_mma_mlx4_r1_staged_bulk",
-    "tf_mma_mlx4_r2_staged_bulk",
     PLANT_ROW_VARIANT,
     "tf_mma_tile_mlx4",
     SPLIT_KERNELS[0],
     SPLIT_KERNELS[1],
-    SPLIT_KERNELS[2],
-    SPLIT_KERNELS[3],
     "tf_mma_split",
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
     "tf_add_rms_norm_split",
 ];
 
-/// The products of x split once a call ([`SplitX`]), one tile and two tiles a block, then the
-/// same with the ring in shared memory ([`Choice::bulk`]).
-pub const SPLIT_KERNELS: [&str; 4] = [
-    "tf_mma_mlx4_r1_split",
-    "tf_mma_mlx4_r2_split",
-    "tf_mma_mlx4_r1_split_bulk",
-    "tf_mma_mlx4_r2_split_bulk",
-];
+/// The products of x split once a call ([`SplitX`]), one tile and two tiles a block.
+pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_split"];
 
 /// Planted control: [`split`]'s group sums taken in f32 from x, not on the tensor cores.
 pub const PLANT_SPLIT_SUMS: &str = "tf_plant_mma_split_sums";
@@ -71,13 +61,6 @@ pub fn serves(group_size: usize, cols: usize) -> bool {
 pub fn split_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").map_or(true, |v| v != "0"))
-}
-
-/// Whether the one-row products take their weights through a ring in shared memory filled by
-/// bulk copies ([`Choice::bulk`]; the same bits). Off unless `TF_CUDA_MMA_BULK=1`.
-pub fn bulk_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_BULK").is_ok_and(|v| v == "1"))
 }
 
 fn enabled() -> bool {
@@ -126,74 +109,61 @@ pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
 /// Most shared memory a block's staged x may take.
 pub(crate) const STAGING_MAX: usize = 64 << 10;
 
-/// Most dynamic shared memory a block of a bulk kernel may take (its staging and its ring).
-pub(crate) const BULK_MAX: usize = 160 << 10;
-
-/// Slots of a bulk kernel's ring (`TF_MMA_RING`).
-const RING: usize = 4;
-
 /// How a block takes its x: `rt` row tiles a block, and `staged` (x split once into shared
-/// memory) or not (each lane splits its own); `bulk` (staged only): the weights through a ring
-/// in shared memory filled by bulk copies. Every choice gives the same bits.
+/// memory) or not (each lane splits its own); every choice gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Choice {
     pub rt: usize,
     pub staged: bool,
-    pub bulk: bool,
 }
 
 impl Choice {
     /// Every choice kernels/mma.cu instantiates.
-    pub const ALL: [Choice; 6] = [
-        Choice::of(1, false, false),
-        Choice::of(2, false, false),
-        Choice::of(1, true, false),
-        Choice::of(2, true, false),
-        Choice::of(1, true, true),
-        Choice::of(2, true, true),
+    pub const ALL: [Choice; 4] = [
+        Choice {
+            rt: 1,
+            staged: false,
+        },
+        Choice {
+            rt: 2,
+            staged: false,
+        },
+        Choice {
+            rt: 1,
+            staged: true,
+        },
+        Choice {
+            rt: 2,
+            staged: true,
+        },
     ];
-
-    /// The choice of `rt` tiles a block, staged or not, bulk or not.
-    pub const fn of(rt: usize, staged: bool, bulk: bool) -> Choice {
-        Choice { rt, staged, bulk }
-    }
 
     /// The launcher's choice for `rows` x `cols` weights and `n` x rows (the faster in
     /// tf-cuda-mmbench, docs/perf.md): x staged for one row where it fits in [`STAGING_MAX`];
     /// two tiles a block, but one where many rows meet at most one block of x rows.
     pub fn for_call(rows: usize, cols: usize, n: usize) -> Choice {
-        let rt = if n <= 8 && rows > 4096 { 1 } else { 2 };
-        let staged = n == 1 && Choice::of(1, true, false).fits(n, cols);
-        let bulk = staged && bulk_enabled() && Choice::of(rt, true, true).fits(n, cols);
-        Choice::of(rt, staged, bulk)
-    }
-
-    /// Whether a call of `n` x rows of `cols` columns can take this choice (its staging and
-    /// ring fit).
-    pub fn fits(self, n: usize, cols: usize) -> bool {
-        !self.staged
-            || staging_bytes(n, cols) <= STAGING_MAX
-                && (!self.bulk || self.shared_bytes(n, cols) <= BULK_MAX)
-    }
-
-    /// Dynamic shared memory of a block: the staging, then the ring.
-    fn shared_bytes(self, n: usize, cols: usize) -> usize {
-        match (self.staged, self.bulk) {
-            (false, _) => 0,
-            (true, false) => staging_bytes(n, cols),
-            (true, true) => staging_bytes(n, cols) + ring_bytes(self.rt, WARPS as usize, cols, 0),
+        let staged = Choice {
+            rt: 1,
+            staged: true,
+        };
+        Choice {
+            rt: if n <= 8 && rows > 4096 { 1 } else { 2 },
+            staged: n == 1 && staged.fits(n, cols),
         }
+    }
+
+    /// Whether a call of `n` x rows of `cols` columns can take this choice (its staging fits).
+    pub fn fits(self, n: usize, cols: usize) -> bool {
+        !self.staged || staging_bytes(n, cols) <= STAGING_MAX
     }
 
     /// The kernel's name (one of [`KERNEL_NAMES`]).
     pub fn kernel(self) -> &'static str {
-        match (self.rt, self.staged, self.bulk) {
-            (1, false, _) => KERNEL_NAMES[0],
-            (_, false, _) => KERNEL_NAMES[1],
-            (1, true, false) => KERNEL_NAMES[2],
-            (_, true, false) => KERNEL_NAMES[3],
-            (1, true, true) => KERNEL_NAMES[4],
-            (_, true, true) => KERNEL_NAMES[5],
+        match (self.rt, self.staged) {
+            (1, false) => KERNEL_NAMES[0],
+            (1, true) => KERNEL_NAMES[2],
+            (_, false) => KERNEL_NAMES[1],
+            (_, true) => KERNEL_NAMES[3],
         }
     }
 }
@@ -201,13 +171,6 @@ impl Choice {
 /// Shared memory of a block's staged x: its rows (at most 8) by 256 bytes a group.
 fn staging_bytes(n: usize, cols: usize) -> usize {
     n.min(8) * (cols / GROUP) * 256
-}
-
-/// Shared memory of a bulk kernel's ring (kernels/mma.cu's `TfMmaRing`): a slot a stage of
-/// `kw` groups, at most [`RING`]; a slot holds `rt` tiles' codes and (s, b) (640 bytes a tile
-/// and group) and, for x split once a call, `split_rows` rows' parts (256 bytes a row and group).
-pub(crate) fn ring_bytes(rt: usize, kw: usize, cols: usize, split_rows: usize) -> usize {
-    (cols / GROUP).div_ceil(kw).min(RING) * kw * (rt * 640 + split_rows * 256)
 }
 
 /// A block for `c.rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
@@ -220,7 +183,11 @@ fn launch(c: Choice, rows: usize, cols: usize, n: usize) -> LaunchConfig {
             1,
         ),
         block_dim: (32 * WARPS, 1, 1),
-        shared_mem_bytes: c.shared_bytes(n, cols) as u32,
+        shared_mem_bytes: if c.staged {
+            staging_bytes(n, cols) as u32
+        } else {
+            0
+        },
     }
 }
 
@@ -245,8 +212,6 @@ pub(crate) fn experts_launch(
 ) -> Result<(&'static str, LaunchConfig)> {
     crate::slices::count_launch();
     let staged = n == 1 && staging_bytes(1, cols) <= STAGING_MAX;
-    let ring = ring_bytes(MOE_TILES, MOE_WARPS as usize, cols, 0);
-    let bulk = staged && bulk_enabled() && staging_bytes(1, cols) + ring <= BULK_MAX;
     let groups = u32::try_from(groups)
         .ok()
         .filter(|&g| g <= 65535)
@@ -257,29 +222,18 @@ pub(crate) fn experts_launch(
     let cfg = LaunchConfig {
         grid_dim: (rows.div_ceil(16 * MOE_TILES).max(1) as u32, groups, 1),
         block_dim: (32 * MOE_WARPS, 1, 1),
-        shared_mem_bytes: match (staged, bulk) {
-            (false, _) => 0,
-            (true, false) => staging_bytes(1, cols) as u32,
-            (true, true) => (staging_bytes(1, cols) + ring) as u32,
+        shared_mem_bytes: if staged {
+            staging_bytes(1, cols) as u32
+        } else {
+            0
         },
     };
-    let name = match (staged, bulk) {
-        (false, _) => "tf_moe_mma_mlx4",
-        (true, false) => "tf_moe_mma_mlx4_staged",
-        (true, true) => "tf_moe_mma_mlx4_staged_bulk",
+    let name = if staged {
+        "tf_moe_mma_mlx4_staged"
+    } else {
+        "tf_moe_mma_mlx4"
     };
     Ok((name, cfg))
-}
-
-/// The split grouped expert product's entry and dynamic shared memory for experts of `cols`
-/// columns over a round of `n` tokens (an expert takes at most `n` rows): the ring's where it
-/// fits and [`bulk_enabled`].
-pub(crate) fn experts_split_kernel(cols: usize, n: usize) -> (&'static str, u32) {
-    let ring = ring_bytes(MOE_TILES, MOE_WARPS as usize, cols, n.min(8));
-    match bulk_enabled() && ring <= BULK_MAX {
-        true => ("tf_moe_mma_mlx4_split_bulk", ring as u32),
-        false => ("tf_moe_mma_mlx4_split", 0),
-    }
 }
 
 /// `y[i, j] = Σ_k x[i, k] · W[j, k]` for `i < n`, `w` in the mma tiles.
@@ -435,25 +389,13 @@ pub fn matmul_split(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let rt = Choice::for_call(w.rows(), w.cols(), n).rt;
-    let bulk = bulk_enabled() && split_bulk_fits(rt, n, w.cols());
-    matmul_split_with(gpu, rt, bulk, w, s, n, y)
+    matmul_split_with(gpu, rt, w, s, n, y)
 }
 
-/// Dynamic shared memory of a bulk split product's block: its ring.
-fn split_shared_bytes(rt: usize, n: usize, cols: usize) -> usize {
-    ring_bytes(rt, WARPS as usize, cols, n.min(8))
-}
-
-/// Whether a bulk split product of `n` x rows of `cols` columns fits its ring ([`BULK_MAX`]).
-pub fn split_bulk_fits(rt: usize, n: usize, cols: usize) -> bool {
-    split_shared_bytes(rt, n, cols) <= BULK_MAX
-}
-
-/// [`matmul_split`] with `rt` (1 or 2) tiles a block, through the ring (`bulk`) or not.
+/// [`matmul_split`] with `rt` (1 or 2) tiles a block.
 pub fn matmul_split_with(
     gpu: &Gpu,
     rt: usize,
-    bulk: bool,
     w: &GpuMatrix,
     s: &SplitX,
     n: usize,
@@ -468,22 +410,15 @@ pub fn matmul_split_with(
             detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
         });
     }
-    if bulk && !split_bulk_fits(rt, n, w.cols()) {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!("{n} x rows of {} columns do not fit the ring", w.cols()),
-        });
-    }
     if n == 0 || w.rows() == 0 {
         return Ok(());
     }
-    let c = Choice::of(rt.clamp(1, 2), false, false);
-    let mut cfg = launch(c, w.rows(), w.cols(), n);
-    if bulk {
-        cfg.shared_mem_bytes = split_shared_bytes(c.rt, n, w.cols()) as u32;
-    }
+    let c = Choice {
+        rt: rt.clamp(1, 2),
+        staged: false,
+    };
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(SPLIT_KERNELS[c.rt - 1 + 2 * bulk as usize])?;
+    let mut b = gpu.launcher(SPLIT_KERNELS[c.rt - 1])?;
     b.arg(w.bytes())
         .arg(&s.parts)
         .arg(&s.sums)
@@ -493,7 +428,12 @@ pub fn matmul_split_with(
         .arg(&cols);
     // SAFETY: (u8*, uint4*, f32*, f32*, i32, i32, i32); the split holds n rows of the matrix's
     // columns and y n rows of its rows (checked above; the tiles were made for this shape).
-    unsafe { b.go(cfg, "launching mma matmul (split x)") }
+    unsafe {
+        b.go(
+            launch(c, w.rows(), w.cols(), n),
+            "launching mma matmul (split x)",
+        )
+    }
 }
 
 #[cfg(test)]

@@ -33,8 +33,6 @@ pub use experts::{ExpertMlp, GpuExperts};
 /// Kernel entry points defined in kernels/moe.cu.
 pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split",
-    "tf_moe_mma_mlx4_split_bulk",
-    "tf_moe_mma_mlx4_staged_bulk",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -591,9 +589,8 @@ pub(crate) fn expert_matmul_split(
     let n_experts = i32_of(OP, "experts", w.n_experts())?;
     let groups = w.n_experts().min(slots).max(1);
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups)?;
-    let (kernel, smem) = crate::mma::experts_split_kernel(w.cols(), n);
-    cfg.shared_mem_bytes = smem;
-    let mut b = gpu.launcher(kernel)?;
+    cfg.shared_mem_bytes = 0;
+    let mut b = gpu.launcher("tf_moe_mma_mlx4_split")?;
     b.arg(w.matrix.bytes())
         .arg(&x.parts)
         .arg(&x.sums)

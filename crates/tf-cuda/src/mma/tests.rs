@@ -59,18 +59,24 @@ fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     out
 }
 
-/// The host harness: reads (rows, cols, n, each launch's dynamic shared bytes, rows-layout
-/// bytes, x), writes the tiles, then y of each choice (tiles a block, x staged or not, bulk or
-/// not) and of the planted control in turn.
+/// The host harness: reads (rows, cols, n, rows-layout bytes, x), writes the tiles, then y of
+/// each choice (tiles a block, x staged or not) and of the planted control in turn.
 fn harness() -> String {
     let mut calls = String::new();
-    let plant = Choice::of(1, false, false);
+    let plant = Choice {
+        rt: 1,
+        staged: false,
+    };
     let kernels = Choice::ALL
         .iter()
         .map(|&c| (c.kernel(), c))
         .chain([(PLANT_ROW_VARIANT, plant)]);
-    for (i, (name, c)) in kernels.enumerate() {
-        let smem = format!("(size_t)smem[{i}]");
+    for (name, c) in kernels {
+        let smem = if c.staged {
+            "(size_t)std::min(n, 8) * (cols / 64) * 256"
+        } else {
+            "0"
+        };
         calls.push_str(&format!(
             "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
@@ -85,27 +91,21 @@ fn harness() -> String {
             "    tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ {kernel}(x.data(), parts.data(), sums.data(), n, cols); }});\n"
         )
     };
-    let product = |k: usize| {
-        let smem = match k {
-            0 | 1 => "0".to_string(),
-            _ => format!("(size_t)smem[{}]", Choice::ALL.len() + k - 1),
-        };
+    let product = |rt: usize| {
         format!(
-            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, 0, [&] {{ {k}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
-            t = 16 * (1 + k % 2),
-            name = SPLIT_KERNELS[k],
+            t = 16 * rt,
+            k = SPLIT_KERNELS[rt - 1],
             threads = 32 * WARPS,
         )
     };
     for part in [
         split("tf_mma_split"),
-        product(0),
         product(1),
         product(2),
-        product(3),
         split(PLANT_SPLIT_SUMS),
-        product(0),
+        product(1),
     ] {
         calls.push_str(&part);
     }
@@ -114,8 +114,8 @@ fn harness() -> String {
          int main(int argc, char** argv) {{\n\
          \x20   FILE *fi, *fo;\n\
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
-         \x20   int head[3], smem[{shared}];\n\
-         \x20   if (fread(head, 4, 3, fi) != 3 || fread(smem, 4, {shared}, fi) != {shared}) return 1;\n\
+         \x20   int head[3];\n\
+         \x20   if (fread(head, 4, 3, fi) != 3) return 1;\n\
          \x20   const int rows = head[0], cols = head[1], n = head[2];\n\
          \x20   const size_t nt = (size_t)(rows + 15) / 16 * (cols / 64);\n\
          \x20   std::vector<u8> src((size_t)rows * cols / 32 * 24), tiles(nt * 640);\n\
@@ -130,12 +130,8 @@ fn harness() -> String {
          }}\n",
         prelude = host_cxx::SIMT_PRELUDE,
         source = include_str!("../../kernels/mma.cu"),
-        shared = SHARED_SLOTS,
     )
 }
-
-/// The harness's dynamic shared bytes: each choice's, the plant's, the two bulk split products'.
-const SHARED_SLOTS: usize = Choice::ALL.len() + 3;
 
 /// One emulated run: the tiles, then y of each choice and of the plant, then of the split
 /// products (one and two tiles a block) and of the planted split.
@@ -154,12 +150,7 @@ fn emulate(
     n: usize,
 ) -> Run {
     let mut input = Vec::new();
-    let shared = Choice::ALL.iter().map(|c| c.shared_bytes(n, cols)).chain([
-        0,
-        split_shared_bytes(1, n, cols),
-        split_shared_bytes(2, n, cols),
-    ]);
-    for v in [rows, cols, n].into_iter().chain(shared) {
+    for v in [rows, cols, n] {
         input.extend((v as i32).to_le_bytes());
     }
     input.extend_from_slice(src);
@@ -167,7 +158,7 @@ fn emulate(
     let out = host_cxx::run(dir, exe, &format!("{rows}x{cols}-{n}"), &input);
     let tb = tile_bytes(rows, cols);
     let ys = host_cxx::floats(&out[tb..]);
-    assert_eq!(ys.len(), (Choice::ALL.len() + 6) * n * rows);
+    assert_eq!(ys.len(), (Choice::ALL.len() + 4) * n * rows);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.chunks(n * rows).map(<[f32]>::to_vec).collect(),
@@ -200,10 +191,8 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
     };
     let (dir, exe) = host_cxx::build(&cxx, "mma", &harness());
     let mut rng = Rng::new(0x3a3a_0001);
-    // 40 rows: a partial tile; 256 columns: 4 groups, fewer than the block's warps; 5184
-    // columns: 81 groups, 6 stages of the bulk kernels' ring of 4 slots (a refill, a last
-    // stage of one group).
-    for (rows, cols, group) in [(40, 256, 64), (32, 2048, 128), (16, 5184, 64)] {
+    // 40 rows: a partial tile; 256 columns: 4 groups, fewer than the block's warps.
+    for (rows, cols, group) in [(40, 256, 64), (32, 2048, 128)] {
         let hw = HostWeights::random_mlx(4, group, FloatType::BF16, rows, cols, &mut rng);
         let src = device_bytes(&hw.packed())
             .expect("rows layout")
@@ -246,11 +235,11 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
         // x split once: the products' bits, in a call of 20 rows and alone.
         let at = Choice::ALL.len() + 1;
         for (run, rows_of) in [(&all, 0..n * rows), (&solo, 13 * rows..14 * rows)] {
-            for (k, y) in SPLIT_KERNELS.iter().zip(&run.ys[at..at + 4]) {
+            for (k, y) in SPLIT_KERNELS.iter().zip(&run.ys[at..at + 2]) {
                 assert_eq!(host_cxx::differing(y, &base[rows_of.clone()]), 0, "{k}");
             }
             // Control: the planted split's sums (f32 from x) change the bits.
-            assert_ne!(host_cxx::differing(&run.ys[at + 4], &base[rows_of]), 0);
+            assert_ne!(host_cxx::differing(&run.ys[at + 2], &base[rows_of]), 0);
         }
     }
 }
@@ -265,11 +254,11 @@ fn the_launcher_picks_a_choice_that_fits() {
         }
     }
     // Control: a staged choice for 8 rows of 4096 columns (128 KiB) does not fit.
-    assert!(!Choice::of(1, true, false).fits(8, 4096));
-    // A staged bulk ring fits wherever its staging does; a split one of 8 x rows by two tiles
-    // and 4096 columns (213 KiB) does not.
-    assert!(Choice::of(2, true, true).fits(1, 16384));
-    assert!(split_bulk_fits(2, 1, 4096) && !split_bulk_fits(2, 8, 4096));
+    let staged = Choice {
+        rt: 1,
+        staged: true,
+    };
+    assert!(!staged.fits(8, 4096));
 }
 
 /// The split norms' launch gives the copy of the row the kernels take (a mismatch would
@@ -296,15 +285,17 @@ fn moe_harness() -> String {
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
     let body = host_cxx::extract(
         moe,
-        "template <int RT, int STAGED, int BULK = 0>\n__device__ __forceinline__ void tf_moe_mma(",
+        "template <int RT, int STAGED>\n__device__ __forceinline__ void tf_moe_mma(",
     );
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
             .expect("moe.cu's mma entries"),
-        moe.find(LAST_ENTRY).expect("moe.cu's last mma entry"),
+        moe.find("TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)")
+            .expect("moe.cu's staged mma entry"),
     );
-    let entries = &moe[start..end + LAST_ENTRY.len()];
+    let entries = &moe[start..end + "TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)".len()];
     let split = [
+        "extern \"C\" __global__ void __launch_bounds__(32 * MMA_MOE_KW)\n    tf_moe_mma_mlx4_split(",
         "__device__ __forceinline__ const float* tf_moe_gather_row(",
         "__device__ __forceinline__ int tf_moe_split_group(",
         "extern \"C\" __global__ void tf_moe_gather_split(",
@@ -318,10 +309,9 @@ fn moe_harness() -> String {
          int main(int argc, char** argv) {{\n\
          \x20   FILE *fi, *fo;\n\
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
-         \x20   int head[7];\n\
-         \x20   if (fread(head, 4, 7, fi) != 7) return 1;\n\
+         \x20   int head[5];\n\
+         \x20   if (fread(head, 4, 5, fi) != 5) return 1;\n\
          \x20   const int ne = head[0], rows = head[1], cols = head[2], slots = head[3], staged = head[4];\n\
-         \x20   const size_t split_ring = head[5], staged_ring = head[6];\n\
          \x20   const size_t nt = (size_t)ne * rows / 16 * (cols / 64);\n\
          \x20   std::vector<u8> src((size_t)ne * rows * cols / 32 * 24), tiles(nt * 640);\n\
          \x20   std::vector<int> offsets(ne + 1);\n\
@@ -342,12 +332,10 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
-         \x20   if (staged == 2 || staged == 4) {{\n\
+         \x20   if (staged == 2) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
-         \x20       if (staged == 2) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20       else tf_launch(grid, {threads}, split_ring, [&] {{ tf_moe_mma_mlx4_split_bulk(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20   }} else if (staged == 5) tf_launch(grid, {threads}, staged_ring, [&] {{ tf_moe_mma_mlx4_staged_bulk(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20   else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   fwrite(y.data(), 4, y.size(), fo);\n\
          \x20   fclose(fo);\n\
@@ -359,9 +347,6 @@ fn moe_harness() -> String {
     )
 }
 
-/// moe.cu's last grouped product entry (the harness takes the entries up to it).
-const LAST_ENTRY: &str = "TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_bulk, 1)";
-
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let Some(cxx) = host_cxx::compiler() else {
@@ -369,23 +354,18 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     };
     let (dir, exe) = host_cxx::build(&cxx, "moe_mma", &moe_harness());
     let mut rng = Rng::new(0x3a3a_0002);
-    // 1280 columns: 20 groups, 5 stages of the bulk kernels' ring of 4 slots (a refill).
-    let (ne, rows, cols) = (4usize, 32usize, 1280usize);
+    let (ne, rows, cols) = (4usize, 32usize, 256usize);
     let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, ne * rows, cols, &mut rng);
     let src = device_bytes(&hw.packed())
         .expect("rows layout")
         .into_owned();
     let wf: Vec<f64> = (0..ne * rows).flat_map(|j| hw.row_f64(j)).collect();
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
-    // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4 and 5: 2
-    // and 1 through the ring (bulk).
+    // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts).
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
-        let split_ring = ring_bytes(MOE_TILES, MOE_WARPS as usize, cols, slots.min(8));
-        let staged_ring =
-            staging_bytes(1, cols) + ring_bytes(MOE_TILES, MOE_WARPS as usize, cols, 0);
-        for v in [ne, rows, cols, slots, mode, split_ring, staged_ring] {
+        for v in [ne, rows, cols, slots, mode] {
             input.extend((v as i32).to_le_bytes());
         }
         input.extend_from_slice(&src);
@@ -398,14 +378,12 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let offsets = [0, 2, 2, 5, 14];
     let x: Vec<f32> = (0..14 * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
     let y = run(&offsets, &x, 0);
-    for (mode, what) in [(2, "gathered and split"), (4, "gathered and split, bulk")] {
-        let split = run(&offsets, &x, mode);
-        assert_eq!(
-            host_cxx::differing(&split, &y),
-            0,
-            "{what}: the products' bits"
-        );
-    }
+    let split = run(&offsets, &x, 2);
+    assert_eq!(
+        host_cxx::differing(&split, &y),
+        0,
+        "gathered and split: the products' bits"
+    );
     let relu = run(&offsets, &x, 3);
     let len = x.len();
     let (act, rest) = relu.split_at(len);
@@ -443,15 +421,13 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         .iter()
         .flat_map(|&p| x[p * cols..(p + 1) * cols].to_vec())
         .collect();
-    for mode in [1, 5] {
-        let y1 = run(&[0, 1, 1, 2, 3], &one, mode);
-        for (i, &p) in picks.iter().enumerate() {
-            assert_eq!(
-                host_cxx::differing(&y1[i * rows..(i + 1) * rows], &y[p * rows..(p + 1) * rows]),
-                0,
-                "row {p} alone (staged, mode {mode}) differs from its place in its group"
-            );
-        }
+    let y1 = run(&[0, 1, 1, 2, 3], &one, 1);
+    for (i, &p) in picks.iter().enumerate() {
+        assert_eq!(
+            host_cxx::differing(&y1[i * rows..(i + 1) * rows], &y[p * rows..(p + 1) * rows]),
+            0,
+            "row {p} alone (staged) differs from its place in its group"
+        );
     }
     // Control: the same row under another expert gives other values.
     let y2 = run(&[0, 0, 1, 2, 3], &one, 1);

@@ -136,41 +136,34 @@ fn case(
     let mut h = gpu.zeros::<f32>(MAX_ROWS * cols)?;
     // y of the split product of the first n rows split by `splitter` (or, None, of their norm
     // split by the norm), then (None) the launcher's product of that norm unsplit.
-    let mut split_run =
-        |splitter: Option<&str>, rt: usize, bulk: bool, n: usize| -> Result<Vec<f32>> {
-            let mut b = bufs.borrow_mut();
-            let (x, y) = &mut *b;
-            let flat: Vec<f32> = xs[..n].iter().flatten().copied().collect();
-            gpu.write(&flat, x)?;
-            match splitter {
-                Some(k) => mma::split_with(gpu, k, x, n, &mut sx)?,
-                None => ops::rms_norm_split(gpu, x, &gain, 1e-5, n, &mut h, &mut sx)?,
-            }
-            mma::matmul_split_with(gpu, rt, bulk, &w, &sx, n, y)?;
-            let mut out = gpu.download(y, n * rows)?;
-            if splitter.is_none() {
-                ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h)?;
-                mma::matmul(gpu, &w, &h, n, y)?;
-                out.extend(gpu.download(y, n * rows)?);
-            }
-            Ok(out)
-        };
-    let splits = [1, 2].into_iter().flat_map(|rt| {
-        [(false, 40), (false, 1), (true, 40), (true, 1)]
-            .into_iter()
-            .filter(move |&(bulk, n)| !bulk || mma::split_bulk_fits(rt, n, cols))
-            .map(move |(bulk, n)| (rt, bulk, n))
-    });
-    for (rt, bulk, n) in splits {
-        {
-            let got = split_run(Some("tf_mma_split"), rt, bulk, n)?;
+    let mut split_run = |splitter: Option<&str>, rt: usize, n: usize| -> Result<Vec<f32>> {
+        let mut b = bufs.borrow_mut();
+        let (x, y) = &mut *b;
+        let flat: Vec<f32> = xs[..n].iter().flatten().copied().collect();
+        gpu.write(&flat, x)?;
+        match splitter {
+            Some(k) => mma::split_with(gpu, k, x, n, &mut sx)?,
+            None => ops::rms_norm_split(gpu, x, &gain, 1e-5, n, &mut h, &mut sx)?,
+        }
+        mma::matmul_split_with(gpu, rt, &w, &sx, n, y)?;
+        let mut out = gpu.download(y, n * rows)?;
+        if splitter.is_none() {
+            ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h)?;
+            mma::matmul(gpu, &w, &h, n, y)?;
+            out.extend(gpu.download(y, n * rows)?);
+        }
+        Ok(out)
+    };
+    for rt in [1, 2] {
+        for n in [40, 1] {
+            let got = split_run(Some("tf_mma_split"), rt, n)?;
             bits.add(compare_bits(&got, &want[..n * rows]));
-            let normed = split_run(None, rt, bulk, n)?;
+            let normed = split_run(None, rt, n)?;
             let (split, unsplit) = normed.split_at(n * rows);
             bits.add(compare_bits(split, unsplit));
         }
     }
-    let planted = split_run(Some(mma::PLANT_SPLIT_SUMS), 1, false, 40)?;
+    let planted = split_run(Some(mma::PLANT_SPLIT_SUMS), 1, 40)?;
     let planted = compare_bits(&planted, &want[..40 * rows]);
     let verdict = bits.gate(v, "the launcher's bits").and_then(|r| {
         let taken = rows_kernels_taking(gpu, &w, &mut bufs.borrow_mut());
@@ -202,7 +195,10 @@ fn case(
     }
     if plants {
         let broken = |xs: &[Vec<f32>], o: &mut [f32]| {
-            let plant = Choice::of(1, false, false);
+            let plant = Choice {
+                rt: 1,
+                staged: false,
+            };
             run_how(&w, Some((PLANT_ROW_VARIANT, plant)), xs, o)
         };
         let what = "matmul mma MLX 4-bit: x's low parts dropped when n > 1";
