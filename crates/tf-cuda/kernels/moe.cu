@@ -616,13 +616,16 @@ TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0)
 TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)
 
 // The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
-// tf_moe_relu2_split).
-extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)
-    tf_moe_mma_mlx4_split(const u8* W, const uint4* xp, const float* xsum, float* yg,
-                          const int* offsets, int rows, int cols, int n_experts) {
-    tf_follow();
-    tf_moe_mma<2, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);
-}
+// tf_moe_relu2_split), two tiles a block and (_r1) one.
+#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT)                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
+        NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
+             int rows, int cols, int n_experts) {                                              \
+        tf_follow();                                                                           \
+        tf_moe_mma<RT, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);           \
+    }
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

@@ -63,6 +63,13 @@ pub fn split_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").map_or(true, |v| v != "0"))
 }
 
+/// Whether one-token rounds' split expert products take one tile a block (the same bits). Off
+/// unless `TF_CUDA_MOE_R1=1`.
+pub fn one_tile_experts() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_R1").is_ok_and(|v| v == "1"))
+}
+
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA").map_or(true, |v| v != "0"))

@@ -33,6 +33,7 @@ pub use experts::{ExpertMlp, GpuExperts};
 /// Kernel entry points defined in kernels/moe.cu.
 pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split",
+    "tf_moe_mma_mlx4_split_r1",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -590,7 +591,17 @@ pub(crate) fn expert_matmul_split(
     let groups = w.n_experts().min(slots).max(1);
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups)?;
     cfg.shared_mem_bytes = 0;
-    let mut b = gpu.launcher("tf_moe_mma_mlx4_split")?;
+    // One tile a block in one-token rounds (more blocks for the few rows of each expert; the
+    // same bits: an output's sum does not depend on the tiles a block).
+    let one_tile = n == 1 && crate::mma::one_tile_experts();
+    if one_tile {
+        cfg.grid_dim.0 = w.rows().div_ceil(16).max(1) as u32;
+    }
+    let kernel = match one_tile {
+        true => "tf_moe_mma_mlx4_split_r1",
+        false => "tf_moe_mma_mlx4_split",
+    };
+    let mut b = gpu.launcher(kernel)?;
     b.arg(w.matrix.bytes())
         .arg(&x.parts)
         .arg(&x.sums)

@@ -290,12 +290,10 @@ fn moe_harness() -> String {
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
             .expect("moe.cu's mma entries"),
-        moe.find("TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)")
-            .expect("moe.cu's staged mma entry"),
+        moe.find(LAST_ENTRY).expect("moe.cu's last mma entry"),
     );
-    let entries = &moe[start..end + "TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)".len()];
+    let entries = &moe[start..end + LAST_ENTRY.len()];
     let split = [
-        "extern \"C\" __global__ void __launch_bounds__(32 * MMA_MOE_KW)\n    tf_moe_mma_mlx4_split(",
         "__device__ __forceinline__ const float* tf_moe_gather_row(",
         "__device__ __forceinline__ int tf_moe_split_group(",
         "extern \"C\" __global__ void tf_moe_gather_split(",
@@ -332,9 +330,10 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
-         \x20   if (staged == 2) {{\n\
+         \x20   if (staged == 2 || staged == 4) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
-         \x20       tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       if (staged == 2) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else tf_launch(D3{{(unsigned)((rows + 15) / 16), grid.y, 1}}, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_r1(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   fwrite(y.data(), 4, y.size(), fo);\n\
@@ -346,6 +345,9 @@ fn moe_harness() -> String {
         threads = 32 * MOE_WARPS,
     )
 }
+
+/// moe.cu's last grouped product entry (the harness takes the entries up to it).
+const LAST_ENTRY: &str = "TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1)";
 
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
@@ -361,7 +363,8 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         .into_owned();
     let wf: Vec<f64> = (0..ne * rows).flat_map(|j| hw.row_f64(j)).collect();
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
-    // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts).
+    // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4: 2 with
+    // one tile a block.
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
@@ -378,12 +381,11 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let offsets = [0, 2, 2, 5, 14];
     let x: Vec<f32> = (0..14 * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
     let y = run(&offsets, &x, 0);
-    let split = run(&offsets, &x, 2);
-    assert_eq!(
-        host_cxx::differing(&split, &y),
-        0,
-        "gathered and split: the products' bits"
-    );
+    for (mode, what) in [(2, "two tiles a block"), (4, "one tile a block")] {
+        let split = run(&offsets, &x, mode);
+        let d = host_cxx::differing(&split, &y);
+        assert_eq!(d, 0, "gathered and split, {what}: the products' bits");
+    }
     let relu = run(&offsets, &x, 3);
     let len = x.len();
     let (act, rest) = relu.split_at(len);
