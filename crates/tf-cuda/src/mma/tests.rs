@@ -330,9 +330,10 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
-         \x20   if (staged == 2 || staged == 4) {{\n\
+         \x20   if (staged == 2 || staged == 4 || staged == 5) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
-         \x20       if (staged == 2) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       if (staged == 5) tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_plant_mma_split_sums(xg.data(), parts.data(), sums.data(), slots, cols); }});\n\
+         \x20       if (staged != 4) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20       else tf_launch(D3{{(unsigned)((rows + 15) / 16), grid.y, 1}}, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_r1(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
@@ -364,7 +365,7 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let wf: Vec<f64> = (0..ne * rows).flat_map(|j| hw.row_f64(j)).collect();
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
     // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4: 2 with
-    // one tile a block.
+    // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows).
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
@@ -386,6 +387,8 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         let d = host_cxx::differing(&split, &y);
         assert_eq!(d, 0, "gathered and split, {what}: the products' bits");
     }
+    // Control: the split's sums taken another way change the products' bits.
+    assert_ne!(host_cxx::differing(&run(&offsets, &x, 5), &y), 0);
     let relu = run(&offsets, &x, 3);
     let len = x.len();
     let (act, rest) = relu.split_at(len);
@@ -437,7 +440,8 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
 }
 
 /// Reads (n, width, add; eps; x, o, gain); writes the split norm's x, y, parts and sums, then
-/// the plain norm's x and y and tf_mma_split's parts and sums of that y.
+/// the plain norm's x and y and tf_mma_split's parts and sums of that y, then the planted
+/// split's sums of that y (f32 from y: tf_plant_mma_split_sums).
 const NORM_SPLIT_MAIN: &str = r#"
 static std::vector<float> vf(FILE* f, size_t n) { std::vector<float> v(n); if (std::fread(v.data(), 4, n, f) != n) std::exit(3); return v; }
 int main(int argc, char** argv) {
@@ -460,18 +464,23 @@ int main(int argc, char** argv) {
         if (add) tf_add_rms_norm(xb.data(), o.data(), g.data(), yb.data(), w, eps);
         else tf_rms_norm(xb.data(), g.data(), yb.data(), w, eps);
     });
-    tf_launch(D3{(unsigned)((w / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}, 128, 0, [&] { tf_mma_split(yb.data(), pb.data(), sb.data(), n, w); });
+    const D3 grid{(unsigned)((w / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1};
+    tf_launch(grid, 128, 0, [&] { tf_mma_split(yb.data(), pb.data(), sb.data(), n, w); });
+    std::vector<float> sp(len / 64);
+    std::vector<uint4> pp(len / 4);
+    tf_launch(grid, 128, 0, [&] { tf_plant_mma_split_sums(yb.data(), pp.data(), sp.data(), n, w); });
     std::fwrite(xa.data(), 4, len, fo); std::fwrite(ya.data(), 4, len, fo);
     std::fwrite(pa.data(), 4, len, fo); std::fwrite(sa.data(), 4, len / 64, fo);
     std::fwrite(xb.data(), 4, len, fo); std::fwrite(yb.data(), 4, len, fo);
     std::fwrite(pb.data(), 4, len, fo); std::fwrite(sb.data(), 4, len / 64, fo);
+    std::fwrite(sp.data(), 4, len / 64, fo);
     std::fclose(fo);
     return 0;
 }
 "#;
 
 /// The norms that split their rows (kernels/norm_split.cu) give the plain norms' x and y, and
-/// the split tf_mma_split makes of that y, bit for bit.
+/// the split tf_mma_split makes of that y, bit for bit; the planted split's sums differ.
 #[test]
 fn split_norms_give_the_norms_bits_and_their_split() {
     let Some(cxx) = host_cxx::compiler() else {
@@ -504,11 +513,13 @@ fn split_norms_give_the_norms_bits_and_their_split() {
             let label = format!("n{n}w{w}a{add}");
             let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
             let one = 3 * n * w + n * w / 64;
-            assert_eq!(got.len(), 2 * one, "{label}");
-            let (split, plain) = got.split_at(one);
+            assert_eq!(got.len(), 2 * one + n * w / 64, "{label}");
+            let (split, rest) = got.split_at(one);
+            let (plain, planted) = rest.split_at(one);
             assert_eq!(host_cxx::differing(split, plain), 0, "{label}");
-            // Control: the sums are there to compare (not all zero).
-            assert!(split[3 * n * w..].iter().any(|&v| v != 0.0), "{label}");
+            // Control: sums taken another way (f32 from y) are told apart.
+            let sums = &split[3 * n * w..];
+            assert_ne!(host_cxx::differing(sums, planted), 0, "{label}: the plant");
         }
     }
 }
