@@ -297,8 +297,9 @@ pub fn matmul_with(
 }
 
 /// x split once for the tensor cores' products: each row's bf16 parts in the B fragments'
-/// order and its groups' sums X (rows of any width up to its own, packed), taken on the tensor cores as the products take them in place,
-/// so that [`matmul_split`] gives [`matmul`]'s bits. Made by [`split`] or by the norm that
+/// order and its groups' sums X (rows of any width up to its own, packed), taken on the
+/// tensor cores as the products take them in place, so that [`matmul_split`] gives
+/// [`matmul`]'s bits. Made by [`split`] or by the norm that
 /// writes x ([`crate::ops::rms_norm_split`], [`crate::ops::add_rms_norm_split`]).
 pub struct SplitX {
     pub(crate) parts: CudaSlice<u32>,
