@@ -63,11 +63,16 @@ pub fn split_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").map_or(true, |v| v != "0"))
 }
 
-/// Whether one-token rounds' split expert products take one tile a block (the same bits). Off
-/// unless `TF_CUDA_MOE_R1=1`.
-pub fn one_tile_experts() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_R1").is_ok_and(|v| v == "1"))
+/// Whether one-token rounds' split expert products take one tile a block (the same bits), for
+/// the up and the down matrices: `TF_CUDA_MOE_R1=1` both, `=up` or `=down` one; off otherwise.
+pub fn one_tile_experts() -> (bool, bool) {
+    static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_R1").as_deref() {
+        Ok("1") => (true, true),
+        Ok("up") => (true, false),
+        Ok("down") => (false, true),
+        _ => (false, false),
+    })
 }
 
 fn enabled() -> bool {

@@ -455,9 +455,11 @@ pub fn experts_with(
         // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions < offsets[e] <=
         // n * k rows of xg and of the split (checked above).
         unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
-        expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k)?;
+        let (up1, down1) = crate::mma::one_tile_experts();
+        let (up1, down1) = (n == 1 && up1, n == 1 && down1);
+        expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k, up1)?;
         relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
-        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k);
+        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k, down1);
     }
     b.arg(&k_).arg(&dim_).arg(&e_);
     // SAFETY: (f32*, i32*, i32*, f32*, i32 x3); positions < offsets[e] <= n * k rows of xg.
@@ -571,7 +573,9 @@ fn gather_config(slots: usize) -> LaunchConfig {
 }
 
 /// [`expert_matmul`] of the gathered rows split once (`x`: their [`SplitX`]), `w` in the mma
-/// tiles: the same bits.
+/// tiles, two tiles a block or (`one_tile`: more blocks for few rows an expert) one: the same
+/// bits.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn expert_matmul_split(
     gpu: &Gpu,
     w: &GpuExperts,
@@ -580,6 +584,7 @@ pub(crate) fn expert_matmul_split(
     offsets: &CudaSlice<i32>,
     n: usize,
     k: usize,
+    one_tile: bool,
 ) -> Result<()> {
     const OP: &str = "moe expert matmul (split x)";
     let slots = n * k;
@@ -591,9 +596,6 @@ pub(crate) fn expert_matmul_split(
     let groups = w.n_experts().min(slots).max(1);
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups)?;
     cfg.shared_mem_bytes = 0;
-    // One tile a block in one-token rounds (more blocks for the few rows of each expert; the
-    // same bits: an output's sum does not depend on the tiles a block).
-    let one_tile = n == 1 && crate::mma::one_tile_experts();
     if one_tile {
         cfg.grid_dim.0 = w.rows().div_ceil(16).max(1) as u32;
     }

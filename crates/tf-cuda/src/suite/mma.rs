@@ -289,7 +289,9 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
                 true => {
                     let mut s = sx.borrow_mut();
                     mma::split(gpu, x, n, &mut s)?;
-                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, &offs, n, 1)?;
+                    // Odd row counts take one tile a block, even two.
+                    let one_tile = n % 2 == 1;
+                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, &offs, n, 1, one_tile)?;
                 }
                 false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
             }
@@ -321,7 +323,7 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
     let cfg = depth.config(0x3ae0);
     let run = |xs: &[Vec<f32>], o: &mut [f32]| run_how(0, false, xs, o);
     let verdict = verdict(&op, &run, &cfg, &errs);
-    // The rows split once: the same bits, 30 rows and one alone.
+    // The rows split once: the same bits, 30 rows (two tiles a block), 29 and one alone (one).
     let mut r2 = Rng::new(0x3ae1);
     let xs: Vec<Vec<f32>> = (0..30).map(|_| r2.vec_uniform(cols, -1.0, 1.0)).collect();
     let mut bits = CpuBits {
@@ -329,7 +331,7 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
         differing: 0,
         max_abs_diff: 0.0,
     };
-    for n in [30, 1] {
+    for n in [30, 29, 1] {
         let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
         run_how(0, false, &xs[..n], &mut a);
         run_how(0, true, &xs[..n], &mut b);
@@ -339,7 +341,7 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
         op: name.into(),
         case: format!(
             "{EXPERTS} experts of {rows}x{cols}, rows routed by their values (bits: the rows \
-             split once against the product's)"
+             split once, one and two tiles a block, against the product's)"
         ),
         verdict: bits.gate(verdict, "the product's bits"),
         cpu_bits: Some(bits),
