@@ -8,7 +8,7 @@
 #   cargo build --profile ci -p tensorfold -p tf-cuda --bins --examples
 # from target/ci/ and target/ci/examples/). First the receipts with VAR=1 (the kernel contract,
 # every Nemotron-H and Muse Spark fixture against the CPU engine, every fixture through
-# `tensorfold score`; an opt-in path such as TF_CUDA_MMA_SPLIT was, is on for them), then per round
+# `tensorfold score`; so an opt-in path is what they check), then per round
 # VAR=1 and VAR=0: `tf-cuda-synthetic` at the
 # default model's shape and Lightning's (1 / 4 / 16 streams), and Bolt's (1 / 4 / 16 / 64).
 # About 8 minutes with ROUNDS=1 (the first run compiles the kernels, about 80 s).

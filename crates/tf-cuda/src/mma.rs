@@ -47,8 +47,8 @@ const WARPS: u32 = 16;
 /// Warps a block of the grouped expert products (`MMA_MOE_KW`).
 const MOE_WARPS: u32 = 4;
 
-/// Row tiles a block of the grouped expert products (kernels/moe.cu's entries).
-const MOE_TILES: usize = 2;
+/// Row tiles a block of the grouped expert products (kernels/moe.cu's entries but `_r1`).
+pub(crate) const MOE_TILES: usize = 2;
 
 /// Whether the tensor cores' product serves an MLX 4-bit matrix of `cols` columns with MLX
 /// groups of `group_size` (and `TF_CUDA_MMA` is not `0`).
@@ -214,13 +214,14 @@ pub fn tile_experts(gpu: &Gpu, m: &GpuMatrix, n_experts: usize) -> Result<Option
 }
 
 /// The grouped expert product's entry and launch for experts of `rows` x `cols` over a round
-/// of `n` tokens with `groups` blocks rows (non-empty experts at most): x staged when every
-/// group is one row.
+/// of `n` tokens with `groups` blocks rows (non-empty experts at most) and `tiles` row tiles a
+/// block: x staged when every group is one row.
 pub(crate) fn experts_launch(
     rows: usize,
     cols: usize,
     n: usize,
     groups: usize,
+    tiles: usize,
 ) -> Result<(&'static str, LaunchConfig)> {
     crate::slices::count_launch();
     let staged = n == 1 && staging_bytes(1, cols) <= STAGING_MAX;
@@ -232,7 +233,7 @@ pub(crate) fn experts_launch(
             detail: format!("{groups} expert groups exceed the grid"),
         })?;
     let cfg = LaunchConfig {
-        grid_dim: (rows.div_ceil(16 * MOE_TILES).max(1) as u32, groups, 1),
+        grid_dim: (rows.div_ceil(16 * tiles).max(1) as u32, groups, 1),
         block_dim: (32 * MOE_WARPS, 1, 1),
         shared_mem_bytes: if staged {
             staging_bytes(1, cols) as u32

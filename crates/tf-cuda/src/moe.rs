@@ -517,7 +517,8 @@ pub(crate) fn expert_matmul(
     let groups = w.n_experts().min(slots).max(1);
     let format = w.matrix.format();
     let (name, cfg, during) = if w.matrix.layout() == crate::weights::Layout::MmaTiles && !plant {
-        let (name, cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups)?;
+        let tiles = crate::mma::MOE_TILES;
+        let (name, cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
         (name.to_string(), cfg, "launching moe mma matmul")
     } else {
         w.matrix.need_rows(OP)?;
@@ -594,11 +595,9 @@ pub(crate) fn expert_matmul_split(
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
     let n_experts = i32_of(OP, "experts", w.n_experts())?;
     let groups = w.n_experts().min(slots).max(1);
-    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups)?;
+    let tiles = if one_tile { 1 } else { crate::mma::MOE_TILES };
+    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
     cfg.shared_mem_bytes = 0;
-    if one_tile {
-        cfg.grid_dim.0 = w.rows().div_ceil(16).max(1) as u32;
-    }
     let kernel = match one_tile {
         true => "tf_moe_mma_mlx4_split_r1",
         false => "tf_moe_mma_mlx4_split",

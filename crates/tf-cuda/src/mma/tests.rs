@@ -294,7 +294,6 @@ fn moe_harness() -> String {
     );
     let entries = &moe[start..end + LAST_ENTRY.len()];
     let split = [
-        "__device__ __forceinline__ const float* tf_moe_gather_row(",
         "__device__ __forceinline__ int tf_moe_split_group(",
         "extern \"C\" __global__ void tf_moe_gather_split(",
         "extern \"C\" __global__ void tf_moe_relu2(",
