@@ -109,6 +109,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::select::KERNEL_NAMES)
         .chain(crate::slices::KERNEL_NAMES.iter())
         .chain(crate::mma::KERNEL_NAMES.iter())
+        .chain(crate::mma::EXPERT_KERNELS.iter().flat_map(|(_, k)| k))
         .map(|s| s.to_string())
         .chain(
             mmq_kernels()
@@ -281,8 +282,8 @@ impl Gpu {
         // The tensor cores' product stages x beside its static reduction buffer.
         let staged = crate::mma::KERNEL_NAMES
             .iter()
-            .chain(crate::moe::KERNEL_NAMES)
-            .filter(|n| n.ends_with("_staged"));
+            .chain(crate::mma::EXPERT_KERNELS.iter().flat_map(|(_, k)| k))
+            .filter(|n| n.contains("_staged"));
         for name in staged {
             let (f, _) = &functions[*name];
             f.set_attribute(
