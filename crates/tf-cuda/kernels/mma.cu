@@ -25,7 +25,8 @@
 // bits the products compute in place, which the split products (tf_mma_mlx4_r*_split) read
 // instead.
 
-#define MMA_KW 16  // warps a block along the groups (fixed: it orders an output's sum)
+#define MMA_KW 16     // warps a block along the groups (fixed: it orders an output's sum)
+#define MMA_MOE_KW 4  // the same for the grouped expert products (moe.cu), whose K is small
 
 #ifdef TF_HOST_SIMT
 // Host stand-ins (src/mma/host.rs's emulation): bf16 rounding to nearest even (finite values),

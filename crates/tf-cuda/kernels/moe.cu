@@ -581,11 +581,11 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
     }
 }
 
-// The grouped expert products on the tensor cores (kernels/mma.cu's body, KW warps a block
-// along the groups): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows /
-// 16 (the stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows,
-// 8 at a time. STAGED: x staged in shared memory (one-row rounds: every group one row).
-template <int RT, int STAGED, int KW>
+// The grouped expert products on the tensor cores (kernels/mma.cu's body, MMA_MOE_KW warps a
+// block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
+// stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 8 at a
+// time. STAGED: x staged in shared memory (one-row rounds: every group one row).
+template <int RT, int STAGED>
 __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
                                            int rows, int cols, int n_experts,
@@ -599,44 +599,33 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
     const size_t groups = cols >> 6;
     for (int j0 = 0; j0 < cnt; j0 += 8)
-        tf_mma_body<RT, KW, STAGED, 0>(
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(
             wq, sb, xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
             rows, cols, STAGED == 2 ? xp + off * groups * 16 : nullptr,
             STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
-// Blocks an SM the entries of KW > 4 warps ask registers for: 32 warps an SM at one tile a
-// block, 16 at two (whose twice the weights in flight a lane would spill at 64 registers).
-#define TF_MOE_MIN_BLOCKS(KW, RT) ((KW) > 4 ? ((RT) == 1 ? 32 : 16) / (KW) : 1)
-
-#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED, KW)                                                 \
-    extern "C" __global__ void __launch_bounds__(32 * KW, TF_MOE_MIN_BLOCKS(KW, RT))              \
+#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED)                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const float* xg, float* yg, const int* offsets, int rows, int cols,    \
              int n_experts) {                                                                  \
         tf_follow();                                                                           \
-        tf_moe_mma<RT, STAGED, KW>(W, xg, yg, offsets, rows, cols, n_experts);                 \
+        tf_moe_mma<RT, STAGED>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }
+TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0)
+TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)
 
 // The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
 // tf_moe_relu2_split), two tiles a block and (_r1) one.
-#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT, KW)                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * KW, TF_MOE_MIN_BLOCKS(KW, RT))              \
+#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT)                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
              int rows, int cols, int n_experts) {                                              \
         tf_follow();                                                                           \
-        tf_moe_mma<RT, 2, KW>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);       \
+        tf_moe_mma<RT, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);           \
     }
-
-// Every form of the grouped products with KW warps a block, named with SUFFIX (src/mma.rs's
-// expert_kernels): KW orders an output's sum, so a matrix takes one KW in every form.
-#define TF_MOE_MMA_ENTRIES(SUFFIX, KW)                                                         \
-    TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4##SUFFIX, 2, 0, KW)                                        \
-    TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged##SUFFIX, 2, 1, KW)                                 \
-    TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split##SUFFIX, 2, KW)                               \
-    TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1##SUFFIX, 1, KW)
-TF_MOE_MMA_ENTRIES(, 4)
-TF_MOE_MMA_ENTRIES(_w8, 8)
-TF_MOE_MMA_ENTRIES(_w16, 16)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

@@ -109,7 +109,6 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::select::KERNEL_NAMES)
         .chain(crate::slices::KERNEL_NAMES.iter())
         .chain(crate::mma::KERNEL_NAMES.iter())
-        .chain(crate::mma::EXPERT_KERNELS.iter().flat_map(|(_, k)| k))
         .map(|s| s.to_string())
         .chain(
             mmq_kernels()
@@ -282,8 +281,8 @@ impl Gpu {
         // The tensor cores' product stages x beside its static reduction buffer.
         let staged = crate::mma::KERNEL_NAMES
             .iter()
-            .chain(crate::mma::EXPERT_KERNELS.iter().flat_map(|(_, k)| k))
-            .filter(|n| n.contains("_staged"));
+            .chain(crate::moe::KERNEL_NAMES)
+            .filter(|n| n.ends_with("_staged"));
         for name in staged {
             let (f, _) = &functions[*name];
             f.set_attribute(

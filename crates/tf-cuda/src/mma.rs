@@ -44,64 +44,8 @@ pub const GROUP: usize = 64;
 /// Warps a block (`MMA_KW` in kernels/mma.cu).
 const WARPS: u32 = 16;
 
-/// The grouped expert products' entries (kernels/moe.cu's `TF_MOE_MMA_ENTRIES`) for each
-/// choice of warps a block along the groups: plain, staged, split, split one tile a block.
-pub const EXPERT_KERNELS: [(u32, [&str; 4]); 3] = [
-    (
-        4,
-        [
-            "tf_moe_mma_mlx4",
-            "tf_moe_mma_mlx4_staged",
-            "tf_moe_mma_mlx4_split",
-            "tf_moe_mma_mlx4_split_r1",
-        ],
-    ),
-    (
-        8,
-        [
-            "tf_moe_mma_mlx4_w8",
-            "tf_moe_mma_mlx4_staged_w8",
-            "tf_moe_mma_mlx4_split_w8",
-            "tf_moe_mma_mlx4_split_r1_w8",
-        ],
-    ),
-    (
-        16,
-        [
-            "tf_moe_mma_mlx4_w16",
-            "tf_moe_mma_mlx4_staged_w16",
-            "tf_moe_mma_mlx4_split_w16",
-            "tf_moe_mma_mlx4_split_r1_w16",
-        ],
-    ),
-];
-
-/// Warps a block along the groups of the grouped expert products of `cols` columns: a fixed
-/// function of the shape (it orders an output's sum, so every form and row count of a matrix
-/// takes the same). `TF_CUDA_MOE_KW=4|8|16` sets it for every matrix, `=auto` takes the most
-/// that leave each warp two groups or more; 4 otherwise.
-pub fn expert_warps(cols: usize) -> u32 {
-    static KW: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let set = *KW.get_or_init(|| match std::env::var("TF_CUDA_MOE_KW").as_deref() {
-        Ok("8") => Some(8),
-        Ok("16") => Some(16),
-        Ok("auto") => None,
-        _ => Some(4),
-    });
-    set.unwrap_or_else(|| {
-        let groups = cols / GROUP;
-        [16, 8].into_iter().find(|&w| groups >= 2 * w as usize).unwrap_or(4)
-    })
-}
-
-/// The grouped expert products' entries of `warps` warps a block ([`EXPERT_KERNELS`]).
-pub(crate) fn expert_kernels(warps: u32) -> &'static [&'static str; 4] {
-    &EXPERT_KERNELS
-        .iter()
-        .find(|(w, _)| *w == warps)
-        .unwrap_or(&EXPERT_KERNELS[0])
-        .1
-}
+/// Warps a block of the grouped expert products (`MMA_MOE_KW`).
+const MOE_WARPS: u32 = 4;
 
 /// Row tiles a block of the grouped expert products (kernels/moe.cu's entries but `_r1`).
 pub(crate) const MOE_TILES: usize = 2;
@@ -269,26 +213,18 @@ pub fn tile_experts(gpu: &Gpu, m: &GpuMatrix, n_experts: usize) -> Result<Option
     tile(gpu, m).map(Some)
 }
 
-/// What x a grouped expert product reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ExpertsX {
-    /// The gathered rows (staged in shared memory where every group is one row).
-    Rows,
-    /// The gathered rows split once ([`SplitX`]); `one_tile`: one row tile a block, not
-    /// [`MOE_TILES`] (more blocks for few rows an expert; the same bits).
-    Split { one_tile: bool },
-}
-
 /// The grouped expert product's entry and launch for experts of `rows` x `cols` over a round
-/// of `n` tokens with `groups` block rows (non-empty experts at most), reading `x`.
+/// of `n` tokens with `groups` blocks rows (non-empty experts at most) and `tiles` row tiles a
+/// block: x staged when every group is one row.
 pub(crate) fn experts_launch(
     rows: usize,
     cols: usize,
     n: usize,
     groups: usize,
-    x: ExpertsX,
+    tiles: usize,
 ) -> Result<(&'static str, LaunchConfig)> {
     crate::slices::count_launch();
+    let staged = n == 1 && staging_bytes(1, cols) <= STAGING_MAX;
     let groups = u32::try_from(groups)
         .ok()
         .filter(|&g| g <= 65535)
@@ -296,23 +232,19 @@ pub(crate) fn experts_launch(
             op: "moe mma matmul",
             detail: format!("{groups} expert groups exceed the grid"),
         })?;
-    let warps = expert_warps(cols);
-    let [plain, staged, split, split_r1] = *expert_kernels(warps);
-    let stage = x == ExpertsX::Rows && n == 1 && staging_bytes(1, cols) <= STAGING_MAX;
-    let (name, tiles) = match x {
-        ExpertsX::Split { one_tile: true } => (split_r1, 1),
-        ExpertsX::Split { one_tile: false } => (split, MOE_TILES),
-        ExpertsX::Rows if stage => (staged, MOE_TILES),
-        ExpertsX::Rows => (plain, MOE_TILES),
-    };
     let cfg = LaunchConfig {
         grid_dim: (rows.div_ceil(16 * tiles).max(1) as u32, groups, 1),
-        block_dim: (32 * warps, 1, 1),
-        shared_mem_bytes: if stage {
+        block_dim: (32 * MOE_WARPS, 1, 1),
+        shared_mem_bytes: if staged {
             staging_bytes(1, cols) as u32
         } else {
             0
         },
+    };
+    let name = if staged {
+        "tf_moe_mma_mlx4_staged"
+    } else {
+        "tf_moe_mma_mlx4"
     };
     Ok((name, cfg))
 }

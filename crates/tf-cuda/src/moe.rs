@@ -32,6 +32,8 @@ pub use experts::{ExpertMlp, GpuExperts};
 
 /// Kernel entry points defined in kernels/moe.cu.
 pub const KERNEL_NAMES: &[&str] = &[
+    "tf_moe_mma_mlx4_split",
+    "tf_moe_mma_mlx4_split_r1",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -59,6 +61,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_slices_mlx4_one",
     "tf_moe_slices_bf16",
     "tf_moe_slices_bf16_one",
+    "tf_moe_mma_mlx4",
+    "tf_moe_mma_mlx4_staged",
     "tf_moe_relu2",
     "tf_moe_combine",
     "tf_plant_moe_combine_reversed",
@@ -513,8 +517,8 @@ pub(crate) fn expert_matmul(
     let groups = w.n_experts().min(slots).max(1);
     let format = w.matrix.format();
     let (name, cfg, during) = if w.matrix.layout() == crate::weights::Layout::MmaTiles && !plant {
-        let rows_x = crate::mma::ExpertsX::Rows;
-        let (name, cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, rows_x)?;
+        let tiles = crate::mma::MOE_TILES;
+        let (name, cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
         (name.to_string(), cfg, "launching moe mma matmul")
     } else {
         w.matrix.need_rows(OP)?;
@@ -591,8 +595,13 @@ pub(crate) fn expert_matmul_split(
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
     let n_experts = i32_of(OP, "experts", w.n_experts())?;
     let groups = w.n_experts().min(slots).max(1);
-    let split = crate::mma::ExpertsX::Split { one_tile };
-    let (kernel, cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, split)?;
+    let tiles = if one_tile { 1 } else { crate::mma::MOE_TILES };
+    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
+    cfg.shared_mem_bytes = 0;
+    let kernel = match one_tile {
+        true => "tf_moe_mma_mlx4_split_r1",
+        false => "tf_moe_mma_mlx4_split",
+    };
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.matrix.bytes())
         .arg(&x.parts)

@@ -279,15 +279,13 @@ fn warps_a_block_are_the_kernels() {
 
 /// The grouped expert products' host harness: reads (experts, rows each, cols, slots, staged),
 /// the stacked rows-layout bytes, the offsets and the gathered x; tiles the stack, runs
-/// `tf_moe_mma_mlx4` (or its staged, split or one-tile twin) of `warps` warps a block and
-/// writes the gathered y.
-fn moe_harness(warps: u32) -> String {
-    let [k_plain, k_staged, k_split, k_split_r1] = *expert_kernels(warps);
+/// `tf_moe_mma_mlx4` (or its staged twin) and writes the gathered y.
+fn moe_harness() -> String {
     let moe = include_str!("../../kernels/moe.cu");
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
     let body = host_cxx::extract(
         moe,
-        "template <int RT, int STAGED, int KW>\n__device__ __forceinline__ void tf_moe_mma(",
+        "template <int RT, int STAGED>\n__device__ __forceinline__ void tf_moe_mma(",
     );
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
@@ -334,39 +332,31 @@ fn moe_harness(warps: u32) -> String {
          \x20   if (staged == 2 || staged == 4 || staged == 5) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
          \x20       if (staged == 5) tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_plant_mma_split_sums(xg.data(), parts.data(), sums.data(), slots, cols); }});\n\
-         \x20       if (staged != 4) tf_launch(grid, {threads}, 0, [&] {{ {k_split}(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20       else tf_launch(D3{{(unsigned)((rows + 15) / 16), grid.y, 1}}, {threads}, 0, [&] {{ {k_split_r1}(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ {k_staged}(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20   else tf_launch(grid, {threads}, 0, [&] {{ {k_plain}(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       if (staged != 4) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else tf_launch(D3{{(unsigned)((rows + 15) / 16), grid.y, 1}}, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_r1(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   fwrite(y.data(), 4, y.size(), fo);\n\
          \x20   fclose(fo);\n\
          \x20   return 0;\n\
          }}\n",
         prelude = host_cxx::SIMT_PRELUDE,
         source = include_str!("../../kernels/mma.cu"),
-        threads = 32 * warps,
+        threads = 32 * MOE_WARPS,
     )
 }
 
-/// moe.cu's last grouped product entries (the harness takes the entries up to them).
-const LAST_ENTRY: &str = "TF_MOE_MMA_ENTRIES(_w16, 16)";
+/// moe.cu's last grouped product entry (the harness takes the entries up to it).
+const LAST_ENTRY: &str = "TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1)";
 
-/// Every choice of warps a block, at a width that gives each warp one, two and three groups.
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
-    for (warps, cols) in [(4, 256), (8, 1024), (16, 3072)] {
-        grouped_expert_products(warps, cols);
-    }
-}
-
-fn grouped_expert_products(warps: u32, cols: usize) {
     let Some(cxx) = host_cxx::compiler() else {
         return;
     };
-    let name = format!("moe_mma_w{warps}");
-    let (dir, exe) = host_cxx::build(&cxx, &name, &moe_harness(warps));
+    let (dir, exe) = host_cxx::build(&cxx, "moe_mma", &moe_harness());
     let mut rng = Rng::new(0x3a3a_0002);
-    let (ne, rows) = (4usize, 32usize);
+    let (ne, rows, cols) = (4usize, 32usize, 256usize);
     let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, ne * rows, cols, &mut rng);
     let src = device_bytes(&hw.packed())
         .expect("rows layout")
@@ -384,7 +374,7 @@ fn grouped_expert_products(warps: u32, cols: usize) {
         input.extend_from_slice(&src);
         input.extend(offsets.iter().flat_map(|v| v.to_le_bytes()));
         input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
-        let label = format!("moe-{warps}-{slots}-{mode}");
+        let label = format!("moe-{slots}-{mode}");
         host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input))
     };
     // Expert 1 empty, expert 3 with 9 rows (two blocks of x rows).
