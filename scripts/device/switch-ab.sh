@@ -6,12 +6,12 @@
 # dist/tensorfold, dist/tf-cuda-contract, dist/tf-cuda-nemotron, dist/tf-cuda-muse and
 # dist/tf-cuda-synthetic of one build (built here with
 #   cargo build --profile ci -p tensorfold -p tf-cuda --bins --examples
-# from target/ci/ and target/ci/examples/). First the receipts with VAR=1, or VAR at the first
-# VALUE given (the kernel contract, every Nemotron-H and Muse Spark fixture against the CPU
-# engine, every fixture through `tensorfold score`; so an opt-in path is what they check), then
-# per round VAR=1 and VAR=0 (or VAR at each VALUE): `tf-cuda-synthetic` at the default model's
-# shape and Lightning's (1 / 4 / 16 streams), and Bolt's (1 / 4 / 16 / 64).
-# About 8 minutes with ROUNDS=1 (the first run compiles the kernels, about 80 s).
+# from target/ci/ and target/ci/examples/). VALUEs default to 1 0. First the receipts with VAR
+# at the first VALUE (the kernel contract, every Nemotron-H and Muse Spark fixture against the
+# CPU engine, every fixture through `tensorfold score`; so an opt-in path is what they check),
+# then per round VAR at each VALUE: `tf-cuda-synthetic` at the default model's shape and
+# Lightning's (1 / 4 / 16 streams), and Bolt's (1 / 4 / 16 / 64). About 4 minutes for two
+# values and ROUNDS=1, the first run compiling the kernels (about 80 s).
 set -uo pipefail
 var=${1:?usage: switch-ab.sh VAR [ROUNDS [VALUE...]]}
 rounds=${2:-1}
