@@ -216,6 +216,7 @@ __device__ __forceinline__ void tf_attend(const float* __restrict__ q, const flo
              const int* pos, float* out, int heads, int kv_heads, int head_dim, int n_layers,   \
              int layer, int capacity, float scale, int window, int q_stride, int tile) {        \
         tf_follow();                                                                            \
+        tf_lead();                                                                              \
         tf_attend<PLANT>(q, kpool, vpool, slots, pos, out, heads, kv_heads, head_dim, n_layers, \
                          layer, capacity, scale, window, q_stride, tile);                       \
     }

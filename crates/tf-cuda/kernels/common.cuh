@@ -32,6 +32,27 @@ __device__ __forceinline__ void tf_follow() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+
+// Lets the next kernel of the round's graph launch now, its blocks then waiting in tf_follow
+// (called after this kernel's own tf_follow, so what the next kernel reads before its wait was
+// written two kernels back or earlier). Only with TF_PREFETCH (TF_CUDA_PREFETCH=1).
+__device__ __forceinline__ void tf_lead() {
+#if TF_PREFETCH && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Asks L2 for the 16-byte blocks within `bytes` bytes at p, issued by the block's first
+// thread before a product's tf_follow: its weights then stream in while the kernel before it
+// runs. Only with TF_PREFETCH.
+__device__ __forceinline__ void tf_prefetch_l2(const void* p, size_t bytes) {
+#if TF_PREFETCH && __CUDA_ARCH__ >= 900
+    const u64 a = ((u64)p + 15) & ~15ull, e = ((u64)p + bytes) & ~15ull;
+    if (threadIdx.x == 0 && e > a)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a), "r"((u32)(e - a))
+                     : "memory");
+#endif
+}
 #endif
 
 __device__ __forceinline__ float tf_bits(u32 b) { return __int_as_float((int)b); }

@@ -244,6 +244,7 @@ __device__ __forceinline__ void tf_mamba_gated_norm(const float* y, const float*
                                     const float* gain, float eps, int width, int groups,         \
                                     float* out) {                                                \
         tf_follow();                                                                             \
+        tf_lead();                                                                               \
         tf_mamba_gated_norm<PLANT>(y, z, z_stride, gain, eps, width, groups, out);               \
     }
 

@@ -331,6 +331,7 @@ __device__ __forceinline__ const float* tf_moe_gather_row(const float* x, const 
 extern "C" __global__ void tf_moe_gather(const float* x, const int* order, const int* offsets,
                                          float* xg, int top_k, int width, int n_experts) {
     tf_follow();
+    tf_lead();
     const int p = blockIdx.x;
     if (p >= offsets[n_experts]) return;
     tf_moe_gather_row(x, order, xg, p, top_k, width);
@@ -516,6 +517,7 @@ extern "C" __global__ void tf_moe_combine(const float* yg, const int* where_, co
                                           const float* gain, float* out, int top_k, int width,
                                           int norm, float eps) {
     tf_follow();
+    tf_lead();
     tf_moe_combine<0>(yg, where_, weights, gain, out, top_k, width, norm, eps);
 }
 
@@ -591,9 +593,22 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
                                            int rows, int cols, int n_experts,
                                            const uint4* __restrict__ xp = nullptr,
                                            const float* __restrict__ xsum = nullptr) {
+    const int tiles = rows >> 4;
+#if TF_PREFETCH
+    // offsets were written two kernels back (the gather between), so they can be read before
+    // the wait: the block's expert found and its tiles asked of L2 while the kernel before runs.
     const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
+    const int t0 = blockIdx.x * RT;
+    if (e >= 0 && t0 < tiles)
+        tf_mma_prefetch(W, (size_t)n_experts * tiles, (size_t)e * tiles + t0, min(RT, tiles - t0),
+                        cols);
+    tf_follow();
+#else
+    tf_follow();
+    const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
+#endif
     if (e < 0) return;  // the whole block
-    const int off = offsets[e], cnt = offsets[e + 1] - off, tiles = rows >> 4;
+    const int off = offsets[e], cnt = offsets[e + 1] - off;
     const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
     const uint4* wq = (const uint4*)W + first * 32;
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
@@ -609,7 +624,6 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const float* xg, float* yg, const int* offsets, int rows, int cols,    \
              int n_experts) {                                                                  \
-        tf_follow();                                                                           \
         tf_moe_mma<RT, STAGED>(W, xg, yg, offsets, rows, cols, n_experts);                     \
     }
 TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0)
@@ -621,7 +635,6 @@ TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
              int rows, int cols, int n_experts) {                                              \
-        tf_follow();                                                                           \
         tf_moe_mma<RT, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);           \
     }
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2)
@@ -640,6 +653,7 @@ extern "C" __global__ void tf_moe_gather_split(const float* x, const int* order,
                                                float* sums, int top_k, int width,
                                                int n_experts) {
     tf_follow();
+    tf_lead();
     const int p = blockIdx.x, G = tf_moe_split_group(width), groups = width >> 6;
     if (p >= offsets[n_experts] || G < 0) return;  // the whole warp
     const float* src = x + (size_t)(order[p] / top_k) * width + 64 * G;
@@ -655,6 +669,7 @@ extern "C" __global__ void tf_moe_gather_split(const float* x, const int* order,
 extern "C" __global__ void tf_moe_relu2_split(const float* x, float* out, uint4* parts,
                                               float* sums, int width) {
     tf_follow();
+    tf_lead();
     __shared__ float copy[4][64];
     const int G = tf_moe_split_group(width), groups = width >> 6;
     if (G < 0) return;  // the whole warp

@@ -3,18 +3,23 @@
 // Each row is computed by its own block (or element-wise), with the CPU contract's arithmetic.
 
 // RMSNorm, one block per row (blockDim a multiple of 32): ss = dot(x, x) in the 16-lane order
-// (tf_block_sumsq16), r = 1 / sqrt(ss / n + eps), then y = g * (x * r). ADD: the residual add
+// (tf_block_sumsq16), r = 1 / sqrt(ss / n + eps), then y = g * (x * r). ADD 1: the residual add
 // first, x = x + o, written back, and the norm of that sum (the bits of tf_add_inplace and then
-// tf_rms_norm, in one launch). PLANT = 1 is a planted control: the sum of squares skips the last
-// element of the row. STASH: y's row also written to `stash` (the block's shared memory).
-template <int PLANT, bool ADD, bool STASH = false>
+// tf_rms_norm, in one launch); ADD 2: x = x + (o + s) (o + s first, as tf_add_inplace of s into
+// o would). PLANT = 1 is a planted control: the sum of squares skips the last element of the
+// row. STASH: y's row also written to `stash` (the block's shared memory).
+template <int PLANT, int ADD, bool STASH = false>
 __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* __restrict__ o,
                                             const float* __restrict__ g, float* __restrict__ y,
-                                            int width, float eps, float* stash = nullptr) {
+                                            int width, float eps, float* stash = nullptr,
+                                            const float* __restrict__ s = nullptr) {
     float* xr = x + (size_t)blockIdx.x * width;
     const float* orow = ADD ? o + (size_t)blockIdx.x * width : nullptr;
+    const float* srow = ADD == 2 ? s + (size_t)blockIdx.x * width : nullptr;
     float* yr = y + (size_t)blockIdx.x * width;
-    auto v = [&](int k) { return ADD ? xr[k] + orow[k] : xr[k]; };
+    auto v = [&](int k) {
+        return ADD == 2 ? xr[k] + (orow[k] + srow[k]) : ADD ? xr[k] + orow[k] : xr[k];
+    };
     const int end = PLANT == 1 ? width - 1 : width;
     if (width <= TF_HOLD * (int)blockDim.x) {
         // The row and the gains held, their loads all issued at once; the same bits.
@@ -53,25 +58,34 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
 extern "C" __global__ void tf_rms_norm(const float* x, const float* g, float* y, int width,
                                        float eps) {
     tf_follow();
-    tf_rms_norm<0, false>((float*)x, nullptr, g, y, width, eps);
+    tf_lead();
+    tf_rms_norm<0, 0>((float*)x, nullptr, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_plant_rms_norm_short(const float* x, const float* g, float* y,
                                                    int width, float eps) {
     tf_follow();
-    tf_rms_norm<1, false>((float*)x, nullptr, g, y, width, eps);
+    tf_rms_norm<1, 0>((float*)x, nullptr, g, y, width, eps);
 }
 
 extern "C" __global__ void tf_add_rms_norm(float* x, const float* o, const float* g, float* y,
                                            int width, float eps) {
     tf_follow();
-    tf_rms_norm<0, true>(x, o, g, y, width, eps);
+    tf_lead();
+    tf_rms_norm<0, 1>(x, o, g, y, width, eps);
+}
+
+extern "C" __global__ void tf_add2_rms_norm(float* x, const float* o, const float* s,
+                                            const float* g, float* y, int width, float eps) {
+    tf_follow();
+    tf_lead();
+    tf_rms_norm<0, 2>(x, o, g, y, width, eps, nullptr, s);
 }
 
 extern "C" __global__ void tf_plant_add_rms_norm_short(float* x, const float* o, const float* g,
                                                        float* y, int width, float eps) {
     tf_follow();
-    tf_rms_norm<1, true>(x, o, g, y, width, eps);
+    tf_rms_norm<1, 1>(x, o, g, y, width, eps);
 }
 
 // RoPE in place on x [n, heads * head_dim] with per-row angles cs [n, 2 * half] (cos then sin,

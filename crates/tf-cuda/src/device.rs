@@ -18,7 +18,7 @@ pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 0);
 pub const SIDE_STREAMS: usize = 2;
 
 /// Every kernel entry point of the program (loaded at start; a missing one is an error).
-pub const KERNELS: [&str; 24] = [
+pub const KERNELS: [&str; 25] = [
     "tf_matmul_f32",
     "tf_matmul_f16",
     "tf_matmul_bf16",
@@ -36,6 +36,7 @@ pub const KERNELS: [&str; 24] = [
     "tf_plant_rms_norm_short",
     "tf_add_rms_norm",
     "tf_plant_add_rms_norm_short",
+    "tf_add2_rms_norm",
     "tf_rope",
     "tf_silu_mul",
     "tf_add_inplace",

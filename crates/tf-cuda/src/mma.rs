@@ -14,7 +14,7 @@ use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu.
-pub const KERNEL_NAMES: [&str; 12] = [
+pub const KERNEL_NAMES: [&str; 13] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -27,6 +27,7 @@ pub const KERNEL_NAMES: [&str; 12] = [
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
     "tf_add_rms_norm_split",
+    "tf_add2_rms_norm_split",
 ];
 
 /// The products of x split once a call ([`SplitX`]), one tile and two tiles a block.
@@ -306,7 +307,7 @@ pub fn matmul_with(
 /// order and its groups' sums X (rows of any width up to its own, packed), taken on the
 /// tensor cores as the products take them in place, so that [`matmul_split`] gives
 /// [`matmul`]'s bits. Made by [`split`] or by the norm that
-/// writes x ([`crate::ops::rms_norm_split`], [`crate::ops::add_rms_norm_split`]).
+/// writes x ([`crate::ops::residual_rms_norm`]).
 pub struct SplitX {
     pub(crate) parts: CudaSlice<u32>,
     pub(crate) sums: CudaSlice<f32>,

@@ -254,62 +254,70 @@ pub fn rms_norm_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    norm(gpu, kernel, x, None, gain, eps, n, y, None)
+    norm(gpu, kernel, x, [None, None], gain, eps, n, y, None)
 }
 
-/// The residual add and the next norm in one launch: `x = x + o`, then `y = rms_norm(x)` (the
-/// bits of [`add_inplace`] then [`rms_norm`]), for `n` rows of `gain.len()` elements.
-pub fn add_rms_norm(
-    gpu: &Gpu,
-    x: &mut CudaSlice<f32>,
-    o: &CudaSlice<f32>,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-) -> Result<()> {
-    add_rms_norm_with(gpu, "tf_add_rms_norm", x, o, gain, eps, n, y)
+/// What a norm adds to x first, writing the sum back: nothing, `o`, or `o + s` (`x + (o + s)`:
+/// the bits of [`add_inplace`] of `s` into `o`, then of `o` into `x`).
+#[derive(Clone, Copy)]
+pub enum Residual<'a> {
+    /// x as it is.
+    None,
+    /// `x = x + o`.
+    Add(&'a CudaSlice<f32>),
+    /// `x = x + (o + s)`.
+    AddSum(&'a CudaSlice<f32>, &'a CudaSlice<f32>),
 }
 
-/// [`rms_norm`], its rows also split for the tensor cores' products into `s`
-/// (`crate::mma::SplitX`: the bits `crate::mma::split` gives from `y`).
-pub fn rms_norm_split(
-    gpu: &Gpu,
-    x: &CudaSlice<f32>,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-    s: &mut SplitX,
-) -> Result<()> {
-    s.check("rms_norm (split)", n, gain.len())?;
-    norm(gpu, "tf_rms_norm_split", x, None, gain, eps, n, y, Some(s))
-}
-
-/// [`add_rms_norm`], its rows also split into `s` (as [`rms_norm_split`]).
+/// The residual add `res` and the norm after it in one launch, `y = rms_norm(x)` (the bits of
+/// [`add_inplace`] then [`rms_norm`]), for `n` rows of `gain.len()` elements; with `split`, the
+/// rows of y also split for the tensor cores' products (`crate::mma::SplitX`: the bits
+/// `crate::mma::split` gives from `y`).
 #[allow(clippy::too_many_arguments)]
-pub fn add_rms_norm_split(
+pub fn residual_rms_norm(
     gpu: &Gpu,
     x: &mut CudaSlice<f32>,
-    o: &CudaSlice<f32>,
+    res: Residual,
     gain: &CudaSlice<f32>,
     eps: f32,
     n: usize,
     y: &mut CudaSlice<f32>,
-    s: &mut SplitX,
+    split: Option<&mut SplitX>,
 ) -> Result<()> {
-    s.check("add_rms_norm (split)", n, gain.len())?;
-    norm(
-        gpu,
-        "tf_add_rms_norm_split",
-        x,
-        Some(o),
-        gain,
-        eps,
-        n,
-        y,
-        Some(s),
-    )
+    let kernel = match (res, split.is_some()) {
+        (Residual::None, false) => "tf_rms_norm",
+        (Residual::None, true) => "tf_rms_norm_split",
+        (Residual::Add(_), false) => "tf_add_rms_norm",
+        (Residual::Add(_), true) => "tf_add_rms_norm_split",
+        (Residual::AddSum(..), false) => "tf_add2_rms_norm",
+        (Residual::AddSum(..), true) => "tf_add2_rms_norm_split",
+    };
+    residual_rms_norm_with(gpu, kernel, x, res, gain, eps, n, y, split)
+}
+
+/// [`residual_rms_norm`] through a named kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn residual_rms_norm_with(
+    gpu: &Gpu,
+    kernel: &'static str,
+    x: &mut CudaSlice<f32>,
+    res: Residual,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    split: Option<&mut SplitX>,
+) -> Result<()> {
+    if let Some(s) = &split {
+        s.check("rms_norm (split)", n, gain.len())?;
+    }
+    let adds = match res {
+        Residual::None => [None, None],
+        Residual::Add(o) => [Some(o), None],
+        Residual::AddSum(o, s) => [Some(o), Some(s)],
+    };
+    // The kernel writes x through the pointer it is given.
+    norm(gpu, kernel, x, adds, gain, eps, n, y, split)
 }
 
 /// [`matmul`] of x, reading `split` (x split by the norm that wrote it) where the tensor
@@ -334,35 +342,19 @@ pub fn matmul_of(
     }
 }
 
-/// [`add_rms_norm`] through a named kernel.
-#[allow(clippy::too_many_arguments)]
-pub fn add_rms_norm_with(
-    gpu: &Gpu,
-    kernel: &'static str,
-    x: &mut CudaSlice<f32>,
-    o: &CudaSlice<f32>,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-) -> Result<()> {
-    // The kernel writes x through the pointer it is given.
-    norm(gpu, kernel, x, Some(o), gain, eps, n, y, None)
-}
-
 /// Widest row a split norm splits from its copy in shared memory (`TF_NORM_STASH` in
 /// kernels/norm_split.cu).
 pub(crate) const NORM_STASH: usize = 6144;
 
-/// A norm of `n` rows of `gain.len()` elements: the kernel's arguments are x, then o where the
-/// residual add comes first, then gain, y, the split's parts and sums where it splits its rows,
-/// width and eps.
+/// A norm of `n` rows of `gain.len()` elements: the kernel's arguments are x, then what the
+/// residual add adds to it (`adds`: o, then s, where given), then gain, y, the split's parts and
+/// sums where it splits its rows, width and eps.
 #[allow(clippy::too_many_arguments)]
 fn norm(
     gpu: &Gpu,
     kernel: &'static str,
     x: &CudaSlice<f32>,
-    o: Option<&CudaSlice<f32>>,
+    adds: [Option<&CudaSlice<f32>>; 2],
     gain: &CudaSlice<f32>,
     eps: f32,
     n: usize,
@@ -372,7 +364,7 @@ fn norm(
     const OP: &str = "rms_norm";
     let width = gain.len();
     need(OP, "x", x.len(), n * width)?;
-    if let Some(o) = o {
+    for o in adds.iter().flatten() {
         need(OP, "o", o.len(), n * width)?;
     }
     need(OP, "y", y.len(), n * width)?;
@@ -390,7 +382,7 @@ fn norm(
     let w = i32_of(OP, "width", width)?;
     let mut b = gpu.launcher(kernel)?;
     b.arg(x);
-    if let Some(o) = o {
+    for o in adds.into_iter().flatten() {
         b.arg(o);
     }
     b.arg(gain).arg(y);
@@ -405,8 +397,8 @@ fn norm(
         block_dim: (1024, 1, 1),
         shared_mem_bytes: if stash { 4 * width as u32 } else { 0 },
     };
-    // SAFETY: (f32*, [f32*,] f32*, f32*, [uint4*, f32*,] i32, f32); lengths checked above (the
-    // split's by its callers).
+    // SAFETY: (f32*, [f32*, [f32*,]] f32*, f32*, [uint4*, f32*,] i32, f32); lengths checked
+    // above (the split's by its callers).
     unsafe { b.go(cfg, "launching rms_norm") }?;
     Ok(())
 }

@@ -438,7 +438,7 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     assert_ne!(host_cxx::differing(&y2[..rows], &y[..rows]), 0);
 }
 
-/// Reads (n, width, add; eps; x, o, gain); writes the split norm's x, y, parts and sums, then
+/// Reads (n, width, add; eps; x, o, s, gain), add 0: no residual, 1: x + o, 2: x + (o + s); writes the split norm's x, y, parts and sums, then
 /// the plain norm's x and y and tf_mma_split's parts and sums of that y, then the planted
 /// split's sums of that y (f32 from y: tf_plant_mma_split_sums).
 const NORM_SPLIT_MAIN: &str = r#"
@@ -451,16 +451,18 @@ int main(int argc, char** argv) {
     if (std::fread(h, 4, 3, fi) != 3 || std::fread(&eps, 4, 1, fi) != 1) return 3;
     const int n = h[0], w = h[1], add = h[2];
     const size_t len = (size_t)n * w;
-    auto x = vf(fi, len); auto o = vf(fi, len); auto g = vf(fi, w);
+    auto x = vf(fi, len); auto o = vf(fi, len); auto s = vf(fi, len); auto g = vf(fi, w);
     auto xa = x, xb = x;
     std::vector<float> ya(len), yb(len), sa(len / 64), sb(len / 64);
     std::vector<uint4> pa(len / 4), pb(len / 4);
     tf_launch(D3{(unsigned)n, 1, 1}, 128, w <= 6144 ? 4 * (size_t)w : 0, [&] {
-        if (add) tf_add_rms_norm_split(xa.data(), o.data(), g.data(), ya.data(), pa.data(), sa.data(), w, eps);
+        if (add == 2) tf_add2_rms_norm_split(xa.data(), o.data(), s.data(), g.data(), ya.data(), pa.data(), sa.data(), w, eps);
+        else if (add) tf_add_rms_norm_split(xa.data(), o.data(), g.data(), ya.data(), pa.data(), sa.data(), w, eps);
         else tf_rms_norm_split(xa.data(), g.data(), ya.data(), pa.data(), sa.data(), w, eps);
     });
     tf_launch(D3{(unsigned)n, 1, 1}, 128, 0, [&] {
-        if (add) tf_add_rms_norm(xb.data(), o.data(), g.data(), yb.data(), w, eps);
+        if (add == 2) tf_add2_rms_norm(xb.data(), o.data(), s.data(), g.data(), yb.data(), w, eps);
+        else if (add) tf_add_rms_norm(xb.data(), o.data(), g.data(), yb.data(), w, eps);
         else tf_rms_norm(xb.data(), g.data(), yb.data(), w, eps);
     });
     const D3 grid{(unsigned)((w / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1};
@@ -499,14 +501,15 @@ fn split_norms_give_the_norms_bits_and_their_split() {
     // the copy in shared memory.
     for (n, w) in [(3usize, 1024usize), (2, 4160), (1, 6208)] {
         let (x, o) = (rng.vec_normal(n * w, 2.0), rng.vec_normal(n * w, 1.0));
+        let s = rng.vec_normal(n * w, 1.0);
         let g = rng.vec_uniform(w, 0.5, 1.5);
-        for add in [false, true] {
+        for add in [0, 1, 2] {
             let mut input = Vec::new();
-            for v in [n as i32, w as i32, add as i32] {
+            for v in [n as i32, w as i32, add] {
                 input.extend(v.to_le_bytes());
             }
             input.extend(1e-5f32.to_le_bytes());
-            for v in x.iter().chain(&o).chain(&g) {
+            for v in x.iter().chain(&o).chain(&s).chain(&g) {
                 input.extend(v.to_le_bytes());
             }
             let label = format!("n{n}w{w}a{add}");

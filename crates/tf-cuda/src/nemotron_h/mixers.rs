@@ -167,9 +167,10 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
 }
 
 /// MoE in mlx-lm's order: router → routing per row → fc1_latent_proj → routed experts →
-/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input). Two
-/// branches run beside the router and the routing, on the side streams: fc1 (joined before the
-/// experts) and the shared expert (joined before its add). Each reads only `ws.h`, which
+/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input; added to
+/// `ws.o` by the next norm, with the residual: `x + (o + shared)`). Two branches run beside the
+/// router and the routing, on the side streams: fc1 (joined before the experts) and the shared
+/// expert (joined at the end). Each reads only `ws.h`, which
 /// nothing writes until the next layer, and writes only its own buffers (`ws.latent`; `ws.up`,
 /// `ws.act`, `ws.shared`), which no other branch touches; so each kernel reads what it read in
 /// order, and the bits are the same.
@@ -178,7 +179,6 @@ pub(super) fn moe(
     m: &MoeLayer,
     buf: &mut MoeBuffers,
     n: usize,
-    hidden: usize,
     ws: &mut Workspace,
 ) -> Result<()> {
     const FC1: usize = 0;
@@ -211,9 +211,9 @@ pub(super) fn moe(
         }
         None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
     }
+    // The shared expert's rows are added with the residual, by the next norm.
     if m.shared.is_some() {
         g.join_side(SHARED)?;
-        ops::add_inplace(g, &mut ws.o, &ws.shared, n * hidden)?;
     }
     Ok(())
 }

@@ -106,23 +106,32 @@ impl Widths {
     }
 }
 
-/// `h = rms_norm(x)`, first adding the last mixer's output `o` to `x` unless `added`.
+/// What the last mixer left to add to the residual x.
+#[derive(Clone, Copy)]
+enum Pending {
+    /// Nothing (x is the embedding).
+    Nothing,
+    /// Its output `o`.
+    Output,
+    /// Its output and the shared expert's, `o + shared`.
+    OutputAndShared,
+}
+
+/// `h = rms_norm(x)`, first adding to `x` what the last mixer left (`pending`).
 fn norm_into_h(
     g: &Gpu,
-    added: bool,
+    pending: Pending,
     ws: &mut Workspace,
     gain: &CudaSlice<f32>,
     eps: f32,
     n: usize,
 ) -> Result<()> {
-    match (added, &mut ws.hs) {
-        (true, None) => ops::rms_norm(g, &ws.x, gain, eps, n, &mut ws.h),
-        (false, None) => ops::add_rms_norm(g, &mut ws.x, &ws.o, gain, eps, n, &mut ws.h),
-        (true, Some(s)) => ops::rms_norm_split(g, &ws.x, gain, eps, n, &mut ws.h, s),
-        (false, Some(s)) => {
-            ops::add_rms_norm_split(g, &mut ws.x, &ws.o, gain, eps, n, &mut ws.h, s)
-        }
-    }
+    let res = match pending {
+        Pending::Nothing => ops::Residual::None,
+        Pending::Output => ops::Residual::Add(&ws.o),
+        Pending::OutputAndShared => ops::Residual::AddSum(&ws.o, &ws.shared),
+    };
+    ops::residual_rms_norm(g, &mut ws.x, res, gain, eps, n, &mut ws.h, ws.hs.as_mut())
 }
 
 fn mamba_shape(s: &tf_families::nemotron_h::MambaSpec) -> MambaShape {
@@ -143,7 +152,6 @@ pub struct GpuNemotronH {
     head: Option<GpuMatrix>,
     final_norm: CudaSlice<f32>,
     eps: f32,
-    hidden: usize,
     vocab: usize,
     /// One KV pool per attention layer (each pool's layer 0).
     kvs: Vec<GpuKv>,
@@ -284,7 +292,6 @@ impl GpuNemotronH {
             embed,
             head,
             eps,
-            hidden,
             vocab,
             kvs,
             check_kv,
@@ -498,13 +505,12 @@ impl GpuNemotronH {
     fn launch_all(&mut self, n: usize) -> Result<()> {
         let g = &self.gpu;
         let ws = &mut self.ws;
-        let hidden = self.hidden;
         ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
         // A layer's residual add is launched with the next norm (the final one after the last).
-        let mut added = true;
+        let mut pending = Pending::Nothing;
         for l in &self.layers {
-            norm_into_h(g, added, ws, &l.norm, self.eps, n)?;
-            added = false;
+            norm_into_h(g, pending, ws, &l.norm, self.eps, n)?;
+            pending = Pending::Output;
             match &l.mixer {
                 Mixer::Mamba(m) => {
                     mixers::mamba(g, m, &mut self.mamba, &self.rows, self.eps, n, ws)?
@@ -525,11 +531,14 @@ impl GpuNemotronH {
                         op: "nemotron_h",
                         detail: "no MoE buffers".into(),
                     })?;
-                    mixers::moe(g, m, buf, n, hidden, ws)?
+                    mixers::moe(g, m, buf, n, ws)?;
+                    if m.shared.is_some() {
+                        pending = Pending::OutputAndShared;
+                    }
                 }
             }
         }
-        norm_into_h(g, added, ws, &self.final_norm, self.eps, n)?;
+        norm_into_h(g, pending, ws, &self.final_norm, self.eps, n)?;
         let head = self.head.as_ref().unwrap_or(&self.embed);
         ops::matmul_of(g, head, &ws.h, ws.hs.as_ref(), n, &mut ws.logits)
     }

@@ -143,7 +143,10 @@ fn case(
         gpu.write(&flat, x)?;
         match splitter {
             Some(k) => mma::split_with(gpu, k, x, n, &mut sx)?,
-            None => ops::rms_norm_split(gpu, x, &gain, 1e-5, n, &mut h, &mut sx)?,
+            None => {
+                let res = ops::Residual::None;
+                ops::residual_rms_norm(gpu, x, res, &gain, 1e-5, n, &mut h, Some(&mut sx))?
+            }
         }
         mma::matmul_split_with(gpu, rt, &w, &sx, n, y)?;
         let mut out = gpu.download(y, n * rows)?;

@@ -25,10 +25,11 @@ fn cpu_err(op: &'static str) -> impl Fn(tf_kernels::ops::OpError) -> CudaError {
 /// Runs the row-operator cases and controls.
 pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> {
     for (i, width) in [576usize, 1536, 577].into_iter().enumerate() {
-        norm(gpu, depth, width, false, i == 0, out, 0x40 + i as u64)?;
+        norm(gpu, depth, width, 0, i == 0, out, 0x40 + i as u64)?;
     }
     for (i, width) in [4096usize, 577].into_iter().enumerate() {
-        norm(gpu, depth, width, true, i == 0, out, 0x50 + i as u64)?;
+        norm(gpu, depth, width, 1, i == 0, out, 0x50 + i as u64)?;
+        norm(gpu, depth, width, 2, false, out, 0x58 + i as u64)?;
     }
     for (i, (heads, pairing)) in [
         (9usize, Pairing::Interleaved),
@@ -44,33 +45,38 @@ pub(crate) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
     exp_probe(gpu, out)
 }
 
-/// RMSNorm (`add` false: a row is x, its output `rms_norm(x)`) or the residual add and the norm
-/// in one launch (`add`: a row is `[x | o]`, its output `[x + o | rms_norm(x + o)]`, the written
-/// residual and the norm), against the reference, row invariance, and the CPU's bits (of the add
-/// then `rms_norm`).
+/// RMSNorm (`adds` 0: a row is x, its output `rms_norm(x)`) or the residual add and the norm in
+/// one launch (1: a row is `[x | o]`, its output `[x + o | rms_norm(x + o)]`, the written
+/// residual and the norm; 2: a row `[x | o | s]`, the residual `x + (o + s)`), against the
+/// reference, row invariance, and the CPU's bits (of the adds then `rms_norm`); the planted
+/// controls where asked, with `adds` 0 or 1.
 fn norm(
     gpu: &Gpu,
     depth: Depth,
     width: usize,
-    add: bool,
+    adds: usize,
     with_controls: bool,
     out: &mut SuiteResult,
     seed: u64,
 ) -> Result<()> {
     let eps = 1e-5f32;
-    let parts = if add { 2 } else { 1 };
-    let (name, kernel, short_kernel) = match add {
-        false => ("rms_norm", "tf_rms_norm", "tf_plant_rms_norm_short"),
-        true => (
+    let add = adds > 0;
+    // Widths of a row in and out.
+    let (parts, outs) = (1 + adds, 1 + add as usize);
+    let (name, kernel, short_kernel) = match adds {
+        0 => ("rms_norm", "tf_rms_norm", Some("tf_plant_rms_norm_short")),
+        1 => (
             "add_rms_norm",
             "tf_add_rms_norm",
-            "tf_plant_add_rms_norm_short",
+            Some("tf_plant_add_rms_norm_short"),
         ),
+        _ => ("add2_rms_norm", "tf_add2_rms_norm", None),
     };
     let mut rng = Rng::new(seed);
     let gain_h = rng.vec_uniform(width, 0.5, 1.5);
     let gain = gpu.upload(&gain_h)?;
     let bufs = RefCell::new([
+        gpu.zeros::<f32>(MAX_ROWS * width)?,
         gpu.zeros::<f32>(MAX_ROWS * width)?,
         gpu.zeros::<f32>(MAX_ROWS * width)?,
         gpu.zeros::<f32>(MAX_ROWS * width)?,
@@ -86,20 +92,26 @@ fn norm(
                         .copied()
                         .collect()
                 };
-                let [x, res, y] = &mut *bufs.borrow_mut();
+                let [x, o1, o2, y] = &mut *bufs.borrow_mut();
                 gpu.write(&part(0), x)?;
-                if add {
-                    gpu.write(&part(1), res)?;
-                    ops::add_rms_norm_with(gpu, kernel, x, res, &gain, eps_n(n), n, y)?;
-                } else {
-                    ops::rms_norm_with(gpu, kernel, x, &gain, eps_n(n), n, y)?;
+                if adds > 0 {
+                    gpu.write(&part(1), o1)?;
                 }
+                if adds > 1 {
+                    gpu.write(&part(2), o2)?;
+                }
+                let res = match adds {
+                    0 => ops::Residual::None,
+                    1 => ops::Residual::Add(o1),
+                    _ => ops::Residual::AddSum(o1, o2),
+                };
+                ops::residual_rms_norm_with(gpu, kernel, x, res, &gain, eps_n(n), n, y, None)?;
                 let (xs, ys) = (gpu.download(x, n * width)?, gpu.download(y, n * width)?);
-                for (i, row) in o.chunks_mut(parts * width).enumerate() {
+                for (i, row) in o.chunks_mut(outs * width).enumerate() {
                     if add {
                         row[..width].copy_from_slice(&xs[i * width..(i + 1) * width]);
                     }
-                    row[(parts - 1) * width..].copy_from_slice(&ys[i * width..(i + 1) * width]);
+                    row[(outs - 1) * width..].copy_from_slice(&ys[i * width..(i + 1) * width]);
                 }
                 Ok(())
             })();
@@ -107,16 +119,16 @@ fn norm(
                 errs.put(e, o);
             }
         };
-    // The vector the norm is taken of: x, or x + o.
+    // The vector the norm is taken of: x, x + o, or x + (o + s).
     let residual = |row: &Vec<f32>| -> Vec<f32> {
-        match add {
-            false => row.clone(),
-            true => row[..width]
-                .iter()
-                .zip(&row[width..])
-                .map(|(a, b)| a + b)
-                .collect(),
-        }
+        let part = |h: usize| &row[h * width..(h + 1) * width];
+        (0..width)
+            .map(|k| match adds {
+                0 => part(0)[k],
+                1 => part(0)[k] + part(1)[k],
+                _ => part(0)[k] + (part(1)[k] + part(2)[k]),
+            })
+            .collect()
     };
     let gen = |r: &mut Rng, _: usize| r.vec_normal(parts * width, 1.5);
     let reference = |row: &Vec<f32>, o: &mut [f64]| {
@@ -127,12 +139,12 @@ fn norm(
             if add {
                 o[k] = v as f64;
             }
-            o[(parts - 1) * width + k] = g as f64 * v as f64 * r;
+            o[(outs - 1) * width + k] = g as f64 * v as f64 * r;
         }
     };
     let op = RowOp {
         name,
-        out_width: parts * width,
+        out_width: outs * width,
         tolerance: Tolerance::new(1e-6, 2e-6),
         gen_row: &gen,
         reference: &reference,
@@ -143,12 +155,12 @@ fn norm(
     let rows: Vec<Vec<f32>> = (0..33)
         .map(|_| rng.vec_normal(parts * width, 1.5))
         .collect();
-    let mut g = vec![0f32; 33 * parts * width];
+    let mut g = vec![0f32; 33 * outs * width];
     run(&rows, &mut g);
-    let mut c = vec![0f32; 33 * parts * width];
-    for (row, o) in rows.iter().zip(c.chunks_mut(parts * width)) {
+    let mut c = vec![0f32; 33 * outs * width];
+    for (row, o) in rows.iter().zip(c.chunks_mut(outs * width)) {
         let x = residual(row);
-        cpu_rms_norm(&x, &gain_h, eps, 1, &mut o[(parts - 1) * width..])
+        cpu_rms_norm(&x, &gain_h, eps, 1, &mut o[(outs - 1) * width..])
             .map_err(cpu_err("cpu rms_norm"))?;
         if add {
             o[..width].copy_from_slice(&x);
@@ -156,14 +168,15 @@ fn norm(
     }
     out.cases.push(CaseResult {
         op: name.into(),
-        case: match add {
-            false => format!("width {width}, eps 1e-5"),
-            true => format!("width {width}, eps 1e-5, output [x + o | norm]"),
+        case: match adds {
+            0 => format!("width {width}, eps 1e-5"),
+            1 => format!("width {width}, eps 1e-5, output [x + o | norm]"),
+            _ => format!("width {width}, eps 1e-5, output [x + (o + s) | norm]"),
         },
         verdict: v,
         cpu_bits: Some(compare_bits(&g, &c)),
     });
-    if with_controls {
+    if let (true, Some(short_kernel)) = (with_controls, short_kernel) {
         let short = |rows: &[Vec<f32>], o: &mut [f32]| run_with(short_kernel, &|_| eps, rows, o);
         out.controls.push(control(
             &format!("{name}: sum of squares skips the last element"),
