@@ -46,7 +46,7 @@ __device__ __forceinline__ void tf_lead() {
 // thread before a product's tf_follow: its weights then stream in while the kernel before it
 // runs. Only with TF_PREFETCH.
 __device__ __forceinline__ void tf_prefetch_l2(const void* p, size_t bytes) {
-#if TF_PREFETCH && __CUDA_ARCH__ >= 900
+#if (TF_PREFETCH == 1 || TF_PREFETCH == 2) && __CUDA_ARCH__ >= 900
     const u64 a = ((u64)p + 15) & ~15ull, e = ((u64)p + bytes) & ~15ull;
     if (threadIdx.x == 0 && e > a)
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a), "r"((u32)(e - a))

@@ -41,7 +41,7 @@ pub const NVRTC_FLAGS: [&str; 4] = [
 /// products' weights, kernels/common.cuh: an experiment, the same bits).
 pub fn program_source() -> String {
     let mut s = match std::env::var("TF_CUDA_PREFETCH").as_deref() {
-        Ok("1") => String::from("#define TF_PREFETCH 1\n"),
+        Ok(v @ ("1" | "2" | "3")) => format!("#define TF_PREFETCH {v}\n"),
         _ => String::new(),
     };
     s.push_str(COMMON);
