@@ -22,35 +22,26 @@ typedef unsigned long long u64;
 
 #ifndef TF_HOST_SIMT  // the host emulation's prelude (src/host_cxx.rs) has its own
 // Every kernel's first statement (tf_slices_one's first loads of weights, which nothing writes,
-// go before it). Inside a round's graph, kernels follow each other by programmatic edges
-// (src/graphs.rs): a kernel is launched as the blocks of the one before it exit, before that
-// kernel's completion is flushed, so each waits here until the kernels before it have finished
-// and their writes are visible. No kernel lets the next launch earlier (launch_dependents): that
-// measured slower (docs/perf.md). Outside such an edge the wait is a no-op.
+// and the grouped expert products' look-up of their expert, go before it). Inside a round's
+// graph, kernels follow each other by programmatic edges (src/graphs.rs): a kernel is launched
+// as the blocks of the one before it exit (or as they call tf_lead), before that kernel's
+// completion is flushed, so each waits here until the kernels before it have finished and
+// their writes are visible. Outside such an edge the wait is a no-op.
 __device__ __forceinline__ void tf_follow() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 
-// Lets the next kernel of the round's graph launch now, its blocks then waiting in tf_follow
-// (called after this kernel's own tf_follow, so what the next kernel reads before its wait was
-// written two kernels back or earlier). Only with TF_PREFETCH (TF_CUDA_PREFETCH=1).
+// Lets the next kernel of the round's graph launch now, its blocks then waiting in tf_follow:
+// called right after tf_follow by the one-block-a-row kernels a product follows (the norms,
+// the gated norm, attention, the experts' gather, relu² and combine), so the product's blocks
+// are resident when they finish. What the next kernel reads before its wait was written two
+// kernels back or earlier. Letting every kernel do so measured slower (docs/perf.md, sessions
+// 11 and 13).
 __device__ __forceinline__ void tf_lead() {
-#if TF_PREFETCH && __CUDA_ARCH__ >= 900
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-// Asks L2 for the 16-byte blocks within `bytes` bytes at p, issued by the block's first
-// thread before a product's tf_follow: its weights then stream in while the kernel before it
-// runs. Only with TF_PREFETCH.
-__device__ __forceinline__ void tf_prefetch_l2(const void* p, size_t bytes) {
-#if (TF_PREFETCH == 1 || TF_PREFETCH == 2) && __CUDA_ARCH__ >= 900
-    const u64 a = ((u64)p + 15) & ~15ull, e = ((u64)p + bytes) & ~15ull;
-    if (threadIdx.x == 0 && e > a)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a), "r"((u32)(e - a))
-                     : "memory");
 #endif
 }
 #endif

@@ -306,24 +306,6 @@ __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles
     return (const float2*)(W + tiles * (cols >> 6) * 512);
 }
 
-// tf_prefetch_l2 of `count` tiles' codes and scales from tile `first` of a matrix of `tiles`
-// tiles at W (its `cols` columns).
-__device__ __forceinline__ void tf_mma_prefetch(const u8* W, size_t tiles, size_t first,
-                                                int count, int cols) {
-    const size_t groups = cols >> 6;
-    tf_prefetch_l2(W + first * groups * 512, count * groups * 512);
-    tf_prefetch_l2((const u8*)tf_mma_scales(W, tiles, cols) + first * groups * 128,
-                   count * groups * 128);
-}
-
-// The dense products' prefetch: block (bx, 0) takes its RT tiles (the blocks of later x rows
-// read the same).
-template <int RT>
-__device__ __forceinline__ void tf_mma_prefetch_block(const u8* W, int rows, int cols) {
-    const int tiles = (rows + 15) >> 4, first = blockIdx.x * RT;
-    if (blockIdx.y == 0 && first < tiles) tf_mma_prefetch(W, tiles, first, min(RT, tiles - first), cols);
-}
-
 // Block (bx, by) takes tiles RT bx .. and x rows 8 by ...
 template <int RT, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
@@ -337,7 +319,6 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
 #define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
-        tf_mma_prefetch_block<RT>(W, rows, cols);                                              \
         tf_follow();                                                                           \
         tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \
     }
@@ -352,7 +333,6 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols) {                                                                       \
-        tf_mma_prefetch_block<RT>(W, rows, cols);                                              \
         tf_follow();                                                                           \
         tf_mma_body<RT, MMA_KW, 2, 0>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), \
                                       nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, rows,    \

@@ -593,22 +593,12 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
                                            int rows, int cols, int n_experts,
                                            const uint4* __restrict__ xp = nullptr,
                                            const float* __restrict__ xsum = nullptr) {
-    const int tiles = rows >> 4;
-#if TF_PREFETCH
-    // offsets were written two kernels back (the gather between), so they can be read before
-    // the wait: the block's expert found and its tiles asked of L2 while the kernel before runs.
+    // offsets were written two kernels back or earlier (a gather, relu² or product between), so
+    // the block finds its expert before the wait, while the kernel before it runs.
     const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
-    const int t0 = blockIdx.x * RT;
-    if (e >= 0 && t0 < tiles)
-        tf_mma_prefetch(W, (size_t)n_experts * tiles, (size_t)e * tiles + t0, min(RT, tiles - t0),
-                        cols);
     tf_follow();
-#else
-    tf_follow();
-    const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
-#endif
     if (e < 0) return;  // the whole block
-    const int off = offsets[e], cnt = offsets[e + 1] - off;
+    const int off = offsets[e], cnt = offsets[e + 1] - off, tiles = rows >> 4;
     const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
     const uint4* wq = (const uint4*)W + first * 32;
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;

@@ -244,13 +244,6 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     };
     u32 cur[RJ][NW];
     if (g < gend) fetch(g, 0, cur);  // in flight while x is copied
-#if TF_PREFETCH == 1
-    {  // the block's rows, one range (TF_PREFETCH)
-        const int r0 = (int)blockIdx.x * (int)(blockDim.x >> 5) * per * RJ;
-        const int r1 = min(r0 + (int)(blockDim.x >> 5) * per * RJ, rows);
-        if (r0 < r1) tf_prefetch_l2(W + (size_t)r0 * rb, (size_t)(r1 - r0) * rb);
-    }
-#endif
     tf_follow();  // after the first loads: weights are never written; x is the kernels' before
     for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
         const int u = f >> 3;

@@ -36,15 +36,9 @@ pub const NVRTC_FLAGS: [&str; 4] = [
     "--std=c++17",
 ];
 
-/// The whole program: [`COMMON`] followed by every source in [`SOURCES`]; with
-/// `TF_CUDA_PREFETCH=1`, `TF_PREFETCH` defined first (early launches and L2 prefetches of the
-/// products' weights, kernels/common.cuh: an experiment, the same bits).
+/// The whole program: [`COMMON`] followed by every source in [`SOURCES`].
 pub fn program_source() -> String {
-    let mut s = match std::env::var("TF_CUDA_PREFETCH").as_deref() {
-        Ok(v @ ("1" | "2" | "3")) => format!("#define TF_PREFETCH {v}\n"),
-        _ => String::new(),
-    };
-    s.push_str(COMMON);
+    let mut s = String::from(COMMON);
     for (name, text) in SOURCES {
         s.push_str(&format!("\n// ---- {name} ----\n"));
         s.push_str(text);
