@@ -1,8 +1,8 @@
-// RMSNorm (ops.cu's, the residual add first where ADD: x + o, or x + (o + s)) whose rows also come split for the
-// tensor cores' products (mma.cu's tf_mma_split_row): the norm's bits in y, then each warp a
-// group of its block's row into parts and sums, the bits tf_mma_split gives from that y. The
-// row's width a multiple of 64; rows of at most TF_NORM_STASH elements are split from a copy
-// in shared memory (dynamic: 4 width bytes), wider ones from y.
+// RMSNorm (ops.cu's, the residual add first where ADD: x + o, or x + (o + s)) whose rows also
+// come split for the tensor cores' products (mma.cu's tf_mma_split_row): the norm's bits in y,
+// then each warp a group of its block's row into parts and sums, the bits tf_mma_split gives
+// from that y. The row's width a multiple of 64; rows of at most TF_NORM_STASH elements are
+// split from a copy in shared memory (dynamic: 4 width bytes), wider ones from y.
 #define TF_NORM_STASH 6144
 
 template <int ADD>
