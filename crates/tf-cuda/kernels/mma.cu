@@ -222,17 +222,14 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
 // first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused), x row j read from the split's row j, or with xrow from its row
-// xrow[j] / xdiv.
+// xp and xsum (x unused).
 template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
                                             int n, int j0, int tile0, int rows, int cols,
                                             const uint4* __restrict__ xp = nullptr,
-                                            const float* __restrict__ xsum = nullptr,
-                                            const int* __restrict__ xrow = nullptr,
-                                            int xdiv = 1) {
+                                            const float* __restrict__ xsum = nullptr) {
     __shared__ float red[KW][32][4];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -251,10 +248,9 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     TfMmaX<STAGED, KW> xr;
     const float* xs[2] = {nullptr, nullptr};
     if constexpr (STAGED == 2) {
-        auto row = [&](int j) { return (size_t)(xrow ? xrow[j] / xdiv : j); };
-        xr.p = xp + (row(j0 + min(g, live - 1)) * groups + w) * 16 + t;
+        xr.p = xp + ((size_t)(j0 + min(g, live - 1)) * groups + w) * 16 + t;
 #pragma unroll
-        for (int c = 0; c < 2; c++) xs[c] = xsum + row(j0 + min(2 * t + c, live - 1)) * groups + w;
+        for (int c = 0; c < 2; c++) xs[c] = xsum + (size_t)(j0 + min(2 * t + c, live - 1)) * groups + w;
     } else if constexpr (STAGED == 1) {
 #ifdef TF_HOST_SIMT
         uint4* xs = (uint4*)tf_dyn_smem;

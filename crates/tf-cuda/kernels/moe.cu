@@ -586,17 +586,13 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 // The grouped expert products on the tensor cores (kernels/mma.cu's body, MMA_MOE_KW warps a
 // block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
 // stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 8 at a
-// time. STAGED: x staged in shared memory (one-row rounds: every group one row); 2: the rows
-// split once (xp, xsum), the gathered rows' split, or with `order` the split of the tokens'
-// rows, position p reading row order[p] / top_k (its token's: no gather).
+// time. STAGED: x staged in shared memory (one-row rounds: every group one row).
 template <int RT, int STAGED>
 __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
                                            int rows, int cols, int n_experts,
                                            const uint4* __restrict__ xp = nullptr,
-                                           const float* __restrict__ xsum = nullptr,
-                                           const int* __restrict__ order = nullptr,
-                                           int top_k = 1) {
+                                           const float* __restrict__ xsum = nullptr) {
     // offsets were written two kernels back or earlier (a gather, relu² or product between), so
     // the block finds its expert before the wait, while the kernel before it runs.
     const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
@@ -607,12 +603,11 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const uint4* wq = (const uint4*)W + first * 32;
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
     const size_t groups = cols >> 6;
-    const size_t at = order ? 0 : off;  // the split's first row of the group
     for (int j0 = 0; j0 < cnt; j0 += 8)
         tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(
             wq, sb, xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
-            rows, cols, STAGED == 2 ? xp + at * groups * 16 : nullptr,
-            STAGED == 2 ? xsum + at * groups : nullptr, order ? order + off : nullptr, top_k);
+            rows, cols, STAGED == 2 ? xp + off * groups * 16 : nullptr,
+            STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
 #define TF_MOE_MMA_ENTRY(NAME, RT, STAGED)                                                     \
@@ -634,18 +629,6 @@ TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)
     }
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1)
-
-// The same products reading the tokens' rows split once (xp, xsum: n rows, the norm's or
-// tf_mma_split's) through `order`: each position its token's row, no gather; the same bits.
-#define TF_MOE_MMA_ROWS_ENTRY(NAME, RT)                                                        \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
-        NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
-             const int* order, int top_k, int rows, int cols, int n_experts) {                 \
-        tf_moe_mma<RT, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum, order,     \
-                          top_k);                                                              \
-    }
-TF_MOE_MMA_ROWS_ENTRY(tf_moe_mma_mlx4_split_rows, 2)
-TF_MOE_MMA_ROWS_ENTRY(tf_moe_mma_mlx4_split_rows_r1, 1)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

@@ -34,8 +34,6 @@ pub use experts::{ExpertMlp, GpuExperts};
 pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split",
     "tf_moe_mma_mlx4_split_r1",
-    "tf_moe_mma_mlx4_split_rows",
-    "tf_moe_mma_mlx4_split_rows_r1",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -399,29 +397,15 @@ fn sort_smem(e: usize) -> usize {
 /// Runs the routed experts of the last [`route`] on `x` (`[n, mlp.dim()]`, the rows routing saw):
 /// each slot's output row is left in the buffers for [`combine`].
 pub fn experts(gpu: &Gpu, mlp: &ExpertMlp, x: &CudaSlice<f32>, buf: &mut MoeBuffers) -> Result<()> {
-    experts_with(gpu, mlp, false, x, None, buf)
+    experts_with(gpu, mlp, false, x, buf)
 }
 
-/// [`experts`] where x's rows also come split (`split`: by the norm that wrote them, or
-/// [`crate::mma::split`]): the split experts' first product then reads each slot's row of it
-/// in place of gathering and splitting the rows again (the same bits).
-pub fn experts_of(
-    gpu: &Gpu,
-    mlp: &ExpertMlp,
-    x: &CudaSlice<f32>,
-    split: Option<&SplitX>,
-    buf: &mut MoeBuffers,
-) -> Result<()> {
-    experts_with(gpu, mlp, false, x, split, buf)
-}
-
-/// [`experts_of`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
+/// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
 pub fn experts_with(
     gpu: &Gpu,
     mlp: &ExpertMlp,
     plant: bool,
     x: &CudaSlice<f32>,
-    x_split: Option<&SplitX>,
     buf: &mut MoeBuffers,
 ) -> Result<()> {
     const OP: &str = "moe experts";
@@ -445,41 +429,38 @@ pub fn experts_with(
     }
     let slots = n * k;
     // relu² experts in the mma tiles read their rows split once (the same bits).
+    let tiled = |w: &GpuExperts| w.matrix.layout() == crate::weights::Layout::MmaTiles;
     let split = match &mut buf.split {
         Some((xs, acts))
-            if mlp.reads_split() && !plant && xs.holds(slots, dim) && acts.holds(slots, inter) =>
+            if mlp.gate.is_none()
+                && !plant
+                && tiled(&mlp.up)
+                && tiled(&mlp.down)
+                && xs.holds(slots, dim)
+                && acts.holds(slots, inter) =>
         {
             Some((xs, acts))
         }
         _ => None,
     };
     let (k_, dim_, e_) = (k as i32, i32_of(OP, "dim", dim)?, e as i32);
+    let mut b = gpu.launcher(match split {
+        Some(_) => "tf_moe_gather_split",
+        None => "tf_moe_gather",
+    })?;
+    b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
     if let Some((xs, acts)) = split {
-        // The up product reads x's own split through the order where it holds these rows,
-        // else the gathered rows, split as they are gathered.
-        let (xin, through) = match x_split.filter(|s| s.cols() == dim && s.holds(n, dim)) {
-            Some(own) => (own, Some((&buf.order, k))),
-            None => {
-                let mut b = gpu.launcher("tf_moe_gather_split")?;
-                b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
-                b.arg(&mut xs.parts).arg(&mut xs.sums);
-                b.arg(&k_).arg(&dim_).arg(&e_);
-                // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions <
-                // offsets[e] <= n * k rows of xg and of the split (checked above).
-                unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
-                (&*xs, None)
-            }
-        };
+        b.arg(&mut xs.parts).arg(&mut xs.sums);
+        b.arg(&k_).arg(&dim_).arg(&e_);
+        // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions < offsets[e] <=
+        // n * k rows of xg and of the split (checked above).
+        unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
         let (up1, down1) = crate::mma::one_tile_experts();
         let (up1, down1) = (n == 1 && up1, n == 1 && down1);
-        let offsets = &buf.offsets;
-        expert_matmul_split(gpu, &mlp.up, xin, through, &mut buf.up, offsets, n, k, up1)?;
+        expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k, up1)?;
         relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
-        let (down, yg) = (&mlp.down, &mut buf.yg);
-        return expert_matmul_split(gpu, down, acts, None, yg, offsets, n, k, down1);
+        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k, down1);
     }
-    let mut b = gpu.launcher("tf_moe_gather")?;
-    b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
     b.arg(&k_).arg(&dim_).arg(&e_);
     // SAFETY: (f32*, i32*, i32*, f32*, i32 x3); positions < offsets[e] <= n * k rows of xg.
     unsafe { b.go(gather_config(slots), "launching moe gather") }?;
@@ -592,16 +573,14 @@ fn gather_config(slots: usize) -> LaunchConfig {
     }
 }
 
-/// [`expert_matmul`] of the gathered rows split once (`x`: their [`SplitX`]; with `through`,
-/// (order, top-k), the split of the `n` tokens' rows, position p reading row order[p] / top-k),
-/// `w` in the mma tiles, two tiles a block or (`one_tile`: more blocks for few rows an expert)
-/// one: the same bits.
+/// [`expert_matmul`] of the gathered rows split once (`x`: their [`SplitX`]), `w` in the mma
+/// tiles, two tiles a block or (`one_tile`: more blocks for few rows an expert) one: the same
+/// bits.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn expert_matmul_split(
     gpu: &Gpu,
     w: &GpuExperts,
     x: &SplitX,
-    through: Option<(&CudaSlice<i32>, usize)>,
     y: &mut CudaSlice<f32>,
     offsets: &CudaSlice<i32>,
     n: usize,
@@ -610,13 +589,7 @@ pub(crate) fn expert_matmul_split(
 ) -> Result<()> {
     const OP: &str = "moe expert matmul (split x)";
     let slots = n * k;
-    match through {
-        Some((order, _)) => {
-            x.check(OP, n, w.cols())?;
-            need(OP, "order", order.len(), slots)?;
-        }
-        None => x.check(OP, slots, w.cols())?,
-    }
+    x.check(OP, slots, w.cols())?;
     need(OP, "y", y.len(), slots * w.rows())?;
     need(OP, "offsets", offsets.len(), w.n_experts() + 1)?;
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
@@ -625,27 +598,22 @@ pub(crate) fn expert_matmul_split(
     let tiles = if one_tile { 1 } else { crate::mma::MOE_TILES };
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
     cfg.shared_mem_bytes = 0;
-    let kernel = match (one_tile, through.is_some()) {
-        (true, false) => "tf_moe_mma_mlx4_split_r1",
-        (false, false) => "tf_moe_mma_mlx4_split",
-        (true, true) => "tf_moe_mma_mlx4_split_rows_r1",
-        (false, true) => "tf_moe_mma_mlx4_split_rows",
+    let kernel = match one_tile {
+        true => "tf_moe_mma_mlx4_split_r1",
+        false => "tf_moe_mma_mlx4_split",
     };
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.matrix.bytes())
         .arg(&x.parts)
         .arg(&x.sums)
         .arg(y)
-        .arg(offsets);
-    let top_k = k as i32;
-    if let Some((order, _)) = through {
-        b.arg(order).arg(&top_k);
-    }
-    b.arg(&rows).arg(&cols).arg(&n_experts);
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32*, [i32*, i32,] i32, i32, i32); the tiles hold
-    // n_experts * rows / 16 tiles made for this shape; every group lies within the `slots` rows
-    // of y and of the split (through order: order's slots name rows of the n tokens' split,
-    // slot / k < n) checked above.
+        .arg(offsets)
+        .arg(&rows)
+        .arg(&cols)
+        .arg(&n_experts);
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32, i32, i32); the tiles hold n_experts * rows /
+    // 16 tiles made for this shape; every group lies within the `slots` rows of the split and
+    // of y checked above.
     unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
 }
 

@@ -143,13 +143,6 @@ impl ExpertMlp {
         self.up.n_experts()
     }
 
-    /// Whether the products read their rows split once ([`crate::mma::SplitX`]): relu²
-    /// experts in the mma tiles.
-    pub fn reads_split(&self) -> bool {
-        let tiled = |w: &GpuExperts| w.matrix.layout() == crate::weights::Layout::MmaTiles;
-        self.gate.is_none() && tiled(&self.up) && tiled(&self.down)
-    }
-
     /// Input width (and output width: `down.rows()`).
     pub fn dim(&self) -> usize {
         self.up.cols()

@@ -8,7 +8,7 @@ use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::mamba::{self, GpuMambaState};
-use crate::mma::{self, SplitX};
+use crate::mma::SplitX;
 use crate::moe::{self, MoeBuffers};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
@@ -183,16 +183,9 @@ pub(super) fn moe(
 ) -> Result<()> {
     const FC1: usize = 0;
     const SHARED: usize = 1;
-    // Experts that read their rows split read the latent rows' split, made beside the router.
-    let split_latent = m.experts.reads_split()
-        && (ws.latent_split.as_ref()).is_some_and(|s| s.cols() == m.expert_dim);
     if let Some((fc1, _)) = &m.latent {
         g.beside(FC1, || {
-            ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)?;
-            match &mut ws.latent_split {
-                Some(s) if split_latent => mma::split(g, &ws.latent, n, s),
-                _ => Ok(()),
-            }
+            ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)
         })?;
     }
     if let Some(sh) = &m.shared {
@@ -203,17 +196,14 @@ pub(super) fn moe(
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
-    let (xe, xs) = match &m.latent {
+    let xe = match &m.latent {
         Some(_) => {
             g.join_side(FC1)?;
-            (
-                &ws.latent,
-                ws.latent_split.as_ref().filter(|_| split_latent),
-            )
+            &ws.latent
         }
-        None => (&ws.h, ws.hs.as_ref()),
+        None => &ws.h,
     };
-    moe::experts_of(g, &m.experts, xe, xs, buf)?;
+    moe::experts(g, &m.experts, xe, buf)?;
     match &m.latent {
         Some((_, fc2)) => {
             moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;

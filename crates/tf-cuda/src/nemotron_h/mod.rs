@@ -56,9 +56,6 @@ struct Workspace {
     gates: CudaSlice<f32>,
     /// Latent rows (fc1 output) and the combined expert rows.
     latent: CudaSlice<f32>,
-    /// The latent rows split for the experts' products (`None`: as `hs`, or a latent width the
-    /// split does not take).
-    latent_split: Option<SplitX>,
     combined: CudaSlice<f32>,
     /// Shared expert output.
     shared: CudaSlice<f32>,
@@ -257,12 +254,11 @@ impl GpuNemotronH {
         } else {
             None
         };
-        let ws_split = mma::split_enabled();
         let ws = Workspace {
             tokens: gpu.zeros(n)?,
             x: gpu.zeros(n * hidden)?,
             h: gpu.zeros(n * hidden)?,
-            hs: match ws_split && hidden.is_multiple_of(mma::GROUP) {
+            hs: match mma::split_enabled() && hidden.is_multiple_of(mma::GROUP) {
                 true => Some(SplitX::new(&gpu, n, hidden)?),
                 false => None,
             },
@@ -279,10 +275,6 @@ impl GpuNemotronH {
             act: gpu.zeros(n * w.mlp)?,
             gates: gpu.zeros(n * w.experts)?,
             latent: gpu.zeros(n * w.expert_dim)?,
-            latent_split: match ws_split && w.expert_dim.is_multiple_of(mma::GROUP) {
-                true if w.expert_dim > 0 => Some(SplitX::new(&gpu, n, w.expert_dim)?),
-                _ => None,
-            },
             combined: gpu.zeros(n * w.expert_dim)?,
             shared: gpu.zeros(n * hidden)?,
             logits: gpu.zeros(n * vocab)?,

@@ -269,9 +269,8 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
     ));
     let errs = ErrSlot::default();
     let sx = RefCell::new(mma::SplitX::new(gpu, MAX_ROWS, cols)?);
-    // `split` 1: the gathered rows split once (tf_mma_split) into the split product; 2: the
-    // rows split in their own order, read through the gather's order.
-    let run_how = |shift: usize, split: u8, xs: &[Vec<f32>], o: &mut [f32]| {
+    // `split`: the rows split once (tf_mma_split) into the split product.
+    let run_how = |shift: usize, split: bool, xs: &[Vec<f32>], o: &mut [f32]| {
         let r = (|| -> Result<()> {
             // Rows in expert order (stable), as the MoE gather lays them.
             let mut order: Vec<usize> = (0..xs.len()).collect();
@@ -283,35 +282,21 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
             for e in 0..EXPERTS {
                 offsets[e + 1] += offsets[e];
             }
-            let flat: Vec<f32> = match split {
-                2 => xs.iter().flatten().copied().collect(),
-                _ => order.iter().flat_map(|&i| xs[i].clone()).collect(),
-            };
+            let flat: Vec<f32> = order.iter().flat_map(|&i| xs[i].clone()).collect();
             let mut b = bufs.borrow_mut();
             let (x, y) = &mut *b;
             gpu.write(&flat, x)?;
             let offs = gpu.upload(&offsets)?;
             let (k, n) = (experts.kernel, xs.len());
-            // Odd row counts take one tile a block, even two.
-            let one_tile = n % 2 == 1;
-            let mut s = sx.borrow_mut();
             match split {
-                0 => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
-                1 => {
+                true => {
+                    let mut s = sx.borrow_mut();
                     mma::split(gpu, x, n, &mut s)?;
-                    crate::moe::expert_matmul_split(
-                        gpu, &experts, &s, None, y, &offs, n, 1, one_tile,
-                    )?;
+                    // Odd row counts take one tile a block, even two.
+                    let one_tile = n % 2 == 1;
+                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, &offs, n, 1, one_tile)?;
                 }
-                _ => {
-                    mma::split(gpu, x, n, &mut s)?;
-                    let ord: Vec<i32> = order.iter().map(|&i| i as i32).collect();
-                    let ord = gpu.upload(&ord)?;
-                    let through = Some((&ord, 1));
-                    crate::moe::expert_matmul_split(
-                        gpu, &experts, &s, through, y, &offs, n, 1, one_tile,
-                    )?;
-                }
+                false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
             }
             let g = gpu.download(y, xs.len() * rows)?;
             for (slot, &i) in order.iter().enumerate() {
@@ -339,7 +324,7 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
         reference: &reference,
     };
     let cfg = depth.config(0x3ae0);
-    let run = |xs: &[Vec<f32>], o: &mut [f32]| run_how(0, 0, xs, o);
+    let run = |xs: &[Vec<f32>], o: &mut [f32]| run_how(0, false, xs, o);
     let verdict = verdict(&op, &run, &cfg, &errs);
     // The rows split once: the same bits, 30 rows (two tiles a block), 29 and one alone (one).
     let mut r2 = Rng::new(0x3ae1);
@@ -350,25 +335,21 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
         max_abs_diff: 0.0,
     };
     for n in [30, 29, 1] {
-        let mut a = vec![0f32; n * rows];
-        run_how(0, 0, &xs[..n], &mut a);
-        for split in [1, 2] {
-            let mut b = vec![0f32; n * rows];
-            run_how(0, split, &xs[..n], &mut b);
-            bits.add(compare_bits(&b, &a));
-        }
+        let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+        run_how(0, false, &xs[..n], &mut a);
+        run_how(0, true, &xs[..n], &mut b);
+        bits.add(compare_bits(&b, &a));
     }
     out.cases.push(CaseResult {
         op: name.into(),
         case: format!(
             "{EXPERTS} experts of {rows}x{cols}, rows routed by their values (bits: the rows \
-             split once, gathered or read through the order, one and two tiles a block, against \
-             the product's)"
+             split once, one and two tiles a block, against the product's)"
         ),
         verdict: bits.gate(verdict, "the product's bits"),
         cpu_bits: Some(bits),
     });
-    let broken = |xs: &[Vec<f32>], o: &mut [f32]| run_how(1, 0, xs, o);
+    let broken = |xs: &[Vec<f32>], o: &mut [f32]| run_how(1, false, xs, o);
     let what = "grouped experts mma: rows sent to the next expert";
     out.controls.push(control(what, &op, &broken, &cfg, &errs));
     Ok(())
