@@ -49,22 +49,3 @@ extern "C" __global__ void tf_add2_rms_norm_split(float* x, const float* o, cons
     tf_lead();
     tf_norm_split<2>(x, o, g, y, parts, sums, width, eps, s);
 }
-
-// tf_mamba_gated_norm whose rows also come split for the tensor cores' products (mma.cu's
-// tf_mma_split_group): block (row, group) then splits its group's columns (width / groups, a
-// multiple of 64), read back from out, a 64-column group a warp in turn: the bits tf_mma_split
-// gives from out.
-extern "C" __global__ void tf_mamba_gated_norm_split(const float* y, const float* z, int z_stride,
-                                                     const float* gain, float eps, int width,
-                                                     int groups, float* out, uint4* parts,
-                                                     float* sums) {
-    tf_follow();
-    tf_lead();
-    tf_mamba_gated_norm<0>(y, z, z_stride, gain, eps, width, groups, out);
-    __syncthreads();  // the group, written by the block, is what its warps split
-    const int all = width >> 6, per = all / groups, i = blockIdx.x;
-    for (int G = blockIdx.y * per + (threadIdx.x >> 5); G < (blockIdx.y + 1) * per;
-         G += blockDim.x >> 5)
-        tf_mma_split_group<0>(out + (size_t)i * width + 64 * G, width, 1, G, all,
-                              parts + (size_t)i * all * 16, sums + (size_t)i * all);
-}

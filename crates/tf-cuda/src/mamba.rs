@@ -9,7 +9,6 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::mma::SplitX;
 use crate::ops::{grid, i32_of, need, GpuRows};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::MambaParams;
@@ -502,9 +501,7 @@ pub fn ssm_step_with(
 }
 
 /// Grouped gated RMSNorm of `n` rows: `h = silu(z) * y`, each of `groups` groups normalised by
-/// its own RMS, times `gain` (width `gain.len()`); `z` of row `i` at `z[i * z_stride..]`. With
-/// `split`, the rows of out also split for the tensor cores' products (groups of a multiple of
-/// 64 columns: the bits [`crate::mma::split`] gives from out).
+/// its own RMS, times `gain` (width `gain.len()`); `z` of row `i` at `z[i * z_stride..]`.
 #[allow(clippy::too_many_arguments)]
 pub fn gated_norm(
     gpu: &Gpu,
@@ -516,15 +513,9 @@ pub fn gated_norm(
     groups: usize,
     n: usize,
     out: &mut CudaSlice<f32>,
-    split: Option<&mut SplitX>,
 ) -> Result<()> {
-    let kernel = match &split {
-        Some(_) => "tf_mamba_gated_norm_split",
-        None => "tf_mamba_gated_norm",
-    };
-    gated_norm_with(
-        gpu, kernel, y, z, z_stride, gain, eps, groups, n, out, split,
-    )
+    let kernel = "tf_mamba_gated_norm";
+    gated_norm_with(gpu, kernel, y, z, z_stride, gain, eps, groups, n, out)
 }
 
 /// [`gated_norm`] through a named kernel (the planted control uses this).
@@ -540,7 +531,6 @@ pub fn gated_norm_with(
     groups: usize,
     n: usize,
     out: &mut CudaSlice<f32>,
-    split: Option<&mut SplitX>,
 ) -> Result<()> {
     const OP: &str = "gated rms_norm";
     let width = gain.len();
@@ -549,15 +539,6 @@ pub fn gated_norm_with(
             op: OP,
             detail: format!("width {width}, {groups} groups, z_stride {z_stride}"),
         });
-    }
-    if let Some(s) = &split {
-        if !(width / groups).is_multiple_of(crate::mma::GROUP) {
-            return Err(CudaError::Shape {
-                op: OP,
-                detail: format!("split groups of {} columns", width / groups),
-            });
-        }
-        s.check(OP, n, width)?;
     }
     if !(eps.is_finite() && eps >= 0.0) {
         return Err(CudaError::Param {
@@ -587,16 +568,12 @@ pub fn gated_norm_with(
         .arg(&w)
         .arg(&g)
         .arg(out);
-    if let Some(s) = split {
-        b.arg(&mut s.parts).arg(&mut s.sums);
-    }
     let cfg = LaunchConfig {
         grid_dim: (i32_of(OP, "n", n)? as u32, g as u32, 1),
         block_dim: (128, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*[, uint4*, f32*]) as declared; lengths
-    // checked above (the split's by `check`).
+    // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*) as declared; lengths checked above.
     unsafe { b.go(cfg, "launching gated rms_norm") }
 }
 

@@ -14,7 +14,7 @@ use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu.
-pub const KERNEL_NAMES: [&str; 14] = [
+pub const KERNEL_NAMES: [&str; 13] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -28,7 +28,6 @@ pub const KERNEL_NAMES: [&str; 14] = [
     "tf_rms_norm_split",
     "tf_add_rms_norm_split",
     "tf_add2_rms_norm_split",
-    "tf_mamba_gated_norm_split",
 ];
 
 /// The products of x split once a call ([`SplitX`]), one tile and two tiles a block.

@@ -8,7 +8,7 @@ use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::mamba::{self, GpuMambaState};
-use crate::mma::{self, SplitX};
+use crate::mma::SplitX;
 use crate::moe::{self, MoeBuffers};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
@@ -77,20 +77,15 @@ pub(super) fn mamba(
         rows,
         &mut ws.y,
     )?;
-    // The norm splits its rows for out_proj where its groups are whole 64-column groups.
-    let split = (ws.yns.as_mut())
-        .filter(|s| s.cols() == inner && (inner / m.groups).is_multiple_of(mma::GROUP));
-    let (z, zs) = (&ws.proj, width);
     mamba::gated_norm(
-        g, &ws.y, z, zs, &m.norm, eps, m.groups, n, &mut ws.yn, split,
+        g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
     )?;
-    let split = ws.yns.as_ref().filter(|s| s.cols() == inner);
     linear(
         g,
         &m.out_proj,
         m.out_bias.as_ref(),
         &ws.yn,
-        split,
+        None,
         n,
         &mut ws.o,
     )

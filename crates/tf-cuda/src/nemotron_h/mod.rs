@@ -45,8 +45,6 @@ struct Workspace {
     xbc: CudaSlice<f32>,
     y: CudaSlice<f32>,
     yn: CudaSlice<f32>,
-    /// `yn` split for out_proj by the gated norm (`None`: as `hs`, or a width it does not take).
-    yns: Option<SplitX>,
     q: CudaSlice<f32>,
     k: CudaSlice<f32>,
     v: CudaSlice<f32>,
@@ -256,12 +254,11 @@ impl GpuNemotronH {
         } else {
             None
         };
-        let ws_split = mma::split_enabled();
         let ws = Workspace {
             tokens: gpu.zeros(n)?,
             x: gpu.zeros(n * hidden)?,
             h: gpu.zeros(n * hidden)?,
-            hs: match ws_split && hidden.is_multiple_of(mma::GROUP) {
+            hs: match mma::split_enabled() && hidden.is_multiple_of(mma::GROUP) {
                 true => Some(SplitX::new(&gpu, n, hidden)?),
                 false => None,
             },
@@ -270,10 +267,6 @@ impl GpuNemotronH {
             xbc: gpu.zeros(n * w.conv)?,
             y: gpu.zeros(n * w.inner)?,
             yn: gpu.zeros(n * w.inner)?,
-            yns: match ws_split && w.inner.is_multiple_of(mma::GROUP) {
-                true if w.inner > 0 => Some(SplitX::new(&gpu, n, w.inner)?),
-                _ => None,
-            },
             q: gpu.zeros(n * w.q)?,
             k: gpu.zeros(n * w.kv)?,
             v: gpu.zeros(n * w.kv)?,
