@@ -254,7 +254,7 @@ pub fn rms_norm_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    norm(gpu, kernel, x, [None, None], gain, eps, n, y, None)
+    norm(gpu, kernel, x, Residual::None, gain, eps, n, y, None)
 }
 
 /// What a norm adds to x first, writing the sum back: nothing, `o`, or `o + s` (`x + (o + s)`:
@@ -267,6 +267,18 @@ pub enum Residual<'a> {
     Add(&'a CudaSlice<f32>),
     /// `x = x + (o + s)`.
     AddSum(&'a CudaSlice<f32>, &'a CudaSlice<f32>),
+}
+
+impl<'a> Residual<'a> {
+    /// What is added, in the kernel's argument order (o, then s).
+    fn addends(self) -> impl Iterator<Item = &'a CudaSlice<f32>> {
+        let (o, s) = match self {
+            Residual::None => (None, None),
+            Residual::Add(o) => (Some(o), None),
+            Residual::AddSum(o, s) => (Some(o), Some(s)),
+        };
+        o.into_iter().chain(s)
+    }
 }
 
 /// The residual add `res` and the norm after it in one launch, `y = rms_norm(x)` (the bits of
@@ -311,13 +323,8 @@ pub fn residual_rms_norm_with(
     if let Some(s) = &split {
         s.check("rms_norm (split)", n, gain.len())?;
     }
-    let adds = match res {
-        Residual::None => [None, None],
-        Residual::Add(o) => [Some(o), None],
-        Residual::AddSum(o, s) => [Some(o), Some(s)],
-    };
     // The kernel writes x through the pointer it is given.
-    norm(gpu, kernel, x, adds, gain, eps, n, y, split)
+    norm(gpu, kernel, x, res, gain, eps, n, y, split)
 }
 
 /// [`matmul`] of x, reading `split` (x split by the norm that wrote it) where the tensor
@@ -347,14 +354,14 @@ pub fn matmul_of(
 pub(crate) const NORM_STASH: usize = 6144;
 
 /// A norm of `n` rows of `gain.len()` elements: the kernel's arguments are x, then what the
-/// residual add adds to it (`adds`: o, then s, where given), then gain, y, the split's parts and
-/// sums where it splits its rows, width and eps.
+/// residual add adds to it ([`Residual::addends`]), then gain, y, the split's parts and sums
+/// where it splits its rows, width and eps.
 #[allow(clippy::too_many_arguments)]
 fn norm(
     gpu: &Gpu,
     kernel: &'static str,
     x: &CudaSlice<f32>,
-    adds: [Option<&CudaSlice<f32>>; 2],
+    res: Residual,
     gain: &CudaSlice<f32>,
     eps: f32,
     n: usize,
@@ -364,7 +371,7 @@ fn norm(
     const OP: &str = "rms_norm";
     let width = gain.len();
     need(OP, "x", x.len(), n * width)?;
-    for o in adds.iter().flatten() {
+    for o in res.addends() {
         need(OP, "o", o.len(), n * width)?;
     }
     need(OP, "y", y.len(), n * width)?;
@@ -382,7 +389,7 @@ fn norm(
     let w = i32_of(OP, "width", width)?;
     let mut b = gpu.launcher(kernel)?;
     b.arg(x);
-    for o in adds.into_iter().flatten() {
+    for o in res.addends() {
         b.arg(o);
     }
     b.arg(gain).arg(y);

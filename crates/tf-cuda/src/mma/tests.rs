@@ -438,9 +438,10 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     assert_ne!(host_cxx::differing(&y2[..rows], &y[..rows]), 0);
 }
 
-/// Reads (n, width, add; eps; x, o, s, gain), add 0: no residual, 1: x + o, 2: x + (o + s); writes the split norm's x, y, parts and sums, then
-/// the plain norm's x and y and tf_mma_split's parts and sums of that y, then the planted
-/// split's sums of that y (f32 from y: tf_plant_mma_split_sums).
+/// Reads (n, width, add; eps; x, o, s, gain), add 0: no residual, 1: x + o, 2: x + (o + s);
+/// writes the split norm's x, y, parts and sums, then the plain norm's x and y and
+/// tf_mma_split's parts and sums of that y, then the planted split's sums of that y (f32 from
+/// y: tf_plant_mma_split_sums).
 const NORM_SPLIT_MAIN: &str = r#"
 static std::vector<float> vf(FILE* f, size_t n) { std::vector<float> v(n); if (std::fread(v.data(), 4, n, f) != n) std::exit(3); return v; }
 int main(int argc, char** argv) {
