@@ -15,25 +15,24 @@
 #define MAMBA_MAX_STATE 256
 #define MAMBA_LANE_STATE (MAMBA_MAX_STATE / 16)
 
-// Causal depthwise conv1d of every row of a round for channel c:
+// Causal depthwise conv1d of every row of a round, one thread per channel c:
 // acc = 0; acc = fmaf(w[c][t], window[t], acc) for t ascending (window = state columns, then x);
-// acc + bias; silu. The state drops its oldest column and appends x (written back where store;
-// else a slot's earlier rows of the round are replayed onto the pool's window when it returns).
-// x of row i is proj[i * proj_stride + x_off + c]; the result goes to out[i * out_stride].
+// acc + bias; silu. The state drops its oldest column and appends x.
+// x of row i is proj[i * proj_stride + x_off + c]; the result goes to out[i * cd + c].
 // The window of the slot of the current run of rows stays in registers (loaded when the slot
 // changes, stored when it changes again and at the end): the same values as reading and writing
 // the pool at every row.
 // PLANT = 1 is a planted control: the taps are applied newest first (reversed kernel).
 template <int PLANT>
-__device__ __forceinline__ void tf_mamba_conv_channel(int c, const float* __restrict__ proj,
-                                                      int proj_stride, int x_off,
-                                                      const float* __restrict__ w,
-                                                      const float* __restrict__ bias,
-                                                      int has_bias, float* __restrict__ pool,
-                                                      const int* slots, const int* pos,
-                                                      int n_slots, int slot_stride, int layer_off,
-                                                      int n, int cd, int kernel, float* out,
-                                                      int out_stride, bool store) {
+__device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, int proj_stride,
+                                              int x_off, const float* __restrict__ w,
+                                              const float* __restrict__ bias, int has_bias,
+                                              float* __restrict__ pool, const int* slots,
+                                              const int* pos, int n_slots, int slot_stride,
+                                              int layer_off, int n, int cd, int kernel,
+                                              float* __restrict__ out) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cd) return;
     const float* wc = w + (size_t)c * kernel;
     const int taps = kernel - 1;  // state columns
     float win[MAMBA_MAX_KERNEL - 1];
@@ -45,7 +44,7 @@ __device__ __forceinline__ void tf_mamba_conv_channel(int c, const float* __rest
         if (s < 0 || s >= n_slots) continue;  // never: the host checks slots
         const bool fresh = pos[i] == 0;
         if (s != held) {
-            if (held >= 0 && store) {
+            if (held >= 0) {
                 float* st = pool + (size_t)held * slot_stride + layer_off + c;
 #pragma unroll
                 for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
@@ -55,16 +54,6 @@ __device__ __forceinline__ void tf_mamba_conv_channel(int c, const float* __rest
 #pragma unroll
             for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
                 if (t < taps) win[t] = fresh ? 0.0f : st[(size_t)t * cd];
-            // Unstored, the pool lacks the slot's earlier rows of this round: replayed.
-            for (int j = 0; !store && !fresh && j < i; j++) {
-                if (slots[j] != s) continue;
-                const float xj = proj[(size_t)j * proj_stride + x_off + c];
-#pragma unroll
-                for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
-                    if (t + 1 < taps) win[t] = pos[j] == 0 ? 0.0f : win[t + 1];
-                    else if (t + 1 == taps) win[t] = xj;
-                }
-            }
             held = s;
         } else if (fresh) {
 #pragma unroll
@@ -77,35 +66,19 @@ __device__ __forceinline__ void tf_mamba_conv_channel(int c, const float* __rest
             if (t < taps) acc = fmaf(wc[PLANT == 1 ? taps - t : t], win[t], acc);
         acc = fmaf(wc[PLANT == 1 ? 0 : taps], x, acc);
         if (has_bias) acc = acc + bias[c];
-        out[(size_t)i * out_stride] = tf_silu(acc);
+        out[(size_t)i * cd + c] = tf_silu(acc);
 #pragma unroll
         for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
             if (t + 1 < taps) win[t] = win[t + 1];
             else if (t + 1 == taps) win[t] = x;
         }
     }
-    if (held >= 0 && store) {
+    if (held >= 0) {
         float* st = pool + (size_t)held * slot_stride + layer_off + c;
 #pragma unroll
         for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
             if (t < taps) st[(size_t)t * cd] = win[t];
     }
-}
-
-// The conv of every channel, one thread each; the result of row i goes to out[i * cd + c].
-template <int PLANT>
-__device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, int proj_stride,
-                                              int x_off, const float* __restrict__ w,
-                                              const float* __restrict__ bias, int has_bias,
-                                              float* __restrict__ pool, const int* slots,
-                                              const int* pos, int n_slots, int slot_stride,
-                                              int layer_off, int n, int cd, int kernel,
-                                              float* __restrict__ out) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cd) return;
-    tf_mamba_conv_channel<PLANT>(c, proj, proj_stride, x_off, w, bias, has_bias, pool, slots, pos,
-                                 n_slots, slot_stride, layer_off, n, cd, kernel, out + c, cd,
-                                 true);
 }
 
 #define TF_MAMBA_CONV_ENTRY(NAME, PLANT)                                                         \
@@ -127,28 +100,29 @@ __device__ __forceinline__ float tf_softplus(float v) {
     return (float)(fmax(d, 0.0) + log1p(exp(-fabs(d))));
 }
 
-// The SSM update of every row of a round for (head h, channel p) hp = h * head_dim + p, by one
-// half-warp; lane l owns the state elements k = l (mod 16), held in registers while
-// consecutive rows share a slot. Per row, in order:
+// The SSM update of every row of a round. One half-warp per (head h, channel p); lane l owns
+// the state elements k = l (mod 16), held in registers while consecutive rows share a slot.
+// Per row, in order:
 //   dt = min(max(softplus(dt_raw + dt_bias[h]), lo), hi); dA = exp(dt * a[h]); dtx = dt * x;
 //   s[k] = dA * s[k] + dtx * B[g][k]  (three roundings, no fma);
 //   y = fold16(fmaf(s[k], C[g][k], .)) + x * D[h].
-// Row i's x is x[i * in_stride], its B and C of hp's group bg[i * in_stride ..] and
-// cg[i * in_stride ..]; dt_raw at proj[i * proj_stride + dt_off + h]; y goes to
-// y[i * heads * head_dim + hp]. An inactive half-warp takes part in the folds only. Needs
-// ns <= MAMBA_MAX_STATE.
+// xbc row i is the conv output [x | B | C] at xbc[i * cd]; dt_raw at proj[i * proj_stride +
+// dt_off + h]; y goes to y[i * heads * head_dim + h * head_dim + p]. Needs ns <= MAMBA_MAX_STATE.
 // PLANT = 1: no dt clamp (a planted control). PLANT = 2: y read from the state before the
 // update (a planted control).
 template <int PLANT>
-__device__ __forceinline__ void tf_mamba_ssm_channel(
-    int hp, bool active, const float* x, const float* bg, const float* cg, int in_stride,
-    const float* __restrict__ proj, int proj_stride, int dt_off, const float* __restrict__ a,
-    const float* __restrict__ dskip, const float* __restrict__ dt_bias, float dt_lo, float dt_hi,
-    float* __restrict__ pool, const int* slots, const int* pos, int n_slots, int slot_stride,
-    int layer_off, int n, int heads, int head_dim, int ns, float* __restrict__ y) {
+__device__ __forceinline__ void tf_mamba_ssm(
+    const float* __restrict__ xbc, int cd, const float* __restrict__ proj, int proj_stride,
+    int dt_off, const float* __restrict__ a, const float* __restrict__ dskip,
+    const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ pool,
+    const int* slots, const int* pos, int n_slots, int slot_stride, int layer_off, int n,
+    int heads, int head_dim, int groups, int ns, float* __restrict__ y) {
     const int lane = threadIdx.x & 15;
+    const int hp = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 4);
     const int inner = heads * head_dim;
+    const bool active = hp < inner;
     const int h = active ? hp / head_dim : 0;
+    const int g = h / (heads / groups);
     float reg[MAMBA_LANE_STATE];
 #pragma unroll
     for (int j = 0; j < MAMBA_LANE_STATE; j++) reg[j] = 0.0f;
@@ -176,10 +150,10 @@ __device__ __forceinline__ void tf_mamba_ssm_channel(
 #pragma unroll
                 for (int j = 0; j < MAMBA_LANE_STATE; j++) reg[j] = 0.0f;
             }
-            const size_t at = (size_t)i * in_stride;
-            xi = x[at];
-            const float* bi = bg + at;
-            const float* ci = cg + at;
+            const float* row = xbc + (size_t)i * cd;
+            xi = row[hp];
+            const float* bg = row + inner + (size_t)g * ns;
+            const float* cg = row + inner + (size_t)(groups + g) * ns;
             float dt = tf_softplus(proj[(size_t)i * proj_stride + dt_off + h] + dt_bias[h]);
             if (PLANT != 1) dt = fminf(fmaxf(dt, dt_lo), dt_hi);
             const float da = tf_exp(dt * a[h]);
@@ -189,9 +163,9 @@ __device__ __forceinline__ void tf_mamba_ssm_channel(
                 const int k = lane + 16 * j;
                 if (k < ns) {
                     const float old = reg[j];
-                    const float sn = da * old + dtx * bi[k];
+                    const float sn = da * old + dtx * bg[k];
                     reg[j] = sn;
-                    acc = fmaf(PLANT == 2 ? old : sn, ci[k], acc);
+                    acc = fmaf(PLANT == 2 ? old : sn, cg[k], acc);
                 }
             }
         }
@@ -204,26 +178,6 @@ __device__ __forceinline__ void tf_mamba_ssm_channel(
         for (int j = 0; j < MAMBA_LANE_STATE; j++)
             if (lane + 16 * j < ns) st[lane + 16 * j] = reg[j];
     }
-}
-
-// The SSM update of every (head, channel), a half-warp each, from the conv output xbc
-// ([x | B | C] of row i at xbc[i * cd]).
-template <int PLANT>
-__device__ __forceinline__ void tf_mamba_ssm(
-    const float* __restrict__ xbc, int cd, const float* __restrict__ proj, int proj_stride,
-    int dt_off, const float* __restrict__ a, const float* __restrict__ dskip,
-    const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ pool,
-    const int* slots, const int* pos, int n_slots, int slot_stride, int layer_off, int n,
-    int heads, int head_dim, int groups, int ns, float* __restrict__ y) {
-    const int hp = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 4);
-    const int inner = heads * head_dim;
-    const bool active = hp < inner;
-    const int g = (active ? hp / head_dim : 0) / (heads / groups);
-    const float* bg = xbc + inner + (size_t)g * ns;
-    const float* cg = xbc + inner + (size_t)(groups + g) * ns;
-    tf_mamba_ssm_channel<PLANT>(hp, active, xbc + hp, bg, cg, cd, proj, proj_stride, dt_off, a,
-                                dskip, dt_bias, dt_lo, dt_hi, pool, slots, pos, n_slots,
-                                slot_stride, layer_off, n, heads, head_dim, ns, y);
 }
 
 #define TF_MAMBA_SSM_ENTRY(NAME, PLANT)                                                          \
@@ -242,16 +196,15 @@ TF_MAMBA_SSM_ENTRY(tf_mamba_ssm, 0)
 TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_unclamped, 1)
 TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2)
 
-// Grouped gated RMSNorm (tf_kernels::ops::rms_norm_gated) of row i's group grp, by one block:
+// Grouped gated RMSNorm (tf_kernels::ops::rms_norm_gated), one block per (row, group):
 // h = silu(z) * y (rounded), r = 1 / sqrt(dot16(h, h) / gs + eps) per group, out = g * (h * r).
-// z of row i is at z[i * z_stride]; y and out are [n, width]; y is read past L1 where CG (other
-// blocks of the launch wrote it). PLANT = 1 is a planted control: the sum of squares leaves out
-// each group's last element.
-template <int PLANT, bool CG = false>
-__device__ __forceinline__ void tf_mamba_gated_norm(int i, int grp, const float* y,
-                                                    const float* z, int z_stride,
+// z of row i is at z[i * z_stride]; y and out are [n, width]. PLANT = 1 is a planted control:
+// the sum of squares leaves out each group's last element.
+template <int PLANT>
+__device__ __forceinline__ void tf_mamba_gated_norm(const float* y, const float* z, int z_stride,
                                                     const float* gain, float eps, int width,
                                                     int groups, float* out) {
+    const int i = blockIdx.x, grp = blockIdx.y;
     const int gs = width / groups;
     const size_t base = (size_t)i * width + (size_t)grp * gs;
     const float* zr = z + (size_t)i * z_stride + (size_t)grp * gs;
@@ -262,7 +215,7 @@ __device__ __forceinline__ void tf_mamba_gated_norm(int i, int grp, const float*
 #pragma unroll
         for (int j = 0; j < TF_HOLD; j++) {
             const int k = threadIdx.x + j * blockDim.x;
-            h[j] = k < gs ? tf_silu(zr[k]) * (CG ? __ldcg(y + base + k) : y[base + k]) : 0.0f;
+            h[j] = k < gs ? tf_silu(zr[k]) * y[base + k] : 0.0f;
             gv[j] = k < gs ? gr[k] : 0.0f;
         }
         const float r = tf_inv_rms(tf_held_sumsq16(h, PLANT ? gs - 1 : gs), gs, eps);
@@ -276,7 +229,7 @@ __device__ __forceinline__ void tf_mamba_gated_norm(int i, int grp, const float*
     // h is written to out, then read back (by the threads that wrote it) for the sum of squares.
     const float ss = tf_block_sumsq16(
         [&](int k) {
-            const float h = tf_silu(zr[k]) * (CG ? __ldcg(y + base + k) : y[base + k]);
+            const float h = tf_silu(zr[k]) * y[base + k];
             out[base + k] = h;
             return PLANT && k == gs - 1 ? 0.0f : h;
         },
@@ -292,95 +245,11 @@ __device__ __forceinline__ void tf_mamba_gated_norm(int i, int grp, const float*
                                     float* out) {                                                \
         tf_follow();                                                                             \
         tf_lead();                                                                               \
-        tf_mamba_gated_norm<PLANT>(blockIdx.x, blockIdx.y, y, z, z_stride, gain, eps, width,      \
-                                   groups, out);               \
+        tf_mamba_gated_norm<PLANT>(y, z, z_stride, gain, eps, width, groups, out);               \
     }
 
 TF_MAMBA_GATED_NORM_ENTRY(tf_mamba_gated_norm, 0)
 TF_MAMBA_GATED_NORM_ENTRY(tf_plant_mamba_gated_norm_short, 1)
-
-// Rows (at most) and (head, channel) pairs a tf_mamba_step block takes (a half-warp a pair).
-#define MAMBA_STEP_ROWS 4
-#define MAMBA_STEP_PAIRS 16
-
-// tf_mamba_conv, tf_mamba_ssm and tf_mamba_gated_norm of a round of at most MAMBA_STEP_ROWS rows
-// in one launch, their bits. Block b (16 MAMBA_STEP_PAIRS threads) takes the pairs from
-// MAMBA_STEP_PAIRS b on, all in one head (head_dim a multiple of MAMBA_STEP_PAIRS), of group g:
-// 1. the conv of its x channels and of g's B and C channels, every row, into shared memory;
-//    the x channels' state written back (the block's own); g's B and C state, read by every
-//    block of g, is left to the last of them;
-// 2. the SSM of its pairs from there, y to global memory;
-// 3. the last block of g to finish (counted in arrivals[g], then reset) takes the gated norm of
-//    g's columns of every row (y read past L1: other blocks wrote it), then walks g's B and C
-//    conv again to store their state.
-// PLANT = 1 is a planted control: g's B and C conv state is never stored.
-template <int PLANT>
-__device__ __forceinline__ void tf_mamba_step(
-    const float* __restrict__ proj, int proj_stride, int x_off, int dt_off,
-    const float* __restrict__ conv_w, const float* __restrict__ conv_b, int has_bias,
-    float* __restrict__ conv_pool, int conv_stride, int conv_off, int kernel,
-    const float* __restrict__ a, const float* __restrict__ dskip,
-    const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ ssm_pool,
-    int ssm_stride, int ssm_off, const int* slots, const int* pos, int n_slots, int n, int heads,
-    int head_dim, int groups, int ns, float* y, const float* __restrict__ gain, float eps,
-    float* out, int* arrivals) {
-    __shared__ float conv[MAMBA_STEP_ROWS * (MAMBA_STEP_PAIRS + 2 * MAMBA_MAX_STATE)];
-    __shared__ int last;
-    const int inner = heads * head_dim, cd = inner + 2 * groups * ns;
-    const int width = MAMBA_STEP_PAIRS + 2 * ns;  // a row's conv outputs in `conv`
-    const int hp0 = blockIdx.x * MAMBA_STEP_PAIRS;
-    const int g = hp0 / head_dim / (heads / groups);
-    // Channel j of the block's conv: its x channels, then g's B, then g's C.
-    const auto channel = [&](int j) {
-        return j < MAMBA_STEP_PAIRS ? hp0 + j : inner + g * ns + (j - MAMBA_STEP_PAIRS) +
-                                                    (j < MAMBA_STEP_PAIRS + ns ? 0 : (groups - 1) * ns);
-    };
-    for (int j = threadIdx.x; j < width; j += blockDim.x)
-        tf_mamba_conv_channel<0>(channel(j), proj, proj_stride, x_off, conv_w, conv_b, has_bias,
-                                 conv_pool, slots, pos, n_slots, conv_stride, conv_off, n, cd,
-                                 kernel, conv + j, width, j < MAMBA_STEP_PAIRS);
-    __syncthreads();
-    const int pair = threadIdx.x >> 4;
-    tf_mamba_ssm_channel<0>(hp0 + pair, true, conv + pair, conv + MAMBA_STEP_PAIRS,
-                            conv + MAMBA_STEP_PAIRS + ns, width, proj, proj_stride, dt_off, a,
-                            dskip, dt_bias, dt_lo, dt_hi, ssm_pool, slots, pos, n_slots,
-                            ssm_stride, ssm_off, n, heads, head_dim, ns, y);
-    __syncthreads();  // the block's y written
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const int blocks = inner / groups / MAMBA_STEP_PAIRS;
-        last = atomicAdd(&arrivals[g], 1) == blocks - 1;
-        if (last) arrivals[g] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int i = 0; i < n; i++)
-        tf_mamba_gated_norm<0, true>(i, g, y, proj, proj_stride, gain, eps, inner, groups, out);
-    if (PLANT == 1) return;
-    for (int j = MAMBA_STEP_PAIRS + threadIdx.x; j < width; j += blockDim.x)
-        tf_mamba_conv_channel<0>(channel(j), proj, proj_stride, x_off, conv_w, conv_b, has_bias,
-                                 conv_pool, slots, pos, n_slots, conv_stride, conv_off, n, cd,
-                                 kernel, conv + j, width, true);
-}
-
-#define TF_MAMBA_STEP_ENTRY(NAME, PLANT)                                                         \
-    extern "C" __global__ void __launch_bounds__(16 * MAMBA_STEP_PAIRS) NAME(                    \
-        const float* proj, int proj_stride, int x_off, int dt_off, const float* conv_w,          \
-        const float* conv_b, int has_bias, float* conv_pool, int conv_stride, int conv_off,      \
-        int kernel, const float* a, const float* dskip, const float* dt_bias, float dt_lo,       \
-        float dt_hi, float* ssm_pool, int ssm_stride, int ssm_off, const int* slots,             \
-        const int* pos, int n_slots, int n, int heads, int head_dim, int groups, int ns,         \
-        float* y, const float* gain, float eps, float* out, int* arrivals) {                     \
-        tf_follow();                                                                             \
-        tf_mamba_step<PLANT>(proj, proj_stride, x_off, dt_off, conv_w, conv_b, has_bias,         \
-                             conv_pool, conv_stride, conv_off, kernel, a, dskip, dt_bias, dt_lo, \
-                             dt_hi, ssm_pool, ssm_stride, ssm_off, slots, pos, n_slots, n,       \
-                             heads, head_dim, groups, ns, y, gain, eps, out, arrivals);          \
-    }
-
-TF_MAMBA_STEP_ENTRY(tf_mamba_step, 0)
-TF_MAMBA_STEP_ENTRY(tf_plant_mamba_step_bc_unstored, 1)
 
 // relu^2: out = r * r with r = x if x > 0 else 0 (tf_kernels::ops::relu2), element-wise.
 extern "C" __global__ void tf_nh_relu2(const float* x, float* out, int len) {

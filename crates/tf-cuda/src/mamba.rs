@@ -22,22 +22,12 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_plant_mamba_ssm_stale",
     "tf_mamba_gated_norm",
     PLANT_GATED_NORM_SHORT,
-    "tf_mamba_step",
-    PLANT_STEP_BC_UNSTORED,
     "tf_nh_relu2",
     "tf_nh_add_bias",
 ];
 
 /// Planted control: the gated norm's sum of squares leaves out each group's last element.
 pub const PLANT_GATED_NORM_SHORT: &str = "tf_plant_mamba_gated_norm_short";
-
-/// Planted control: the fused step never stores its B and C channels' conv state.
-pub const PLANT_STEP_BC_UNSTORED: &str = "tf_plant_mamba_step_bc_unstored";
-
-/// Most rows the fused step takes (kernels/mamba.cu `MAMBA_STEP_ROWS`).
-pub const STEP_ROWS: usize = 4;
-/// (head, channel) pairs a fused step block takes (kernels/mamba.cu `MAMBA_STEP_PAIRS`).
-const STEP_PAIRS: usize = 16;
 
 /// Largest SSM state size the kernels take (kernels/mamba.cu `MAMBA_MAX_STATE`).
 pub const MAX_STATE: usize = 256;
@@ -179,8 +169,6 @@ pub struct GpuMambaState {
     layers: Vec<(usize, usize, MambaShape)>,
     conv_stride: usize,
     ssm_stride: usize,
-    /// The fused step's count of finished blocks per group (zero between launches).
-    arrivals: CudaSlice<i32>,
 }
 
 impl GpuMambaState {
@@ -195,7 +183,6 @@ impl GpuMambaState {
                     detail: format!("{slots} slots x {per} floats exceeds the indexing"),
                 })
         };
-        let groups = shapes.iter().map(|sh| sh.groups).max().unwrap_or(1);
         Ok(GpuMambaState {
             conv: gpu.zeros(total(c)?)?,
             ssm: gpu.zeros(total(s)?)?,
@@ -203,7 +190,6 @@ impl GpuMambaState {
             layers,
             conv_stride: c,
             ssm_stride: s,
-            arrivals: gpu.zeros(groups)?,
         })
     }
 
@@ -512,155 +498,6 @@ pub fn ssm_step_with(
     // SAFETY: (f32*, i32, f32*, i32, i32, f32* x3, f32, f32, f32*, i32*, i32*, i32 x8, f32*)
     // as declared; lengths checked above; the kernel skips slots outside the pool.
     unsafe { b.go(grid(inner * 16, 128), "launching mamba ssm") }
-}
-
-/// Whether [`step`] takes a round of `n` rows of a mixer of shape `sh` whose gated norm has
-/// `norm_groups` groups: a few rows, heads whole blocks of pairs, the norm's groups the SSM's.
-pub fn step_fits(sh: MambaShape, norm_groups: usize, n: usize) -> bool {
-    n <= STEP_ROWS && sh.head_dim.is_multiple_of(STEP_PAIRS) && norm_groups == sh.groups
-}
-
-/// [`conv_step`], [`ssm_step`] and [`gated_norm`] of a round in one launch, their bits (where
-/// [`step_fits`]): row `i` of `proj` is the in_proj row `[z | xBC | dt]` at
-/// `proj[i * proj_stride..]`; writes `y` (the SSM's output) and `out` (the norm's) and advances
-/// each row's slot state.
-#[allow(clippy::too_many_arguments)]
-pub fn step(
-    gpu: &Gpu,
-    m: &GpuMambaMixer,
-    proj: &CudaSlice<f32>,
-    proj_stride: usize,
-    state: &mut GpuMambaState,
-    layer: usize,
-    rows: &GpuRows,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    y: &mut CudaSlice<f32>,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    step_with(
-        gpu,
-        "tf_mamba_step",
-        m,
-        proj,
-        proj_stride,
-        state,
-        layer,
-        rows,
-        gain,
-        eps,
-        y,
-        out,
-    )
-}
-
-/// [`step`] through a named kernel (the planted control uses this).
-#[allow(clippy::too_many_arguments)]
-pub fn step_with(
-    gpu: &Gpu,
-    kernel: &'static str,
-    m: &GpuMambaMixer,
-    proj: &CudaSlice<f32>,
-    proj_stride: usize,
-    state: &mut GpuMambaState,
-    layer: usize,
-    rows: &GpuRows,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    y: &mut CudaSlice<f32>,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    const OP: &str = "mamba step";
-    let sh = m.shape;
-    let (n, inner, cd) = (rows.len(), sh.inner(), sh.conv_dim());
-    let (conv_off, ssm_off) = state.layer(layer, sh)?;
-    if !step_fits(sh, sh.groups, n) || gain.len() != inner || proj_stride < sh.proj_width() {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!(
-                "{sh:?}, {n} rows, gain {}, proj_stride {proj_stride}: at most {STEP_ROWS} rows, head_dim a multiple of {STEP_PAIRS}, the norm over inner, proj rows [z | xBC | dt]",
-                gain.len()
-            ),
-        });
-    }
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(CudaError::Param {
-            op: OP,
-            what: "eps",
-            value: eps as f64,
-            why: "must be finite and >= 0",
-        });
-    }
-    need(
-        OP,
-        "proj",
-        proj.len(),
-        n.saturating_sub(1) * proj_stride + sh.proj_width(),
-    )?;
-    need(OP, "y", y.len(), n * inner)?;
-    need(OP, "out", out.len(), n * inner)?;
-    need(OP, "arrivals", state.arrivals.len(), sh.groups)?;
-    if n == 0 {
-        return Ok(());
-    }
-    let (lo, hi) = m.dt_limit;
-    let head = [
-        i32_of(OP, "proj_stride", proj_stride)?,
-        i32_of(OP, "x_off", inner)?,
-        i32_of(OP, "dt_off", inner + cd)?,
-    ];
-    let conv = [
-        m.conv_bias.is_some() as i32,
-        i32_of(OP, "conv slot stride", state.conv_stride)?,
-        i32_of(OP, "conv layer offset", conv_off)?,
-        i32_of(OP, "kernel", sh.kernel)?,
-    ];
-    let ssm = [
-        i32_of(OP, "ssm slot stride", state.ssm_stride)?,
-        i32_of(OP, "ssm layer offset", ssm_off)?,
-    ];
-    let tail = [
-        i32_of(OP, "slots", state.slots)?,
-        i32_of(OP, "n", n)?,
-        i32_of(OP, "heads", sh.heads)?,
-        i32_of(OP, "head_dim", sh.head_dim)?,
-        i32_of(OP, "groups", sh.groups)?,
-        i32_of(OP, "state", sh.state)?,
-    ];
-    let mut b = gpu.launcher(kernel)?;
-    b.arg(proj).arg(&head[0]).arg(&head[1]).arg(&head[2]);
-    b.arg(&m.conv_weight);
-    // An absent bias still needs a valid pointer: the weight (never read).
-    match &m.conv_bias {
-        Some(bias) => b.arg(bias),
-        None => b.arg(&m.conv_weight),
-    };
-    b.arg(&conv[0])
-        .arg(&mut state.conv)
-        .arg(&conv[1])
-        .arg(&conv[2])
-        .arg(&conv[3]);
-    b.arg(&m.a).arg(&m.d).arg(&m.dt_bias).arg(&lo).arg(&hi);
-    b.arg(&mut state.ssm).arg(&ssm[0]).arg(&ssm[1]);
-    b.arg(&rows.slots).arg(&rows.pos);
-    for v in &tail {
-        b.arg(v);
-    }
-    b.arg(y)
-        .arg(gain)
-        .arg(&eps)
-        .arg(out)
-        .arg(&mut state.arrivals);
-    let cfg = LaunchConfig {
-        grid_dim: (i32_of(OP, "blocks", inner / STEP_PAIRS)? as u32, 1, 1),
-        block_dim: (16 * STEP_PAIRS as u32, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: (f32*, i32 x3, f32* x2, i32, f32*, i32 x3, f32* x3, f32, f32, f32*, i32, i32,
-    // i32* x2, i32 x6, f32*, f32*, f32, f32*, i32*) as declared; lengths checked above; the
-    // kernel skips slots outside the pool; `arrivals` is zero between launches (each group's
-    // last block resets its count).
-    unsafe { b.go(cfg, "launching mamba step") }
 }
 
 /// Grouped gated RMSNorm of `n` rows: `h = silu(z) * y`, each of `groups` groups normalised by

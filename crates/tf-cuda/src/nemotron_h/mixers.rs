@@ -33,8 +33,7 @@ fn linear(
 }
 
 /// Mamba2: in_proj → conv step → SSM step (rows in round order, each on its slot's state) →
-/// gated group norm (z read in place from the projection) → out_proj; the three steps between
-/// the projections in one launch where the round is short enough (the same bits).
+/// gated group norm (z read in place from the projection) → out_proj.
 pub(super) fn mamba(
     g: &Gpu,
     m: &MambaLayer,
@@ -65,19 +64,6 @@ pub(super) fn mamba(
         &mut ws.proj,
     )?;
     let (mx, si) = (&m.mixer, m.state_index);
-    if mamba::step_fits(sh, m.groups, n) {
-        let (y, yn) = (&mut ws.y, &mut ws.yn);
-        mamba::step(g, mx, &ws.proj, width, state, si, rows, &m.norm, eps, y, yn)?;
-        return linear(
-            g,
-            &m.out_proj,
-            m.out_bias.as_ref(),
-            &ws.yn,
-            None,
-            n,
-            &mut ws.o,
-        );
-    }
     mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
     mamba::ssm_step(
         g,
