@@ -175,13 +175,13 @@ struct TfMmaX<0, KW> {
 template <int KW>
 struct TfMmaX<1, KW> {
     const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
-    __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
+    __device__ __forceinline__ uint4 at(int m) const { return __ldcg(p + 4 * m); }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 template <int KW>
 struct TfMmaX<2, KW> {
     const uint4* p;  // the split at (the lane's row, G, m = 0, t)
-    __device__ __forceinline__ uint4 at(int m) const { return __ldcg(p + 4 * m); }
+    __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
