@@ -21,15 +21,12 @@ typedef unsigned long long u64;
 #define FMT_Q8_0 5
 
 #ifndef TF_HOST_SIMT  // the host emulation's prelude (src/host_cxx.rs) has its own
-// Every kernel's first statement (the first loads of weights, which nothing writes, of
-// tf_slices_one and of the tensor-core products, and the grouped expert products' look-up of
-// their expert, go before it). Inside a round's graph, kernels follow each other by
-// programmatic edges (src/graphs.rs): a kernel is launched as the blocks of the one before it
-// exit (or as they call tf_lead), before that kernel's completion is flushed, so each waits
-// here until the kernels before it have finished and their writes are visible. Outside such
-// an edge the wait is a no-op. ptxas moves read-only loads (ld.global.nc: __ldg, or plain
-// loads through const __restrict__ pointers) above this wait, so what an earlier kernel wrote
-// is never read that way where a kernel loads anything before its wait.
+// Every kernel's first statement (tf_slices_one's first loads of weights, which nothing writes,
+// and the grouped expert products' look-up of their expert, go before it). Inside a round's
+// graph, kernels follow each other by programmatic edges (src/graphs.rs): a kernel is launched
+// as the blocks of the one before it exit (or as they call tf_lead), before that kernel's
+// completion is flushed, so each waits here until the kernels before it have finished and
+// their writes are visible. Outside such an edge the wait is a no-op.
 __device__ __forceinline__ void tf_follow() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");

@@ -114,12 +114,9 @@ __device__ __forceinline__ uint4 tf_mma_parts_of(float2 a, float2 b) {
     return v;
 }
 
-// The same from x at p. x, and anything made from it, was written by an earlier kernel: read
-// by plain loads through pointers without __restrict__, never the read-only path (__ldg, or
-// plain loads through const __restrict__ pointers, both ld.global.nc), whose loads ptxas
-// moves above the wait (tf_follow).
+// The same from x at p, through the read-only cache.
 __device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
-    return tf_mma_parts_of(*(const float2*)p, *(const float2*)(p + 8));
+    return tf_mma_parts_of(__ldg((const float2*)p), __ldg((const float2*)(p + 8)));
 }
 
 // One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
@@ -131,10 +128,10 @@ struct TfMmaGroup {
     float X[2];
 };
 
-// The weights of the group of the RT tiles at wp, sp, which then move KW groups on.
-template <int RT, int KW>
-__device__ __forceinline__ void tf_mma_load_w(TfMmaGroup<RT>& d, const uint4** wp,
-                                              const float2** sp) {
+// The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
+template <int RT, int KW, int SPLIT>
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
+                                            const float2** sp, const float** xs) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         d.q[r] = __ldg(wp[r]);
@@ -142,23 +139,10 @@ __device__ __forceinline__ void tf_mma_load_w(TfMmaGroup<RT>& d, const uint4** w
         d.hi[r] = __ldg(sp[r] + 8);
         wp[r] += 32 * KW, sp[r] += 16 * KW;
     }
-}
-
-// Where x comes split (SPLIT), the group's X at xs, which then moves KW groups on.
-template <int RT, int KW, int SPLIT>
-__device__ __forceinline__ void tf_mma_load_x(TfMmaGroup<RT>& d, const float** xs) {
     if (SPLIT) {
 #pragma unroll
-        for (int c = 0; c < 2; c++) d.X[c] = *xs[c], xs[c] += KW;
+        for (int c = 0; c < 2; c++) d.X[c] = __ldg(xs[c]), xs[c] += KW;
     }
-}
-
-// The group's weights and X.
-template <int RT, int KW, int SPLIT>
-__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
-                                            const float2** sp, const float** xs) {
-    tf_mma_load_w<RT, KW>(d, wp, sp);
-    tf_mma_load_x<RT, KW, SPLIT>(d, xs);
 }
 
 // A lane's x: the B registers (h0, h1, l0, l1: the hi and lo parts of the pairs at columns
@@ -182,7 +166,7 @@ struct TfMmaX<1, KW> {
 template <int KW>
 struct TfMmaX<2, KW> {
     const uint4* p;  // the split at (the lane's row, G, m = 0, t)
-    __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
+    __device__ __forceinline__ uint4 at(int m) const { return __ldg(p + 4 * m); }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
@@ -234,21 +218,18 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
 
 // y[j, row] for x rows j0 .. j0 + 7 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix of
 // `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
-// groups' loads in turn so one is in flight while the other is multiplied. The first two
-// groups' weights, which nothing writes, are loaded before the wait (tf_follow), so that they
-// are in flight while the kernel before it finishes (ptxas keeps them there in the two-tile
-// entries; in the one-tile ones it moves the wait to the top); x and all made from it after.
-// STAGED: the block first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
+// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
+// first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
 // xp and xsum (x unused).
 template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
-                                            const float* x, float* __restrict__ y,
+                                            const float* __restrict__ x, float* __restrict__ y,
                                             int n, int j0, int tile0, int rows, int cols,
-                                            const uint4* xp = nullptr,
-                                            const float* xsum = nullptr) {
+                                            const uint4* __restrict__ xp = nullptr,
+                                            const float* __restrict__ xsum = nullptr) {
     __shared__ float red[KW][32][4];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -261,11 +242,6 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         wp[r] = wq + tg * 32 + lane;
         sp[r] = sb + tg * 16 + g;
     }
-    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
-    TfMmaGroup<RT> a, b;
-    if (steps > 0) tf_mma_load_w<RT, KW>(a, wp, sp);
-    if (steps > 1) tf_mma_load_w<RT, KW>(b, wp, sp);
-    tf_follow();
     // A lane past the last x row reads the last (its D column is not stored; columns do
     // not mix).
     const int live = min(8, n - j0);
@@ -296,11 +272,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
+    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    if (steps > 0) tf_mma_load_x<RT, KW, STAGED == 2>(a, xs);
-    if (steps > 1) tf_mma_load_x<RT, KW, STAGED == 2>(b, xs);
+    TfMmaGroup<RT> a, b;
+    if (steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
     for (int i = 0; i < steps; i += 2) {
-        if (i > 0 && i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
+        if (i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
         tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
         if (i + 2 < steps) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
@@ -331,7 +308,7 @@ __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles
 
 // Block (bx, by) takes tiles RT bx .. and x rows 8 by ...
 template <int RT, int STAGED, int PLANT>
-__device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* x,
+__device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
     tf_mma_body<RT, MMA_KW, STAGED, PLANT>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
                                            x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
@@ -342,6 +319,7 @@ __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const floa
 #define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
+        tf_follow();                                                                           \
         tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \
     }
 TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0)
@@ -355,6 +333,7 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols) {                                                                       \
+        tf_follow();                                                                           \
         tf_mma_body<RT, MMA_KW, 2, 0>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), \
                                       nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, rows,    \
                                       cols, xp, xsum);                                         \

@@ -588,19 +588,16 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 // stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 8 at a
 // time. STAGED: x staged in shared memory (one-row rounds: every group one row).
 template <int RT, int STAGED>
-__device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* xg,
+__device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
                                            int rows, int cols, int n_experts,
-                                           const uint4* xp = nullptr,
-                                           const float* xsum = nullptr) {
+                                           const uint4* __restrict__ xp = nullptr,
+                                           const float* __restrict__ xsum = nullptr) {
     // offsets were written two kernels back or earlier (a gather, relu² or product between), so
-    // the block finds its expert, and the body loads its first weights, before the wait, while
-    // the kernel before it runs.
+    // the block finds its expert before the wait, while the kernel before it runs.
     const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
-    if (e < 0) {  // the whole block
-        tf_follow();
-        return;
-    }
+    tf_follow();
+    if (e < 0) return;  // the whole block
     const int off = offsets[e], cnt = offsets[e + 1] - off, tiles = rows >> 4;
     const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
     const uint4* wq = (const uint4*)W + first * 32;
