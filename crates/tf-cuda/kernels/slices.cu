@@ -247,9 +247,7 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     tf_follow();  // after the first loads: weights are never written; x is the kernels' before
     for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
         const int u = f >> 3;
-        // Through L2: a read-only load (__ldg) of what the kernel before wrote could be moved
-        // above the wait by ptxas.
-        xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldcg((const float4*)x + f);
+        xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
     }
     __syncthreads();
     if (g >= gend) return;  // the whole warp
