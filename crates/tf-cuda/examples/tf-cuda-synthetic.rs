@@ -448,6 +448,19 @@ fn step_time(g: &mut Decoder, reps: usize, streams: usize) -> Res<f64> {
     Ok(t.elapsed().as_secs_f64() / reps as f64)
 }
 
+/// Seconds per graphed step with the launches of the kernels named in `names` left out.
+fn step_time_without<S: AsRef<str>>(
+    g: &mut Decoder,
+    names: &[S],
+    reps: usize,
+    streams: usize,
+) -> Res<f64> {
+    tf_cuda::leave_out::start(names);
+    let t = step_time(g, reps, streams);
+    tf_cuda::leave_out::finish();
+    t
+}
+
 /// Step 3: launches per step of `streams` rows by kernel, and each kernel's cost inside the
 /// graphed step.
 fn leave_out_table(g: &mut Decoder, reps: usize, streams: usize) -> Res<()> {
@@ -464,10 +477,7 @@ fn leave_out_table(g: &mut Decoder, reps: usize, streams: usize) -> Res<()> {
     println!("| --- | ---: | ---: | ---: | ---: |");
     let mut rows = Vec::new();
     for (name, &launches) in &counts {
-        tf_cuda::leave_out::start(&[name]);
-        let without = step_time(g, reps, streams);
-        tf_cuda::leave_out::finish();
-        let cost = whole - without?;
+        let cost = whole - step_time_without(g, &[name], reps, streams)?;
         rows.push((cost, name, launches));
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -494,15 +504,8 @@ fn leave_out_table(g: &mut Decoder, reps: usize, streams: usize) -> Res<()> {
         ("the matrix products alone", &rest),
         ("every kernel but the products", &products),
     ] {
-        tf_cuda::leave_out::start(left_out);
-        let t = step_time(g, reps, streams);
-        tf_cuda::leave_out::finish();
-        let t = t?;
-        let n: usize = counts
-            .iter()
-            .filter(|(k, _)| !left_out.contains(k))
-            .map(|(_, c)| c)
-            .sum();
+        let t = step_time_without(g, left_out, reps, streams)?;
+        let n = launches - left_out.iter().map(|k| counts[*k]).sum::<usize>();
         println!(
             "| {kept} | {n} | {:.1} | {:.1}% |",
             t * 1e6,
