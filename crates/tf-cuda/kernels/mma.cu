@@ -301,6 +301,117 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     }
 }
 
+// tf_mma_body's products with one tile at a time, a block (persistent, gridDim.x at most the
+// tiles) taking tiles blockIdx.x, + gridDim.x, ... in turn, and each warp keeping DEPTH groups'
+// loads in flight across its tiles (the block's next tile's weights come while it finishes
+// one). A tile's arithmetic is tf_mma_body's: warp w sums groups w, w + KW, ... in order, and
+// the warps' sums are added in warp order, so the bits are the same. STAGED 1 stages the
+// block's x rows once for all its tiles; 2 reads x split once a call (xp, xsum).
+template <int KW, int STAGED, int DEPTH>
+__device__ __forceinline__ void tf_mma_stream(const uint4* __restrict__ wq,
+                                              const float2* __restrict__ sb,
+                                              const float* __restrict__ x, float* __restrict__ y,
+                                              int n, int j0, int rows, int cols,
+                                              const uint4* __restrict__ xp = nullptr,
+                                              const float* __restrict__ xsum = nullptr) {
+    static_assert(STAGED == 1 || STAGED == 2, "x staged or split");
+    __shared__ float red[2][KW][32][4];  // by tile parity: one barrier a tile
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int groups = cols >> 6, tiles = (rows + 15) >> 4;
+    const int live = min(8, n - j0);
+    const uint4* xw;  // the lane's x parts at the warp's first group (add 16 KW a step)
+    const float* xs[2] = {nullptr, nullptr};
+    if constexpr (STAGED == 2) {
+        xw = xp + ((size_t)(j0 + min(g, live - 1)) * groups + w) * 16 + t;
+#pragma unroll
+        for (int c = 0; c < 2; c++) xs[c] = xsum + (size_t)(j0 + min(2 * t + c, live - 1)) * groups;
+    } else {
+#ifdef TF_HOST_SIMT
+        uint4* stage = (uint4*)tf_dyn_smem;
+#else
+        extern __shared__ uint4 stage[];
+#endif
+        for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
+            const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
+            stage[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
+                                    16 * m + 2 * tt);
+        }
+        __syncthreads();
+        xw = stage + ((size_t)min(g, live - 1) * groups + w) * 16 + t;
+    }
+    // A tile is `per` steps of every warp, rounded up to whole rings (a step past the warp's
+    // groups loads and adds nothing), so ring slot d always holds a step d mod DEPTH and the
+    // block's warps reach each tile's barrier together.
+    const int per = ((groups + KW - 1) / KW + DEPTH - 1) / DEPTH * DEPTH;
+    const int count = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    const u32 mask = tf_mma_mask(rows);
+    TfMmaGroup<1> ring[DEPTH];
+    // The loads run a ring ahead of the sums: ring slot d next takes the warp's group lg + d KW
+    // of tile lt, its codes at lw and its scales at lsb, and (x split) its X at lx (the
+    // pointers carried from ring to ring, not remade in each slot).
+    const size_t first = (size_t)blockIdx.x * groups + w;
+    const uint4* lw = wq + first * 32 + lane;
+    const float2* lsb = sb + first * 16 + g;
+    const float* lx[2] = {xs[0] + w, xs[1] + w};
+    const long long jump = (long long)gridDim.x * groups - (long long)per * KW;
+    u32 lt = blockIdx.x;
+    int lg = w;
+    auto load_slot = [&](int d) {
+        if (lt < (u32)tiles && lg + d * KW < groups) {
+            ring[d].q[0] = __ldg(lw + 32 * KW * d);
+            ring[d].lo[0] = __ldg(lsb + 16 * KW * d);
+            ring[d].hi[0] = __ldg(lsb + 16 * KW * d + 8);
+            if (STAGED == 2) {
+#pragma unroll
+                for (int c = 0; c < 2; c++) ring[d].X[c] = __ldg(lx[c] + KW * d);
+            }
+        }
+    };
+    // The next ring: DEPTH steps on, or the block's next tile after the last of a tile.
+    auto next_ring = [&]() {
+        lw += 32 * KW * DEPTH, lsb += 16 * KW * DEPTH, lg += KW * DEPTH;
+        if (STAGED == 2) lx[0] += KW * DEPTH, lx[1] += KW * DEPTH;
+        if (lg - w == per * KW) {
+            lw += jump * 32, lsb += jump * 16, lg = w, lt += gridDim.x;
+            if (STAGED == 2) lx[0] = xs[0] + w, lx[1] = xs[1] + w;
+        }
+    };
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++) load_slot(d);
+    next_ring();
+    for (int k = 0; k < count; k++) {
+        const u32 tile = blockIdx.x + k * gridDim.x;
+        float yacc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+        const uint4* xq = xw;
+        for (int s0 = 0; s0 < per; s0 += DEPTH, xq += 16 * KW * DEPTH) {
+#pragma unroll
+            for (int d = 0; d < DEPTH; d++) {
+                if (w + (s0 + d) * KW < groups) {
+                    TfMmaX<STAGED, KW> xr;
+                    xr.p = xq + 16 * KW * d;
+                    tf_mma_group<1, KW, STAGED, 0>(ring[d], xr, mask, n, yacc);
+                }
+                load_slot(d);
+            }
+            next_ring();
+        }
+        // The warps' sums in warp order.
+        const int b = k & 1;
+#pragma unroll
+        for (int v = 0; v < 4; v++) red[b][w][lane][v] = yacc[0][v];
+        __syncthreads();
+        if (w == 0)
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                float sum = red[b][0][lane][v];
+                for (int q = 1; q < KW; q++) sum = sum + red[b][q][lane][v];
+                const int row = 16 * (int)tile + g + 8 * (v >> 1), j = j0 + 2 * t + (v & 1);
+                if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
+            }
+    }
+}
+
 // The codes of a matrix's tiles at W, then their scales (tiles of `rows` rows, `cols` columns).
 __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles, int cols) {
     return (const float2*)(W + tiles * (cols >> 6) * 512);
@@ -340,6 +451,30 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
     }
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2)
+
+// tf_mma_mlx4_stream{DEPTH}_{split,staged}: tf_mma_stream's persistent blocks of MMA_KW warps
+// (x rows 8 by ..., tiles in turn), x split once a call or staged once a block; at DEPTH 2
+// registers for two blocks an SM.
+#define TF_MMA_STREAM_ENTRIES(DEPTH)                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, DEPTH <= 2 ? 2 : 1)              \
+        tf_mma_mlx4_stream##DEPTH##_split(const u8* W, const uint4* xp, const float* xsum,     \
+                                          float* y, int n, int rows, int cols) {               \
+        tf_follow();                                                                           \
+        tf_mma_stream<MMA_KW, 2, DEPTH>((const uint4*)W,                                       \
+                                        tf_mma_scales(W, (rows + 15) >> 4, cols), nullptr, y,  \
+                                        n, blockIdx.y * 8, rows, cols, xp, xsum);              \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, DEPTH <= 2 ? 2 : 1)              \
+        tf_mma_mlx4_stream##DEPTH##_staged(const u8* W, const float* x, float* y, int n,       \
+                                           int rows, int cols) {                               \
+        tf_follow();                                                                           \
+        tf_mma_stream<MMA_KW, 1, DEPTH>((const uint4*)W,                                       \
+                                        tf_mma_scales(W, (rows + 15) >> 4, cols), x, y, n,     \
+                                        blockIdx.y * 8, rows, cols);                           \
+    }
+TF_MMA_STREAM_ENTRIES(2)
+TF_MMA_STREAM_ENTRIES(4)
+TF_MMA_STREAM_ENTRIES(8)
 
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)
