@@ -222,9 +222,8 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
 // first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused). DEPTH > 2: a ring of DEPTH groups' loads instead, DEPTH - 1 in flight
-// while one is multiplied (the same groups in the same order: the same bits).
-template <int RT, int KW, int STAGED, int PLANT, int DEPTH = 2>
+// xp and xsum (x unused).
+template <int RT, int KW, int STAGED, int PLANT>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
@@ -275,29 +274,14 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    if constexpr (DEPTH <= 2) {
-        TfMmaGroup<RT> a, b;
-        if (steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
-        for (int i = 0; i < steps; i += 2) {
-            if (i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
-            tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
-            if (i + 1 >= steps) break;
-            if (i + 2 < steps) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
-            tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
-        }
-    } else {
-        TfMmaGroup<RT> ring[DEPTH];
-#pragma unroll
-        for (int d = 0; d < DEPTH; d++)
-            if (d < steps) tf_mma_load<RT, KW, STAGED == 2>(ring[d], wp, sp, xs);
-        for (int i = 0; i < steps; i += DEPTH) {
-#pragma unroll
-            for (int d = 0; d < DEPTH; d++) {
-                if (i + d >= steps) break;
-                tf_mma_group<RT, KW, STAGED, PLANT>(ring[d], xr, mask, n, yacc);
-                if (i + d + DEPTH < steps) tf_mma_load<RT, KW, STAGED == 2>(ring[d], wp, sp, xs);
-            }
-        }
+    TfMmaGroup<RT> a, b;
+    if (steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
+    for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
+        tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
+        if (i + 1 >= steps) break;
+        if (i + 2 < steps) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
+        tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll

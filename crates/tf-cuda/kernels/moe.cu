@@ -587,7 +587,7 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 // block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
 // stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 8 at a
 // time. STAGED: x staged in shared memory (one-row rounds: every group one row).
-template <int RT, int STAGED, int DEPTH = 2>
+template <int RT, int STAGED>
 __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
                                            int rows, int cols, int n_experts,
@@ -604,7 +604,7 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
     const size_t groups = cols >> 6;
     for (int j0 = 0; j0 < cnt; j0 += 8)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, DEPTH>(
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(
             wq, sb, xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
             rows, cols, STAGED == 2 ? xp + off * groups * 16 : nullptr,
             STAGED == 2 ? xsum + off * groups : nullptr);
@@ -629,18 +629,6 @@ TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)
     }
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1)
-
-// The two-tile split products with a ring of DEPTH groups' loads a warp (tf_mma_body): for
-// experts whose warps walk many groups in turn with few blocks an SM (one-token rounds).
-#define TF_MOE_MMA_DEEP_ENTRY(DEPTH)                                                           \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
-        tf_moe_mma_mlx4_split_d##DEPTH(const u8* W, const uint4* xp, const float* xsum,        \
-                                       float* yg, const int* offsets, int rows, int cols,      \
-                                       int n_experts) {                                        \
-        tf_moe_mma<2, 2, DEPTH>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);     \
-    }
-TF_MOE_MMA_DEEP_ENTRY(4)
-TF_MOE_MMA_DEEP_ENTRY(8)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

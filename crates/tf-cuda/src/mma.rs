@@ -100,20 +100,6 @@ pub fn stream_depth() -> Option<usize> {
     })
 }
 
-/// The groups a warp of one-token rounds' split expert products keeps loaded (up, down): 4 or
-/// 8 in a ring (the same bits) with `TF_CUDA_MOE_DEPTH=4|8` (both matrices) or `=down4|down8`
-/// (the down matrix), else two.
-pub fn moe_depths() -> (Option<usize>, Option<usize>) {
-    static ON: std::sync::OnceLock<(Option<usize>, Option<usize>)> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_DEPTH").as_deref() {
-        Ok("4") => (Some(4), Some(4)),
-        Ok("8") => (Some(8), Some(8)),
-        Ok("down4") => (None, Some(4)),
-        Ok("down8") => (None, Some(8)),
-        _ => (None, None),
-    })
-}
-
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA").map_or(true, |v| v != "0"))

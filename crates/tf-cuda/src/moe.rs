@@ -34,8 +34,6 @@ pub use experts::{ExpertMlp, GpuExperts};
 pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split",
     "tf_moe_mma_mlx4_split_r1",
-    "tf_moe_mma_mlx4_split_d4",
-    "tf_moe_mma_mlx4_split_d8",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -457,15 +455,11 @@ pub fn experts_with(
         // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions < offsets[e] <=
         // n * k rows of xg and of the split (checked above).
         unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
-        let ((up1, down1), (upd, downd)) =
-            (crate::mma::one_tile_experts(), crate::mma::moe_depths());
-        let (up, down) = (
-            SplitForm::for_round(n, up1, upd),
-            SplitForm::for_round(n, down1, downd),
-        );
-        expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k, up)?;
+        let (up1, down1) = crate::mma::one_tile_experts();
+        let (up1, down1) = (n == 1 && up1, n == 1 && down1);
+        expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k, up1)?;
         relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
-        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k, down);
+        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k, down1);
     }
     b.arg(&k_).arg(&dim_).arg(&e_);
     // SAFETY: (f32*, i32*, i32*, f32*, i32 x3); positions < offsets[e] <= n * k rows of xg.
@@ -579,49 +573,9 @@ fn gather_config(slots: usize) -> LaunchConfig {
     }
 }
 
-/// How a block of the split expert products takes its tiles and a warp its loads: every form
-/// gives the same bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SplitForm {
-    /// Two tiles a block, two groups' loads a warp.
-    TwoTiles,
-    /// One tile a block (more blocks for few rows an expert).
-    OneTile,
-    /// Two tiles a block, a ring of 4 or 8 groups' loads a warp (warps that walk many groups).
-    Ring(usize),
-}
-
-impl SplitForm {
-    /// The form for one matrix of a round of `n` tokens: one tile or a ring (`one`, `depth`:
-    /// the switches, [`crate::mma::one_tile_experts`], [`crate::mma::moe_depths`]) for one
-    /// token only.
-    pub(crate) fn for_round(n: usize, one: bool, depth: Option<usize>) -> SplitForm {
-        match (n == 1, one, depth) {
-            (true, true, _) => SplitForm::OneTile,
-            (true, false, Some(d)) => SplitForm::Ring(d),
-            _ => SplitForm::TwoTiles,
-        }
-    }
-
-    fn kernel(self) -> &'static str {
-        match self {
-            SplitForm::TwoTiles => "tf_moe_mma_mlx4_split",
-            SplitForm::OneTile => "tf_moe_mma_mlx4_split_r1",
-            SplitForm::Ring(8) => "tf_moe_mma_mlx4_split_d8",
-            SplitForm::Ring(_) => "tf_moe_mma_mlx4_split_d4",
-        }
-    }
-
-    fn tiles(self) -> usize {
-        match self {
-            SplitForm::OneTile => 1,
-            _ => crate::mma::MOE_TILES,
-        }
-    }
-}
-
 /// [`expert_matmul`] of the gathered rows split once (`x`: their [`SplitX`]), `w` in the mma
-/// tiles, in `form`: the same bits.
+/// tiles, two tiles a block or (`one_tile`: more blocks for few rows an expert) one: the same
+/// bits.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn expert_matmul_split(
     gpu: &Gpu,
@@ -631,7 +585,7 @@ pub(crate) fn expert_matmul_split(
     offsets: &CudaSlice<i32>,
     n: usize,
     k: usize,
-    form: SplitForm,
+    one_tile: bool,
 ) -> Result<()> {
     const OP: &str = "moe expert matmul (split x)";
     let slots = n * k;
@@ -641,10 +595,13 @@ pub(crate) fn expert_matmul_split(
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
     let n_experts = i32_of(OP, "experts", w.n_experts())?;
     let groups = w.n_experts().min(slots).max(1);
-    let tiles = form.tiles();
+    let tiles = if one_tile { 1 } else { crate::mma::MOE_TILES };
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
     cfg.shared_mem_bytes = 0;
-    let kernel = form.kernel();
+    let kernel = match one_tile {
+        true => "tf_moe_mma_mlx4_split_r1",
+        false => "tf_moe_mma_mlx4_split",
+    };
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.matrix.bytes())
         .arg(&x.parts)

@@ -317,10 +317,9 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
                 true => {
                     let mut s = sx.borrow_mut();
                     mma::split(gpu, x, n, &mut s)?;
-                    // Each form in turn by the row count: two tiles, one, a ring of 8, of 4.
-                    use crate::moe::SplitForm::{OneTile, Ring, TwoTiles};
-                    let form = [TwoTiles, OneTile, Ring(8), Ring(4)][n % 4];
-                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, &offs, n, 1, form)?;
+                    // Odd row counts take one tile a block, even two.
+                    let one_tile = n % 2 == 1;
+                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, &offs, n, 1, one_tile)?;
                 }
                 false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
             }
