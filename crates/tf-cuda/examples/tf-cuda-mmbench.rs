@@ -278,48 +278,7 @@ fn bench_mma(
             ok = false;
         }
     }
-    // The persistent products: row 0 alone (split and staged) against its place among 37.
-    for (split_k, staged_k, depth) in mma::STREAM_KERNELS {
-        mma::split(gpu, x, 1, &mut sx)?;
-        mma::matmul_split_stream(gpu, depth, &tiles[0], &sx, 1, &mut y)?;
-        let split_bad = bits_equal(&gpu.download(&y, rows)?, &all[..rows]);
-        mma::matmul_stream(gpu, depth, &tiles[0], x, 1, &mut y)?;
-        let staged_bad = bits_equal(&gpu.download(&y, rows)?, &all[..rows]);
-        for (k, bad) in [(split_k, split_bad), (staged_k, staged_bad)] {
-            if bad != 0 {
-                println!(
-                    "CHECK mma {label} {k}: row 0 alone differs from its place among 37 ({bad})"
-                );
-                ok = false;
-            }
-        }
-    }
     for n in [1usize, 4, 16, 64] {
-        if n <= 8 {
-            for (split_k, staged_k, depth) in mma::STREAM_KERNELS {
-                mma::split(gpu, x, n, &mut sx)?;
-                let us = time_us::<Error>(gpu.stream(), iters, |i| {
-                    let m = &tiles[i % tiles.len()];
-                    Ok(mma::matmul_split_stream(gpu, depth, m, &sx, n, &mut y)?)
-                })?;
-                let name = format!("{label} ({split_k}, {} regs)", gpu.registers(split_k)?);
-                println!(
-                    "{}",
-                    table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
-                );
-                if n == 1 {
-                    let us = time_us::<Error>(gpu.stream(), iters, |i| {
-                        let m = &tiles[i % tiles.len()];
-                        Ok(mma::matmul_stream(gpu, depth, m, x, n, &mut y)?)
-                    })?;
-                    let name = format!("{label} ({staged_k}, {} regs)", gpu.registers(staged_k)?);
-                    println!(
-                        "{}",
-                        table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
-                    );
-                }
-            }
-        }
         let us = time_us::<Error>(gpu.stream(), iters, |_| Ok(mma::split(gpu, x, n, &mut sx)?))?;
         let name = format!("{label} (tf_mma_split alone)");
         println!(

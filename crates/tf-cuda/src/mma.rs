@@ -14,7 +14,7 @@ use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu.
-pub const KERNEL_NAMES: [&str; 19] = [
+pub const KERNEL_NAMES: [&str; 13] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -28,20 +28,6 @@ pub const KERNEL_NAMES: [&str; 19] = [
     "tf_rms_norm_split",
     "tf_add_rms_norm_split",
     "tf_add2_rms_norm_split",
-    STREAM_KERNELS[0].0,
-    STREAM_KERNELS[0].1,
-    STREAM_KERNELS[1].0,
-    STREAM_KERNELS[1].1,
-    STREAM_KERNELS[2].0,
-    STREAM_KERNELS[2].1,
-];
-
-/// The persistent-block products (kernels/mma.cu's `tf_mma_stream`) by the groups a warp keeps
-/// in flight: (depth, x split once, x staged). The same bits as the products above.
-pub const STREAM_KERNELS: [(&str, &str, usize); 3] = [
-    ("tf_mma_mlx4_stream2_split", "tf_mma_mlx4_stream2_staged", 2),
-    ("tf_mma_mlx4_stream4_split", "tf_mma_mlx4_stream4_staged", 4),
-    ("tf_mma_mlx4_stream8_split", "tf_mma_mlx4_stream8_staged", 8),
 ];
 
 /// The products of x split once a call ([`SplitX`]), one tile and two tiles a block.
@@ -87,16 +73,6 @@ pub fn one_tile_experts() -> (bool, bool) {
         Ok("up") => (true, false),
         Ok("down") => (false, true),
         _ => (false, false),
-    })
-}
-
-/// The persistent-block products' depth (groups a warp keeps in flight) for rounds of at most
-/// 8 rows: `TF_CUDA_MMA_STREAM=2|4|8`; off (the per-tile blocks) when unset or `0`.
-pub fn stream_depth() -> Option<usize> {
-    static ON: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let v = std::env::var("TF_CUDA_MMA_STREAM").ok()?.parse().ok()?;
-        STREAM_KERNELS.iter().any(|k| k.2 == v).then_some(v)
     })
 }
 
@@ -228,42 +204,6 @@ fn launch(c: Choice, rows: usize, cols: usize, n: usize) -> LaunchConfig {
     }
 }
 
-/// The persistent products' entry of `depth` (x split or staged) and launch for `n` (at most 8)
-/// x rows: as many blocks as the SMs hold at once, at most one a tile.
-fn stream_launch(
-    gpu: &Gpu,
-    depth: usize,
-    split: bool,
-    rows: usize,
-    n: usize,
-    smem: usize,
-) -> Result<(&'static str, LaunchConfig)> {
-    let k = STREAM_KERNELS
-        .iter()
-        .find(|k| k.2 == depth)
-        .ok_or_else(|| CudaError::Shape {
-            op: "mma stream",
-            detail: format!("no persistent product keeps {depth} groups in flight"),
-        })?;
-    let name = if split { k.0 } else { k.1 };
-    if n > 8 {
-        return Err(CudaError::Shape {
-            op: "mma stream",
-            detail: format!("{n} x rows: the persistent products take at most 8"),
-        });
-    }
-    crate::slices::count_launch();
-    let threads = 32 * WARPS;
-    let resident = gpu.resident_blocks(name, threads, smem as u32)?.max(1);
-    let blocks = (gpu.info().multiprocessors * resident).min(rows.div_ceil(16).max(1));
-    let cfg = LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
-    Ok((name, cfg))
-}
-
 /// The stacked experts `m` (`n_experts` of `m.rows() / n_experts` rows each, a multiple of 16)
 /// in the tiles, each expert's tiles in turn; `None` where the tiles do not serve them.
 pub fn tile_experts(gpu: &Gpu, m: &GpuMatrix, n_experts: usize) -> Result<Option<GpuMatrix>> {
@@ -319,59 +259,7 @@ pub fn matmul(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let c = Choice::for_call(w.rows(), w.cols(), n);
-    match stream_depth() {
-        Some(depth) if n == 1 && c.staged => matmul_stream(gpu, depth, w, x, n, y),
-        _ => matmul_with(gpu, c.kernel(), c, w, x, n, y),
-    }
-}
-
-/// [`matmul`] of at most 8 x rows (their staging fitting in [`STAGING_MAX`]) by the persistent
-/// blocks keeping `depth` groups a warp in flight: the same bits.
-pub fn matmul_stream(
-    gpu: &Gpu,
-    depth: usize,
-    w: &GpuMatrix,
-    x: &CudaSlice<f32>,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-) -> Result<()> {
-    const OP: &str = "mma matmul (persistent)";
-    need(OP, "x", x.len(), n * w.cols())?;
-    need(OP, "y", y.len(), n * w.rows())?;
-    tiled(OP, w)?;
-    let smem = staging_bytes(n, w.cols());
-    if smem > STAGING_MAX {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!("{n} x rows of {} columns do not fit the staging", w.cols()),
-        });
-    }
-    if n == 0 || w.rows() == 0 {
-        return Ok(());
-    }
-    let (name, cfg) = stream_launch(gpu, depth, false, w.rows(), n, smem)?;
-    let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(name)?;
-    b.arg(w.bytes())
-        .arg(x)
-        .arg(y)
-        .arg(&n_)
-        .arg(&rows)
-        .arg(&cols);
-    // SAFETY: (u8*, f32*, f32*, i32, i32, i32); the buffers hold the elements they read and
-    // write (checked above; the tiles were made for this shape).
-    unsafe { b.go(cfg, "launching mma matmul (persistent)") }
-}
-
-/// An error unless `w` is in the mma tiles.
-fn tiled(op: &'static str, w: &GpuMatrix) -> Result<()> {
-    match w.layout() {
-        Layout::MmaTiles => Ok(()),
-        _ => Err(CudaError::Shape {
-            op,
-            detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
-        }),
-    }
+    matmul_with(gpu, c.kernel(), c, w, x, n, y)
 }
 
 /// [`matmul`] through `kernel` (`c`'s, or the planted control with its choice).
@@ -515,45 +403,8 @@ pub fn matmul_split(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    match stream_depth() {
-        Some(depth) if n <= 8 => matmul_split_stream(gpu, depth, w, s, n, y),
-        _ => {
-            let rt = Choice::for_call(w.rows(), w.cols(), n).rt;
-            matmul_split_with(gpu, rt, w, s, n, y)
-        }
-    }
-}
-
-/// [`matmul_split`] of at most 8 x rows by the persistent blocks keeping `depth` groups a warp
-/// in flight: the same bits.
-pub fn matmul_split_stream(
-    gpu: &Gpu,
-    depth: usize,
-    w: &GpuMatrix,
-    s: &SplitX,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-) -> Result<()> {
-    const OP: &str = "mma matmul (split x, persistent)";
-    s.check(OP, n, w.cols())?;
-    need(OP, "y", y.len(), n * w.rows())?;
-    tiled(OP, w)?;
-    if n == 0 || w.rows() == 0 {
-        return Ok(());
-    }
-    let (name, cfg) = stream_launch(gpu, depth, true, w.rows(), n, 0)?;
-    let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(name)?;
-    b.arg(w.bytes())
-        .arg(&s.parts)
-        .arg(&s.sums)
-        .arg(y)
-        .arg(&n_)
-        .arg(&rows)
-        .arg(&cols);
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32, i32, i32); the split holds n rows of the matrix's
-    // columns and y n rows of its rows (checked above; the tiles were made for this shape).
-    unsafe { b.go(cfg, "launching mma matmul (split x, persistent)") }
+    let rt = Choice::for_call(w.rows(), w.cols(), n).rt;
+    matmul_split_with(gpu, rt, w, s, n, y)
 }
 
 /// [`matmul_split`] with `rt` (1 or 2) tiles a block.
