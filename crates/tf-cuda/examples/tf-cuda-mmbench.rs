@@ -286,7 +286,7 @@ fn bench_mma(
             table_row(&name, GpuFormat::Mlx4, n, cols, 4 * n * cols, n, us, peak)
         );
         for rt in [1, 2] {
-            let k = mma::SPLIT_KERNELS[rt - 1];
+            let k = mma::split_kernel(rt, n);
             let us = time_us::<Error>(gpu.stream(), iters, |i| {
                 let m = &tiles[i % tiles.len()];
                 Ok(mma::matmul_split_with(gpu, rt, m, &sx, n, &mut y)?)

@@ -12,12 +12,15 @@
 // After every tile's codes: f32 (s, b - 128 s) for (T, G, row r of the tile), at (T groups + G)
 // 16 + r.
 //
-// x (f32, n rows), 8 rows a block: lane (g, t) feeds the block's row g. Each value is split
-// into bf16 parts hi = bf16(v) and lo = bf16(v - hi), the tensor cores sum 128 + q (exact in
-// bf16; lo, then hi) per 16 columns, and X, the group's sum of the parts, comes from the same
-// fragments times a matrix of ones. A group adds s Σ (128 + q) x + (b - 128 s) X to its outputs
-// (two FMAs; the tiles hold b - 128 s); warp w takes groups w, w + MMA_KW, ... and the warps'
-// sums are added in warp order.
+// x (f32, n rows), 4 or 8 rows a block (one or two fragments F). Each value is split into
+// bf16 parts hi = bf16(v) and lo = bf16(v - hi), and a row takes two B columns: in fragment f,
+// column 2c holds row 4f + c's high parts and column 2c + 1 its low parts (lane (g, t) feeds
+// column g). Per 16 columns the tensor cores sum 128 + q (exact in bf16) against both, each
+// column's sum carried through the group's four k-steps, and the two are added once; X, the
+// group's sum of the parts, comes the same way from the same fragments times a matrix of ones.
+// A group adds s Σ (128 + q) x + (b - 128 s) X to its outputs (two FMAs; the tiles hold
+// b - 128 s); warp w takes groups w, w + MMA_KW, ... and the warps' sums are added in warp
+// order. One mma thus serves four rows, so a call of at most four takes half the mmas.
 //
 // x split once a call (tf_mma_split, or the norm that writes it: norm_split.cu): for each (row,
 // group) the 16 uint4 (h0, h1, l0, l1) at (m, t) of the staging's layout, and the group's X at
@@ -119,18 +122,27 @@ __device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
     return tf_mma_parts_of(__ldg((const float2*)p), __ldg((const float2*)(p + 8)));
 }
 
+// A lane's B registers (b0, b1) of one k-step from its x row's parts (h0, h1, l0, l1): the
+// high parts where its column g is even, the low parts where it is odd.
+__device__ __forceinline__ uint2 tf_mma_half(uint4 v, int g) {
+    uint2 h;
+    h.x = (g & 1) ? v.z : v.x;
+    h.y = (g & 1) ? v.w : v.y;
+    return h;
+}
+
 // One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
-// where x comes split, the group's X of the lane's D columns (x rows 2t, 2t + 1).
-template <int RT>
+// where x comes split, the group's X of the lane's x rows t + 4 f (f < F).
+template <int RT, int F>
 struct TfMmaGroup {
     uint4 q[RT];
     float2 lo[RT], hi[RT];
-    float X[2];
+    float X[F];
 };
 
 // The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
-template <int RT, int KW, int SPLIT>
-__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
+template <int RT, int KW, int F, int SPLIT>
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** wp,
                                             const float2** sp, const float** xs) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -141,41 +153,54 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT>& d, const uint4** wp,
     }
     if (SPLIT) {
 #pragma unroll
-        for (int c = 0; c < 2; c++) d.X[c] = __ldg(xs[c]), xs[c] += KW;
+        for (int f = 0; f < F; f++) d.X[f] = __ldg(xs[f]), xs[f] += KW;
     }
 }
 
-// A lane's x: the B registers (h0, h1, l0, l1: the hi and lo parts of the pairs at columns
-// k + 2t and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory
-// (STAGED 0), read from the block's staging in shared memory (1) or from x split once a call
-// in global memory (2), the same values.
-template <int STAGED, int KW>
+// A lane's x: its B registers of k-step m in fragment f (B column g: x row g / 2 + 4 f, its
+// high parts for even g and its low parts for odd g, at columns k + 2t and k + 2t + 8), split
+// in the lane from x in global memory (STAGED 0), read from the block's staging in shared
+// memory (1) or from x split once a call in global memory (2), the same values.
+template <int STAGED, int KW, int F>
 struct TfMmaX;
-template <int KW>
-struct TfMmaX<0, KW> {
-    const float* p;  // the lane's x row at column 64 G + 2t
-    __device__ __forceinline__ uint4 at(int m) const { return tf_mma_parts(p + 16 * m); }
-    __device__ __forceinline__ void next() { p += 64 * KW; }
+template <int KW, int F>
+struct TfMmaX<0, KW, F> {
+    const float* p[F];  // the lane's x rows at column 64 G + 2t
+    int g;
+    __device__ __forceinline__ uint2 at(int m, int f) const {
+        return tf_mma_half(tf_mma_parts(p[f] + 16 * m), g);
+    }
+    __device__ __forceinline__ void next() {
+#pragma unroll
+        for (int f = 0; f < F; f++) p[f] += 64 * KW;
+    }
 };
-template <int KW>
-struct TfMmaX<1, KW> {
-    const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
-    __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
-    __device__ __forceinline__ void next() { p += 16 * KW; }
+template <int KW, int F>
+struct TfMmaX<1, KW, F> {
+    const uint2* p[F];  // the staging at (the lane's rows, G, m = 0, t), the lane's half
+    __device__ __forceinline__ uint2 at(int m, int f) const { return p[f][8 * m]; }
+    __device__ __forceinline__ void next() {
+#pragma unroll
+        for (int f = 0; f < F; f++) p[f] += 32 * KW;
+    }
 };
-template <int KW>
-struct TfMmaX<2, KW> {
-    const uint4* p;  // the split at (the lane's row, G, m = 0, t)
-    __device__ __forceinline__ uint4 at(int m) const { return __ldg(p + 4 * m); }
-    __device__ __forceinline__ void next() { p += 16 * KW; }
+template <int KW, int F>
+struct TfMmaX<2, KW, F> {
+    const uint2* p[F];  // the split at (the lane's rows, G, m = 0, t), the lane's half
+    __device__ __forceinline__ uint2 at(int m, int f) const { return __ldg(p[f] + 8 * m); }
+    __device__ __forceinline__ void next() {
+#pragma unroll
+        for (int f = 0; f < F; f++) p[f] += 32 * KW;
+    }
 };
 
 // One group of this lane's x (which then moves KW groups on) into yacc; X from the split
 // (STAGED 2) or summed here. PLANT (a planted control): the low parts dropped when the call
 // has several rows.
-template <int RT, int KW, int STAGED, int PLANT>
-__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STAGED, KW>& xr,
-                                             u32 mask, int n, float (*yacc)[4]) {
+template <int RT, int KW, int STAGED, int PLANT, int F>
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d,
+                                             TfMmaX<STAGED, KW, F>& xr, u32 mask, int n,
+                                             float (*yacc)[F][2]) {
     u32 a[RT][4][4];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -184,53 +209,58 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT>& d, TfMmaX<STA
         for (int m = 0; m < 4; m++) tf_mma_codes(words[m], a[r][m], mask);
     }
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
-    float acc[RT][4], X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[RT][F][4], X[F][4];
 #pragma unroll
-    for (int r = 0; r < RT; r++)
-#pragma unroll
-        for (int v = 0; v < 4; v++) acc[r][v] = 0.0f;
-#pragma unroll
-    for (int m = 0; m < 4; m++) {
-        const uint4 v = xr.at(m);
-        const bool drop = PLANT && n > 1;
-        const u32 h0 = v.x, h1 = v.y, l0 = drop ? 0u : v.z, l1 = drop ? 0u : v.w;
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            tf_mma_16816(acc[r], a[r][m], l0, l1);
-            tf_mma_16816(acc[r], a[r][m], h0, h1);
-        }
-        if (STAGED != 2) {
-            tf_mma_16816(X, ones, l0, l1);
-            tf_mma_16816(X, ones, h0, h1);
-        }
-    }
-    xr.next();
-    // acc: D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]; X the same columns.
-#pragma unroll
-    for (int r = 0; r < RT; r++)
+    for (int f = 0; f < F; f++)
 #pragma unroll
         for (int v = 0; v < 4; v++) {
-            const float2 sc = v < 2 ? d.lo[r] : d.hi[r];
-            const float xv = STAGED == 2 ? d.X[v & 1] : X[v & 1];
-            yacc[r][v] = fmaf(sc.x, acc[r][v], fmaf(sc.y, xv, yacc[r][v]));
+            X[f][v] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < RT; r++) acc[r][f][v] = 0.0f;
         }
+    const bool drop = PLANT && n > 1 && ((threadIdx.x >> 2) & 1);  // odd g: the low parts
+#pragma unroll
+    for (int m = 0; m < 4; m++)
+#pragma unroll
+        for (int f = 0; f < F; f++) {
+            uint2 b = xr.at(m, f);
+            if (drop) b.x = 0u, b.y = 0u;
+#pragma unroll
+            for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][f], a[r][m], b.x, b.y);
+            if (STAGED != 2) tf_mma_16816(X[f], ones, b.x, b.y);
+        }
+    xr.next();
+    // acc[r][f]: D[g][2t], D[g][2t + 1] (x row t + 4 f's high and low parts against tile row
+    // g), then the same for tile row g + 8; X[f] the same columns against ones.
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int f = 0; f < F; f++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float2 sc = h ? d.hi[r] : d.lo[r];
+                const float xv = STAGED == 2 ? d.X[f] : X[f][0] + X[f][1];
+                const float s = acc[r][f][2 * h] + acc[r][f][2 * h + 1];
+                yacc[r][f][h] = fmaf(sc.x, s, fmaf(sc.y, xv, yacc[r][f][h]));
+            }
 }
 
-// y[j, row] for x rows j0 .. j0 + 7 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix of
-// `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
-// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
-// first splits its x rows (at most 8) into shared memory, a uint4 (h0, h1, l0, l1) for each
-// (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
-// copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused).
-template <int RT, int KW, int STAGED, int PLANT>
+// y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
+// of `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
+// groups' loads in turn so one is in flight while the other is multiplied. F fragments of four
+// x rows: a k-step's product takes a row's high and low parts as two columns, so one mma serves
+// four rows. STAGED: the block first splits its x rows (at most 4F) into shared memory, a
+// uint4 (h0, h1, l0, l1) for each (row, group, k-step m, t), so that a lane reads them once
+// instead of all 32 lanes splitting copies (dynamic shared memory: rows x groups x 256 bytes);
+// STAGED 2: x split once a call, at xp and xsum (x unused).
+template <int RT, int KW, int STAGED, int PLANT, int F>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
                                             int n, int j0, int tile0, int rows, int cols,
                                             const uint4* __restrict__ xp = nullptr,
                                             const float* __restrict__ xsum = nullptr) {
-    __shared__ float red[KW][32][4];
+    __shared__ float red[KW][32][2 * F];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int groups = cols >> 6, tiles = (rows + 15) >> 4;
@@ -242,59 +272,71 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         wp[r] = wq + tg * 32 + lane;
         sp[r] = sb + tg * 16 + g;
     }
-    // A lane past the last x row reads the last (its D column is not stored; columns do
+    // A lane past the last x row reads the last (its D columns are not stored; columns do
     // not mix).
-    const int live = min(8, n - j0);
-    TfMmaX<STAGED, KW> xr;
-    const float* xs[2] = {nullptr, nullptr};
-    if constexpr (STAGED == 2) {
-        xr.p = xp + ((size_t)(j0 + min(g, live - 1)) * groups + w) * 16 + t;
+    const int live = min(4 * F, n - j0);
+    int xrow[F];
 #pragma unroll
-        for (int c = 0; c < 2; c++) xs[c] = xsum + (size_t)(j0 + min(2 * t + c, live - 1)) * groups + w;
+    for (int f = 0; f < F; f++) xrow[f] = min((g >> 1) + 4 * f, live - 1);
+    TfMmaX<STAGED, KW, F> xr;
+    const float* xs[F];
+    if constexpr (STAGED == 2) {
+#pragma unroll
+        for (int f = 0; f < F; f++) {
+            const uint4* p = xp + ((size_t)(j0 + xrow[f]) * groups + w) * 16 + t;
+            xr.p[f] = (const uint2*)p + (g & 1);
+            xs[f] = xsum + (size_t)(j0 + min(t + 4 * f, live - 1)) * groups + w;
+        }
     } else if constexpr (STAGED == 1) {
 #ifdef TF_HOST_SIMT
-        uint4* xs = (uint4*)tf_dyn_smem;
+        uint4* st = (uint4*)tf_dyn_smem;
 #else
-        extern __shared__ uint4 xs[];
+        extern __shared__ uint4 st[];
 #endif
         for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
             const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
-            xs[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
+            st[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
                                  16 * m + 2 * tt);
         }
         __syncthreads();
-        xr.p = xs + ((size_t)min(g, live - 1) * groups + w) * 16 + t;
+#pragma unroll
+        for (int f = 0; f < F; f++)
+            xr.p[f] = (const uint2*)(st + ((size_t)xrow[f] * groups + w) * 16 + t) + (g & 1);
     } else {
-        xr.p = x + (size_t)(j0 + min(g, live - 1)) * cols + 64 * w + 2 * t;
+#pragma unroll
+        for (int f = 0; f < F; f++) xr.p[f] = x + (size_t)(j0 + xrow[f]) * cols + 64 * w + 2 * t;
+        xr.g = g;
     }
-    float yacc[RT][4];
+    float yacc[RT][F][2];
 #pragma unroll
     for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int v = 0; v < 4; v++) yacc[r][v] = 0.0f;
+        for (int f = 0; f < F; f++) yacc[r][f][0] = 0.0f, yacc[r][f][1] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    TfMmaGroup<RT> a, b;
-    if (steps > 0) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
+    TfMmaGroup<RT, F> a, b;
+    if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
     for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps) tf_mma_load<RT, KW, STAGED == 2>(b, wp, sp, xs);
-        tf_mma_group<RT, KW, STAGED, PLANT>(a, xr, mask, n, yacc);
+        if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
+        tf_mma_group<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
-        if (i + 2 < steps) tf_mma_load<RT, KW, STAGED == 2>(a, wp, sp, xs);
-        tf_mma_group<RT, KW, STAGED, PLANT>(b, xr, mask, n, yacc);
+        if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
+        tf_mma_group<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll
     for (int r = 0; r < RT; r++) {
 #pragma unroll
-        for (int v = 0; v < 4; v++) red[w][lane][v] = yacc[r][v];
+        for (int f = 0; f < F; f++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) red[w][lane][2 * f + h] = yacc[r][f][h];
         __syncthreads();
         if (w == 0 && tile0 + r < tiles)
 #pragma unroll
-            for (int v = 0; v < 4; v++) {
+            for (int v = 0; v < 2 * F; v++) {
                 float sum = red[0][lane][v];
                 for (int k = 1; k < KW; k++) sum = sum + red[k][lane][v];
-                const int row = 16 * (tile0 + r) + g + 8 * (v >> 1), j = j0 + 2 * t + (v & 1);
+                const int row = 16 * (tile0 + r) + g + 8 * (v & 1), j = j0 + t + 4 * (v >> 1);
                 if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
             }
         __syncthreads();
@@ -306,76 +348,83 @@ __device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles
     return (const float2*)(W + tiles * (cols >> 6) * 512);
 }
 
-// Block (bx, by) takes tiles RT bx .. and x rows 8 by ...
-template <int RT, int STAGED, int PLANT>
+// Block (bx, by) takes tiles RT bx .. and x rows 4F by ...
+template <int RT, int STAGED, int PLANT, int F>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
-    tf_mma_body<RT, MMA_KW, STAGED, PLANT>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols),
-                                           x, y, n, blockIdx.y * 8, blockIdx.x * RT, rows, cols);
+    tf_mma_body<RT, MMA_KW, STAGED, PLANT, F>((const uint4*)W,
+                                              tf_mma_scales(W, (rows + 15) >> 4, cols), x, y, n,
+                                              blockIdx.y * 4 * F, blockIdx.x * RT, rows, cols);
 }
 
-// tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 8 x rows a block; at one
-// tile, registers for two blocks an SM.
-#define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT)                                                  \
+// tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 4F x rows a block (the staged
+// entries, for one row, F = 1); at one tile, registers for two blocks an SM.
+#define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT, F)                                               \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
         tf_follow();                                                                           \
-        tf_mma_mlx4<RT, STAGED, PLANT>(W, x, y, n, rows, cols);                                \
+        tf_mma_mlx4<RT, STAGED, PLANT, F>(W, x, y, n, rows, cols);                             \
     }
-TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r1_staged, 1, 1, 0)
-TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0)
-TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1)
+TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0, 2)
+TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0, 2)
+TF_MMA_ENTRY(tf_mma_mlx4_r1_staged, 1, 1, 0, 1)
+TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0, 1)
+TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 2)
 
-// tf_mma_mlx4_r{RT}_split: the same products of x split once a call (parts xp, sums xsum).
-#define TF_MMA_SPLIT_ENTRY(NAME, RT)                                                          \
+// tf_mma_mlx4_r{RT}_split[_x4]: the same products of x split once a call (parts xp, sums
+// xsum), 8 x rows a block, or 4 (_x4).
+#define TF_MMA_SPLIT_ENTRY(NAME, RT, F)                                                        \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols) {                                                                       \
         tf_follow();                                                                           \
-        tf_mma_body<RT, MMA_KW, 2, 0>((const uint4*)W, tf_mma_scales(W, (rows + 15) >> 4, cols), \
-                                      nullptr, y, n, blockIdx.y * 8, blockIdx.x * RT, rows,    \
-                                      cols, xp, xsum);                                         \
+        tf_mma_body<RT, MMA_KW, 2, 0, F>((const uint4*)W,                                      \
+                                         tf_mma_scales(W, (rows + 15) >> 4, cols), nullptr, y, \
+                                         n, blockIdx.y * 4 * F, blockIdx.x * RT, rows, cols,   \
+                                         xp, xsum);                                            \
     }
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 2)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
 
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)
-// the parts of row g, the sums of rows 2t, 2t + 1 from D[g][2t], D[g][2t + 1], as tf_mma_group
-// takes them. PLANT (a planted control): the sums in f32 from x itself, not from the parts on
-// the tensor cores.
+// the parts of row g; the sum of row t + 4f from the products' fragment f (tf_mma_group) times
+// a matrix of ones, its high and low columns' sums added. PLANT (a planted control): the sums
+// in f32 from x itself, not from the parts on the tensor cores.
 template <int PLANT>
 __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, size_t stride,
                                                    int live, int G, int groups,
                                                    uint4* __restrict__ parts,
                                                    float* __restrict__ sums) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const float* p = x + min(g, live - 1) * stride + 2 * t;
+    // Plain loads: a norm's block reads back the row it has just written.
+    auto parts_at = [&](int row, int m) {
+        const float* q = x + min(row, live - 1) * stride + 2 * t + 16 * m;
+        return tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
+    };
+    if (g < live)
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            parts[((size_t)g * groups + G) * 16 + 4 * m + t] = parts_at(g, m);
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
-    float X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int f = 0; 4 * f < live; f++) {
+        float X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int m = 0; m < 4; m++) {
-        // Plain loads: a norm's block reads back the row it has just written.
-        const float* q = p + 16 * m;
-        const uint4 v = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
-        if (g < live) parts[((size_t)g * groups + G) * 16 + 4 * m + t] = v;
-        tf_mma_16816(X, ones, v.z, v.w);
-        tf_mma_16816(X, ones, v.x, v.y);
-    }
-    if (PLANT) {
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const float* q = x + min(2 * t + c, live - 1) * stride;
-            float s = 0.0f;
-            for (int k = 0; k < 64; k++) s += q[k];
-            X[c] = s;
+        for (int m = 0; m < 4; m++) {
+            const uint2 b = tf_mma_half(parts_at((g >> 1) + 4 * f, m), g);
+            tf_mma_16816(X, ones, b.x, b.y);
         }
+        const int row = t + 4 * f;
+        float s = X[0] + X[1];
+        if (PLANT) {
+            const float* q = x + min(row, live - 1) * stride;
+            s = 0.0f;
+            for (int k = 0; k < 64; k++) s += q[k];
+        }
+        if (g == 0 && row < live) sums[(size_t)row * groups + G] = s;
     }
-#pragma unroll
-    for (int c = 0; c < 2; c++)
-        if (g == 0 && 2 * t + c < live) sums[(size_t)(2 * t + c) * groups + G] = X[c];
 }
 
 // Row `row` (of `width`, a multiple of 64) at `src`, split by the block's warps, a group each

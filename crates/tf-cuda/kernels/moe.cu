@@ -585,9 +585,9 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 
 // The grouped expert products on the tensor cores (kernels/mma.cu's body, MMA_MOE_KW warps a
 // block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
-// stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 8 at a
-// time. STAGED: x staged in shared memory (one-row rounds: every group one row).
-template <int RT, int STAGED>
+// stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 4F at
+// a time. STAGED: x staged in shared memory (one-row rounds: every group one row).
+template <int RT, int STAGED, int F>
 __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
                                            int rows, int cols, int n_experts,
@@ -603,32 +603,35 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const uint4* wq = (const uint4*)W + first * 32;
     const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
     const size_t groups = cols >> 6;
-    for (int j0 = 0; j0 < cnt; j0 += 8)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0>(
+    for (int j0 = 0; j0 < cnt; j0 += 4 * F)
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F>(
             wq, sb, xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
             rows, cols, STAGED == 2 ? xp + off * groups * 16 : nullptr,
             STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
-#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED)                                                     \
+#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED, F)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const float* xg, float* yg, const int* offsets, int rows, int cols,    \
              int n_experts) {                                                                  \
-        tf_moe_mma<RT, STAGED>(W, xg, yg, offsets, rows, cols, n_experts);                     \
+        tf_moe_mma<RT, STAGED, F>(W, xg, yg, offsets, rows, cols, n_experts);                  \
     }
-TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0)
-TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1)
+TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0, 2)
+TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1, 1)
 
 // The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
-// tf_moe_relu2_split), two tiles a block and (_r1) one.
-#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT)                                                       \
+// tf_moe_relu2_split), two tiles a block and (_r1) one; a group's rows 8 at a time, or (_x4,
+// for rounds of at most four tokens) 4.
+#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT, F)                                                    \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
              int rows, int cols, int n_experts) {                                              \
-        tf_moe_mma<RT, 2>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);           \
+        tf_moe_mma<RT, 2, F>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);        \
     }
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2)
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2, 2)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1, 2)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_x4, 2, 1)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

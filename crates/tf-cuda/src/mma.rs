@@ -14,7 +14,7 @@ use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu.
-pub const KERNEL_NAMES: [&str; 13] = [
+pub const KERNEL_NAMES: [&str; 15] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -23,6 +23,8 @@ pub const KERNEL_NAMES: [&str; 13] = [
     "tf_mma_tile_mlx4",
     SPLIT_KERNELS[0],
     SPLIT_KERNELS[1],
+    SPLIT_KERNELS_X4[0],
+    SPLIT_KERNELS_X4[1],
     "tf_mma_split",
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
@@ -30,8 +32,32 @@ pub const KERNEL_NAMES: [&str; 13] = [
     "tf_add2_rms_norm_split",
 ];
 
-/// The products of x split once a call ([`SplitX`]), one tile and two tiles a block.
+/// The products of x split once a call ([`SplitX`]), one tile and two tiles a block, 8 x rows
+/// a block.
 pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_split"];
+
+/// [`SPLIT_KERNELS`] with 4 x rows a block, half the tensor cores' work: for calls of at most
+/// four rows (the same bits).
+pub const SPLIT_KERNELS_X4: [&str; 2] = ["tf_mma_mlx4_r1_split_x4", "tf_mma_mlx4_r2_split_x4"];
+
+/// x rows a block of the split products for a call of `n` rows: 4 ([`SPLIT_KERNELS_X4`]) where
+/// `n` is at most 4, else 8.
+pub(crate) fn split_rows_a_block(n: usize) -> usize {
+    if n <= 4 {
+        4
+    } else {
+        8
+    }
+}
+
+/// The split product [`matmul_split_with`] launches for `rt` (1 or 2) tiles a block and `n` rows.
+pub fn split_kernel(rt: usize, n: usize) -> &'static str {
+    let kernels = match split_rows_a_block(n) {
+        4 => SPLIT_KERNELS_X4,
+        _ => SPLIT_KERNELS,
+    };
+    kernels[rt.clamp(1, 2) - 1]
+}
 
 /// Planted control: [`split`]'s group sums taken in f32 from x, not on the tensor cores.
 pub const PLANT_SPLIT_SUMS: &str = "tf_plant_mma_split_sums";
@@ -170,6 +196,15 @@ impl Choice {
         !self.staged || staging_bytes(n, cols) <= STAGING_MAX
     }
 
+    /// x rows a block: 4 staged (the one-row choice), 8 not.
+    fn x_rows(self) -> usize {
+        if self.staged {
+            4
+        } else {
+            8
+        }
+    }
+
     /// The kernel's name (one of [`KERNEL_NAMES`]).
     pub fn kernel(self) -> &'static str {
         match (self.rt, self.staged) {
@@ -181,18 +216,18 @@ impl Choice {
     }
 }
 
-/// Shared memory of a block's staged x: its rows (at most 8) by 256 bytes a group.
+/// Shared memory of a block's staged x: its rows (at most 4) by 256 bytes a group.
 fn staging_bytes(n: usize, cols: usize) -> usize {
-    n.min(8) * (cols / GROUP) * 256
+    n.min(4) * (cols / GROUP) * 256
 }
 
-/// A block for `c.rt` tiles by 8 x rows (counted in [`crate::slices::launches`]).
-fn launch(c: Choice, rows: usize, cols: usize, n: usize) -> LaunchConfig {
+/// A block for `c.rt` tiles by `x_rows` x rows (counted in [`crate::slices::launches`]).
+fn launch(c: Choice, x_rows: usize, rows: usize, cols: usize, n: usize) -> LaunchConfig {
     crate::slices::count_launch();
     LaunchConfig {
         grid_dim: (
             rows.div_ceil(16 * c.rt).max(1) as u32,
-            n.div_ceil(8).max(1) as u32,
+            n.div_ceil(x_rows).max(1) as u32,
             1,
         ),
         block_dim: (32 * WARPS, 1, 1),
@@ -300,7 +335,12 @@ pub fn matmul_with(
         .arg(&cols);
     // SAFETY: the kernels' signature is (u8*, f32*, f32*, i32, i32, i32); the buffers hold the
     // elements they read and write (checked above; the tiles were made for this shape).
-    unsafe { b.go(launch(c, w.rows(), w.cols(), n), "launching mma matmul") }
+    unsafe {
+        b.go(
+            launch(c, c.x_rows(), w.rows(), w.cols(), n),
+            "launching mma matmul",
+        )
+    }
 }
 
 /// x split once for the tensor cores' products: each row's bf16 parts in the B fragments'
@@ -433,7 +473,7 @@ pub fn matmul_split_with(
         staged: false,
     };
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(SPLIT_KERNELS[c.rt - 1])?;
+    let mut b = gpu.launcher(split_kernel(c.rt, n))?;
     b.arg(w.bytes())
         .arg(&s.parts)
         .arg(&s.sums)
@@ -445,7 +485,7 @@ pub fn matmul_split_with(
     // columns and y n rows of its rows (checked above; the tiles were made for this shape).
     unsafe {
         b.go(
-            launch(c, w.rows(), w.cols(), n),
+            launch(c, split_rows_a_block(n), w.rows(), w.cols(), n),
             "launching mma matmul (split x)",
         )
     }

@@ -34,6 +34,8 @@ pub use experts::{ExpertMlp, GpuExperts};
 pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split",
     "tf_moe_mma_mlx4_split_r1",
+    "tf_moe_mma_mlx4_split_x4",
+    "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -598,9 +600,12 @@ pub(crate) fn expert_matmul_split(
     let tiles = if one_tile { 1 } else { crate::mma::MOE_TILES };
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
     cfg.shared_mem_bytes = 0;
-    let kernel = match one_tile {
-        true => "tf_moe_mma_mlx4_split_r1",
-        false => "tf_moe_mma_mlx4_split",
+    // An expert takes at most n rows of a round: its rows 4 at a time where n is at most 4.
+    let kernel = match (one_tile, crate::mma::split_rows_a_block(n)) {
+        (true, 4) => "tf_moe_mma_mlx4_split_r1_x4",
+        (true, _) => "tf_moe_mma_mlx4_split_r1",
+        (false, 4) => "tf_moe_mma_mlx4_split_x4",
+        (false, _) => "tf_moe_mma_mlx4_split",
     };
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.matrix.bytes())

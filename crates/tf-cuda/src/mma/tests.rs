@@ -72,40 +72,43 @@ fn harness() -> String {
         .map(|&c| (c.kernel(), c))
         .chain([(PLANT_ROW_VARIANT, plant)]);
     for (name, c) in kernels {
-        let smem = if c.staged {
-            "(size_t)std::min(n, 8) * (cols / 64) * 256"
+        // The staged choice: 4 x rows a block; the others 8.
+        let (smem, xr) = if c.staged {
+            ("(size_t)std::min(n, 4) * (cols / 64) * 256", 4)
         } else {
-            "0"
+            ("0", 8)
         };
         calls.push_str(&format!(
-            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
             t = 16 * c.rt,
             threads = 32 * WARPS,
         ));
     }
-    // Then x split once (tf_mma_split) into both split products, and the planted split into
-    // the one-tile product.
+    // Then x split once (tf_mma_split) into the four split products (one and two tiles, 8 and 4
+    // x rows a block), and the planted split into the one-tile product.
     let split = |kernel: &str| {
         format!(
             "    tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ {kernel}(x.data(), parts.data(), sums.data(), n, cols); }});\n"
         )
     };
-    let product = |rt: usize| {
+    let product = |rt: usize, xr: usize| {
         format!(
-            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + 7) / 8), 1}}, {threads}, 0, [&] {{ {k}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, 0, [&] {{ {k}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
             t = 16 * rt,
-            k = SPLIT_KERNELS[rt - 1],
+            k = if xr == 4 { SPLIT_KERNELS_X4 } else { SPLIT_KERNELS }[rt - 1],
             threads = 32 * WARPS,
         )
     };
     for part in [
         split("tf_mma_split"),
-        product(1),
-        product(2),
+        product(1, 8),
+        product(2, 8),
+        product(1, 4),
+        product(2, 4),
         split(PLANT_SPLIT_SUMS),
-        product(1),
+        product(1, 8),
     ] {
         calls.push_str(&part);
     }
@@ -158,7 +161,7 @@ fn emulate(
     let out = host_cxx::run(dir, exe, &format!("{rows}x{cols}-{n}"), &input);
     let tb = tile_bytes(rows, cols);
     let ys = host_cxx::floats(&out[tb..]);
-    assert_eq!(ys.len(), (Choice::ALL.len() + 4) * n * rows);
+    assert_eq!(ys.len(), (Choice::ALL.len() + 6) * n * rows);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.chunks(n * rows).map(<[f32]>::to_vec).collect(),
@@ -235,11 +238,12 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
         // x split once: the products' bits, in a call of 20 rows and alone.
         let at = Choice::ALL.len() + 1;
         for (run, rows_of) in [(&all, 0..n * rows), (&solo, 13 * rows..14 * rows)] {
-            for (k, y) in SPLIT_KERNELS.iter().zip(&run.ys[at..at + 2]) {
+            let kernels = SPLIT_KERNELS.iter().chain(&SPLIT_KERNELS_X4);
+            for (k, y) in kernels.zip(&run.ys[at..at + 4]) {
                 assert_eq!(host_cxx::differing(y, &base[rows_of.clone()]), 0, "{k}");
             }
             // Control: the planted split's sums (f32 from x) change the bits.
-            assert_ne!(host_cxx::differing(&run.ys[at + 2], &base[rows_of]), 0);
+            assert_ne!(host_cxx::differing(&run.ys[at + 4], &base[rows_of]), 0);
         }
     }
 }
@@ -253,12 +257,13 @@ fn the_launcher_picks_a_choice_that_fits() {
             assert_eq!(c.staged, n == 1 && cols <= 16384, "{n} x {cols}");
         }
     }
-    // Control: a staged choice for 8 rows of 4096 columns (128 KiB) does not fit.
+    // Control: a staged choice for 8 rows of 8192 columns (a block's 4 rows: 128 KiB) does not
+    // fit.
     let staged = Choice {
         rt: 1,
         staged: true,
     };
-    assert!(!staged.fits(8, 4096));
+    assert!(!staged.fits(8, 8192));
 }
 
 /// The split norms' launch gives the copy of the row the kernels take (a mismatch would
@@ -285,7 +290,7 @@ fn moe_harness() -> String {
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
     let body = host_cxx::extract(
         moe,
-        "template <int RT, int STAGED>\n__device__ __forceinline__ void tf_moe_mma(",
+        "template <int RT, int STAGED, int F>\n__device__ __forceinline__ void tf_moe_mma(",
     );
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
@@ -329,11 +334,14 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
-         \x20   if (staged == 2 || staged == 4 || staged == 5) {{\n\
+         \x20   if (staged == 2 || staged >= 4) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
          \x20       if (staged == 5) tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_plant_mma_split_sums(xg.data(), parts.data(), sums.data(), slots, cols); }});\n\
-         \x20       if (staged != 4) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20       else tf_launch(D3{{(unsigned)((rows + 15) / 16), grid.y, 1}}, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_r1(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       const D3 grid1{{(unsigned)((rows + 15) / 16), grid.y, 1}};\n\
+         \x20       if (staged == 2 || staged == 5) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else if (staged == 4) tf_launch(grid1, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_r1(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else if (staged == 6) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_x4(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else tf_launch(grid1, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_r1_x4(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   fwrite(y.data(), 4, y.size(), fo);\n\
@@ -347,7 +355,7 @@ fn moe_harness() -> String {
 }
 
 /// moe.cu's last grouped product entry (the harness takes the entries up to it).
-const LAST_ENTRY: &str = "TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1)";
+const LAST_ENTRY: &str = "TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)";
 
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
@@ -364,7 +372,8 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let wf: Vec<f64> = (0..ne * rows).flat_map(|j| hw.row_f64(j)).collect();
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
     // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4: 2 with
-    // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows).
+    // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows); 6 and
+    // 7: 2 and 4 with 4 x rows at a time (_x4).
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
@@ -381,7 +390,12 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let offsets = [0, 2, 2, 5, 14];
     let x: Vec<f32> = (0..14 * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
     let y = run(&offsets, &x, 0);
-    for (mode, what) in [(2, "two tiles a block"), (4, "one tile a block")] {
+    for (mode, what) in [
+        (2, "two tiles a block"),
+        (4, "one tile a block"),
+        (6, "two tiles a block, 4 x rows at a time"),
+        (7, "one tile a block, 4 x rows at a time"),
+    ] {
         let split = run(&offsets, &x, mode);
         let d = host_cxx::differing(&split, &y);
         assert_eq!(d, 0, "gathered and split, {what}: the products' bits");

@@ -92,7 +92,8 @@ pub(super) fn mamba(
 }
 
 /// Attention without RoPE: q/k/v → append k, v at each row's slot and position → attend over
-/// the slot's keys `0..=pos` → o.
+/// the slot's keys `0..=pos` → o. k and v run beside q, on the side streams: each reads only
+/// `ws.h` and writes only its own buffer, so the bits are the same.
 pub(super) fn attention(
     g: &Gpu,
     a: &AttnLayer,
@@ -102,33 +103,12 @@ pub(super) fn attention(
     ws: &mut Workspace,
 ) -> Result<()> {
     let b = a.biases.as_ref();
-    linear(
-        g,
-        &a.q,
-        b.map(|b| &b[0]),
-        &ws.h,
-        ws.hs.as_ref(),
-        n,
-        &mut ws.q,
-    )?;
-    linear(
-        g,
-        &a.k,
-        b.map(|b| &b[1]),
-        &ws.h,
-        ws.hs.as_ref(),
-        n,
-        &mut ws.k,
-    )?;
-    linear(
-        g,
-        &a.v,
-        b.map(|b| &b[2]),
-        &ws.h,
-        ws.hs.as_ref(),
-        n,
-        &mut ws.v,
-    )?;
+    let (x, s) = (&ws.h, ws.hs.as_ref());
+    g.beside(0, || linear(g, &a.k, b.map(|b| &b[1]), x, s, n, &mut ws.k))?;
+    g.beside(1, || linear(g, &a.v, b.map(|b| &b[2]), x, s, n, &mut ws.v))?;
+    linear(g, &a.q, b.map(|b| &b[0]), x, s, n, &mut ws.q)?;
+    g.join_side(0)?;
+    g.join_side(1)?;
     ops::kv_append(g, &ws.k, &ws.v, kv, rows, 0)?;
     ops::attend(g, &ws.q, kv, rows, 0, &a.shape, &mut ws.attn)?;
     linear(g, &a.o, b.map(|b| &b[3]), &ws.attn, None, n, &mut ws.o)
