@@ -12,15 +12,16 @@
 // After every tile's codes: f32 (s, b - 128 s) for (T, G, row r of the tile), at (T groups + G)
 // 16 + r.
 //
-// x (f32, n rows), 4 or 8 rows a block (one or two fragments F). Each value is split into
-// bf16 parts hi = bf16(v) and lo = bf16(v - hi), and a row takes two B columns: in fragment f,
-// column 2c holds row 4f + c's high parts and column 2c + 1 its low parts (lane (g, t) feeds
-// column g). Per 16 columns the tensor cores sum 128 + q (exact in bf16) against both, each
-// column's sum carried through the group's four k-steps, and the two are added once; X, the
-// group's sum of the parts, comes the same way from the same fragments times a matrix of ones.
-// A group adds s Σ (128 + q) x + (b - 128 s) X to its outputs (two FMAs; the tiles hold
-// b - 128 s); warp w takes groups w, w + MMA_KW, ... and the warps' sums are added in warp
-// order. One mma thus serves four rows, so a call of at most four takes half the mmas.
+// x (f32, n rows), 4 or 8 rows a block. Each value is split into bf16 parts hi = bf16(v) and
+// lo = bf16(v - hi); per 16 columns the tensor cores sum 128 + q (exact in bf16) against each
+// part, the high and the low sums each carried through the group's four k-steps and added
+// once; X, the group's sum of the parts, comes the same way from the same fragments times a
+// matrix of ones. A group adds s Σ (128 + q) x + (b - 128 s) X to its outputs (two FMAs; the
+// tiles hold b - 128 s); warp w takes groups w, w + MMA_KW, ... and the warps' sums are added
+// in warp order. 8 rows a block (F = 2): lane (g, t) feeds row g, its high and low parts in two
+// mmas. 4 rows a block (F = 1, calls of at most four rows): a row takes two B columns, 2c its
+// high and 2c + 1 its low parts, so one mma serves all four, half the mmas of F = 2. The tensor
+// cores sum each D column on its own, so both give the same bits.
 //
 // x split once a call (tf_mma_split, or the norm that writes it: norm_split.cu): for each (row,
 // group) the 16 uint4 (h0, h1, l0, l1) at (m, t) of the staging's layout, and the group's X at
@@ -132,7 +133,8 @@ __device__ __forceinline__ uint2 tf_mma_half(uint4 v, int g) {
 }
 
 // One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
-// where x comes split, the group's X of the lane's x rows t + 4 f (f < F).
+// where x comes split, the group's X of the lane's D columns' x rows (F of them: t, or 2t and
+// 2t + 1).
 template <int RT, int F>
 struct TfMmaGroup {
     uint4 q[RT];
@@ -153,54 +155,44 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** 
     }
     if (SPLIT) {
 #pragma unroll
-        for (int f = 0; f < F; f++) d.X[f] = __ldg(xs[f]), xs[f] += KW;
+        for (int c = 0; c < F; c++) d.X[c] = __ldg(xs[c]), xs[c] += KW;
     }
 }
 
-// A lane's x: its B registers of k-step m in fragment f (B column g: x row g / 2 + 4 f, its
-// high parts for even g and its low parts for odd g, at columns k + 2t and k + 2t + 8), split
-// in the lane from x in global memory (STAGED 0), read from the block's staging in shared
-// memory (1) or from x split once a call in global memory (2), the same values.
-template <int STAGED, int KW, int F>
+// A lane's x row's parts (h0, h1, l0, l1: the hi and lo parts of the pairs at columns k + 2t
+// and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory (STAGED
+// 0), read from the block's staging in shared memory (1) or from x split once a call in global
+// memory (2), the same values.
+template <int STAGED, int KW>
 struct TfMmaX;
-template <int KW, int F>
-struct TfMmaX<0, KW, F> {
-    const float* p[F];  // the lane's x rows at column 64 G + 2t
-    int g;
-    __device__ __forceinline__ uint2 at(int m, int f) const {
-        return tf_mma_half(tf_mma_parts(p[f] + 16 * m), g);
-    }
-    __device__ __forceinline__ void next() {
-#pragma unroll
-        for (int f = 0; f < F; f++) p[f] += 64 * KW;
-    }
+template <int KW>
+struct TfMmaX<0, KW> {
+    const float* p;  // the lane's x row at column 64 G + 2t
+    __device__ __forceinline__ uint4 at(int m) const { return tf_mma_parts(p + 16 * m); }
+    __device__ __forceinline__ void next() { p += 64 * KW; }
 };
-template <int KW, int F>
-struct TfMmaX<1, KW, F> {
-    const uint2* p[F];  // the staging at (the lane's rows, G, m = 0, t), the lane's half
-    __device__ __forceinline__ uint2 at(int m, int f) const { return p[f][8 * m]; }
-    __device__ __forceinline__ void next() {
-#pragma unroll
-        for (int f = 0; f < F; f++) p[f] += 32 * KW;
-    }
+template <int KW>
+struct TfMmaX<1, KW> {
+    const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
+    __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
+    __device__ __forceinline__ void next() { p += 16 * KW; }
 };
-template <int KW, int F>
-struct TfMmaX<2, KW, F> {
-    const uint2* p[F];  // the split at (the lane's rows, G, m = 0, t), the lane's half
-    __device__ __forceinline__ uint2 at(int m, int f) const { return __ldg(p[f] + 8 * m); }
-    __device__ __forceinline__ void next() {
-#pragma unroll
-        for (int f = 0; f < F; f++) p[f] += 32 * KW;
-    }
+template <int KW>
+struct TfMmaX<2, KW> {
+    const uint4* p;  // the split at (the lane's row, G, m = 0, t)
+    __device__ __forceinline__ uint4 at(int m) const { return __ldg(p + 4 * m); }
+    __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
 // One group of this lane's x (which then moves KW groups on) into yacc; X from the split
-// (STAGED 2) or summed here. PLANT (a planted control): the low parts dropped when the call
-// has several rows.
+// (STAGED 2) or summed here. F = 1, four x rows: B column g is row g / 2's high (g even) or
+// low (g odd) parts, so one mma a k-step; F = 2, eight x rows: column g is row g, its high and
+// low parts in two mmas with sums of their own. Either way an output's high and low sums are
+// carried through the group's four k-steps and added once. PLANT (a planted control): the low
+// parts dropped when the call has several rows.
 template <int RT, int KW, int STAGED, int PLANT, int F>
-__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d,
-                                             TfMmaX<STAGED, KW, F>& xr, u32 mask, int n,
-                                             float (*yacc)[F][2]) {
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<STAGED, KW>& xr,
+                                             u32 mask, int n, float (*yacc)[2 * F]) {
     u32 a[RT][4][4];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -209,50 +201,65 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d,
         for (int m = 0; m < 4; m++) tf_mma_codes(words[m], a[r][m], mask);
     }
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+    // acc[r][0] the high parts' sums, acc[r][1] the low parts' (F = 2); X the same against ones.
     float acc[RT][F][4], X[F][4];
 #pragma unroll
-    for (int f = 0; f < F; f++)
+    for (int c = 0; c < F; c++)
 #pragma unroll
         for (int v = 0; v < 4; v++) {
-            X[f][v] = 0.0f;
+            X[c][v] = 0.0f;
 #pragma unroll
-            for (int r = 0; r < RT; r++) acc[r][f][v] = 0.0f;
+            for (int r = 0; r < RT; r++) acc[r][c][v] = 0.0f;
         }
-    const bool drop = PLANT && n > 1 && ((threadIdx.x >> 2) & 1);  // odd g: the low parts
+    const int g = (threadIdx.x & 31) >> 2;
 #pragma unroll
-    for (int m = 0; m < 4; m++)
+    for (int m = 0; m < 4; m++) {
+        const uint4 v = xr.at(m);
+        if constexpr (F == 1) {
+            uint2 b = tf_mma_half(v, g);
+            if (PLANT && n > 1 && (g & 1)) b.x = 0u, b.y = 0u;
 #pragma unroll
-        for (int f = 0; f < F; f++) {
-            uint2 b = xr.at(m, f);
-            if (drop) b.x = 0u, b.y = 0u;
+            for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][0], a[r][m], b.x, b.y);
+            if (STAGED != 2) tf_mma_16816(X[0], ones, b.x, b.y);
+        } else {
+            const bool drop = PLANT && n > 1;
+            const u32 l0 = drop ? 0u : v.z, l1 = drop ? 0u : v.w;
 #pragma unroll
-            for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][f], a[r][m], b.x, b.y);
-            if (STAGED != 2) tf_mma_16816(X[f], ones, b.x, b.y);
+            for (int r = 0; r < RT; r++) {
+                tf_mma_16816(acc[r][0], a[r][m], v.x, v.y);
+                tf_mma_16816(acc[r][1], a[r][m], l0, l1);
+            }
+            if (STAGED != 2) {
+                tf_mma_16816(X[0], ones, v.x, v.y);
+                tf_mma_16816(X[1], ones, l0, l1);
+            }
         }
+    }
     xr.next();
-    // acc[r][f]: D[g][2t], D[g][2t + 1] (x row t + 4 f's high and low parts against tile row
-    // g), then the same for tile row g + 8; X[f] the same columns against ones.
+    // D entry v of a lane: tile row g + 8 (v / 2), column 2t + v % 2. F = 1: columns 2t and
+    // 2t + 1 are x row t's high and low sums, so yacc[r][h] is (tile row g + 8h, x row t);
+    // F = 2: yacc[r][v] is (tile row g + 8 (v / 2), x row 2t + v % 2).
 #pragma unroll
     for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int f = 0; f < F; f++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float2 sc = h ? d.hi[r] : d.lo[r];
-                const float xv = STAGED == 2 ? d.X[f] : X[f][0] + X[f][1];
-                const float s = acc[r][f][2 * h] + acc[r][f][2 * h + 1];
-                yacc[r][f][h] = fmaf(sc.x, s, fmaf(sc.y, xv, yacc[r][f][h]));
-            }
+        for (int o = 0; o < 2 * F; o++) {
+            const float2 sc = (F == 1 ? o : o >> 1) ? d.hi[r] : d.lo[r];
+            const int c = F == 1 ? 0 : o & 1;  // the x row's X among the lane's
+            const float s = F == 1 ? acc[r][0][2 * o] + acc[r][0][2 * o + 1]
+                                   : acc[r][0][o] + acc[r][1][o];
+            const float xv = STAGED == 2 ? d.X[c]
+                                         : (F == 1 ? X[0][0] + X[0][1] : X[0][c] + X[1][c]);
+            yacc[r][o] = fmaf(sc.x, s, fmaf(sc.y, xv, yacc[r][o]));
+        }
 }
 
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
 // of `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
-// groups' loads in turn so one is in flight while the other is multiplied. F fragments of four
-// x rows: a k-step's product takes a row's high and low parts as two columns, so one mma serves
-// four rows. STAGED: the block first splits its x rows (at most 4F) into shared memory, a
-// uint4 (h0, h1, l0, l1) for each (row, group, k-step m, t), so that a lane reads them once
-// instead of all 32 lanes splitting copies (dynamic shared memory: rows x groups x 256 bytes);
-// STAGED 2: x split once a call, at xp and xsum (x unused).
+// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
+// first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
+// (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
+// copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
+// xp and xsum (x unused).
 template <int RT, int KW, int STAGED, int PLANT, int F>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
@@ -272,21 +279,17 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         wp[r] = wq + tg * 32 + lane;
         sp[r] = sb + tg * 16 + g;
     }
-    // A lane past the last x row reads the last (its D columns are not stored; columns do
-    // not mix).
+    // The lane's x row (its B column's) and those of its D columns (F of them). A lane past
+    // the last x row reads the last (its D columns are not stored; columns do not mix).
     const int live = min(4 * F, n - j0);
-    int xrow[F];
-#pragma unroll
-    for (int f = 0; f < F; f++) xrow[f] = min((g >> 1) + 4 * f, live - 1);
-    TfMmaX<STAGED, KW, F> xr;
+    const int row = min(F == 1 ? g >> 1 : g, live - 1);
+    TfMmaX<STAGED, KW> xr;
     const float* xs[F];
     if constexpr (STAGED == 2) {
+        xr.p = xp + ((size_t)(j0 + row) * groups + w) * 16 + t;
 #pragma unroll
-        for (int f = 0; f < F; f++) {
-            const uint4* p = xp + ((size_t)(j0 + xrow[f]) * groups + w) * 16 + t;
-            xr.p[f] = (const uint2*)p + (g & 1);
-            xs[f] = xsum + (size_t)(j0 + min(t + 4 * f, live - 1)) * groups + w;
-        }
+        for (int c = 0; c < F; c++)
+            xs[c] = xsum + (size_t)(j0 + min(F == 1 ? t : 2 * t + c, live - 1)) * groups + w;
     } else if constexpr (STAGED == 1) {
 #ifdef TF_HOST_SIMT
         uint4* st = (uint4*)tf_dyn_smem;
@@ -299,19 +302,15 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                  16 * m + 2 * tt);
         }
         __syncthreads();
-#pragma unroll
-        for (int f = 0; f < F; f++)
-            xr.p[f] = (const uint2*)(st + ((size_t)xrow[f] * groups + w) * 16 + t) + (g & 1);
+        xr.p = st + ((size_t)row * groups + w) * 16 + t;
     } else {
-#pragma unroll
-        for (int f = 0; f < F; f++) xr.p[f] = x + (size_t)(j0 + xrow[f]) * cols + 64 * w + 2 * t;
-        xr.g = g;
+        xr.p = x + (size_t)(j0 + row) * cols + 64 * w + 2 * t;
     }
-    float yacc[RT][F][2];
+    float yacc[RT][2 * F];
 #pragma unroll
     for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int f = 0; f < F; f++) yacc[r][f][0] = 0.0f, yacc[r][f][1] = 0.0f;
+        for (int o = 0; o < 2 * F; o++) yacc[r][o] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT, F> a, b;
@@ -327,17 +326,16 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
 #pragma unroll
     for (int r = 0; r < RT; r++) {
 #pragma unroll
-        for (int f = 0; f < F; f++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) red[w][lane][2 * f + h] = yacc[r][f][h];
+        for (int o = 0; o < 2 * F; o++) red[w][lane][o] = yacc[r][o];
         __syncthreads();
         if (w == 0 && tile0 + r < tiles)
 #pragma unroll
-            for (int v = 0; v < 2 * F; v++) {
-                float sum = red[0][lane][v];
-                for (int k = 1; k < KW; k++) sum = sum + red[k][lane][v];
-                const int row = 16 * (tile0 + r) + g + 8 * (v & 1), j = j0 + t + 4 * (v >> 1);
-                if (row < rows && j < n) y[(size_t)j * rows + row] = sum;
+            for (int o = 0; o < 2 * F; o++) {
+                float sum = red[0][lane][o];
+                for (int k = 1; k < KW; k++) sum = sum + red[k][lane][o];
+                const int out = 16 * (tile0 + r) + g + 8 * (F == 1 ? o : o >> 1);
+                const int j = j0 + (F == 1 ? t : 2 * t + (o & 1));
+                if (out < rows && j < n) y[(size_t)j * rows + out] = sum;
             }
         __syncthreads();
     }
@@ -390,9 +388,9 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
 
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)
-// the parts of row g; the sum of row t + 4f from the products' fragment f (tf_mma_group) times
-// a matrix of ones, its high and low columns' sums added. PLANT (a planted control): the sums
-// in f32 from x itself, not from the parts on the tensor cores.
+// the parts of row g; the sum of row t + 4f from the four-row fragments (tf_mma_group, F = 1)
+// of rows 4f .. 4f + 3 times a matrix of ones, its high and low columns' sums added. PLANT (a
+// planted control): the sums in f32 from x itself, not from the parts on the tensor cores.
 template <int PLANT>
 __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, size_t stride,
                                                    int live, int G, int groups,
