@@ -162,7 +162,8 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** 
 // A lane's x row's parts (h0, h1, l0, l1: the hi and lo parts of the pairs at columns k + 2t
 // and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory (STAGED
 // 0), read from the block's staging in shared memory (1) or from x split once a call in global
-// memory (2), the same values.
+// memory (2), the same values; from the last two, `half` reads only the pair its B column
+// takes in the four-row layout (tf_mma_half's).
 template <int STAGED, int KW>
 struct TfMmaX;
 template <int KW>
@@ -174,13 +175,19 @@ struct TfMmaX<0, KW> {
 template <int KW>
 struct TfMmaX<1, KW> {
     const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
+    int odd;         // the lane's column g is odd
     __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
+    __device__ __forceinline__ uint2 half(int m) const { return ((const uint2*)(p + 4 * m))[odd]; }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 template <int KW>
 struct TfMmaX<2, KW> {
     const uint4* p;  // the split at (the lane's row, G, m = 0, t)
+    int odd;         // the lane's column g is odd
     __device__ __forceinline__ uint4 at(int m) const { return __ldg(p + 4 * m); }
+    __device__ __forceinline__ uint2 half(int m) const {
+        return __ldg((const uint2*)(p + 4 * m) + odd);
+    }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
@@ -211,17 +218,17 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
 #pragma unroll
             for (int r = 0; r < RT; r++) acc[r][c][v] = 0.0f;
         }
-    const int g = (threadIdx.x & 31) >> 2;
+    static_assert(F == 2 || STAGED != 0, "four-row products read x staged or split");
 #pragma unroll
     for (int m = 0; m < 4; m++) {
-        const uint4 v = xr.at(m);
         if constexpr (F == 1) {
-            uint2 b = tf_mma_half(v, g);
-            if (PLANT && n > 1 && (g & 1)) b.x = 0u, b.y = 0u;
+            uint2 b = xr.half(m);
+            if (PLANT && n > 1 && xr.odd) b.x = 0u, b.y = 0u;
 #pragma unroll
             for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][0], a[r][m], b.x, b.y);
             if (STAGED != 2) tf_mma_16816(X[0], ones, b.x, b.y);
         } else {
+            const uint4 v = xr.at(m);
             const bool drop = PLANT && n > 1;
             const u32 l0 = drop ? 0u : v.z, l1 = drop ? 0u : v.w;
 #pragma unroll
@@ -287,6 +294,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const float* xs[F];
     if constexpr (STAGED == 2) {
         xr.p = xp + ((size_t)(j0 + row) * groups + w) * 16 + t;
+        xr.odd = g & 1;
 #pragma unroll
         for (int c = 0; c < F; c++)
             xs[c] = xsum + (size_t)(j0 + min(F == 1 ? t : 2 * t + c, live - 1)) * groups + w;
@@ -303,6 +311,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         }
         __syncthreads();
         xr.p = st + ((size_t)row * groups + w) * 16 + t;
+        xr.odd = g & 1;
     } else {
         xr.p = x + (size_t)(j0 + row) * cols + 64 * w + 2 * t;
     }
