@@ -178,16 +178,19 @@ impl Choice {
     ];
 
     /// The launcher's choice for `rows` x `cols` weights and `n` x rows (the faster in
-    /// tf-cuda-mmbench, docs/perf.md): x staged for one row where it fits in [`STAGING_MAX`];
-    /// two tiles a block, but one where many rows meet at most one block of x rows.
+    /// tf-cuda-mmbench, docs/perf.md): x staged for one row where it fits in [`STAGING_MAX`],
+    /// its tiles a block by `tiles_a_block`; x split in each lane, two tiles a block (one tile
+    /// spills registers).
     pub fn for_call(rows: usize, cols: usize, n: usize) -> Choice {
-        let staged = Choice {
-            rt: 1,
-            staged: true,
-        };
+        let staged = n == 1
+            && Choice {
+                rt: 1,
+                staged: true,
+            }
+            .fits(n, cols);
         Choice {
-            rt: if n <= 8 && rows > 4096 { 1 } else { 2 },
-            staged: n == 1 && staged.fits(n, cols),
+            rt: if staged { tiles_a_block(rows, n) } else { 2 },
+            staged,
         }
     }
 
@@ -213,6 +216,16 @@ impl Choice {
             (_, false) => KERNEL_NAMES[1],
             (_, true) => KERNEL_NAMES[3],
         }
+    }
+}
+
+/// Row tiles a block of the products of x staged or split: two, but one where many rows meet at
+/// most one block of x rows.
+fn tiles_a_block(rows: usize, n: usize) -> usize {
+    if n <= 8 && rows > 4096 {
+        1
+    } else {
+        2
     }
 }
 
@@ -443,8 +456,7 @@ pub fn matmul_split(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let rt = Choice::for_call(w.rows(), w.cols(), n).rt;
-    matmul_split_with(gpu, rt, w, s, n, y)
+    matmul_split_with(gpu, tiles_a_block(w.rows(), n), w, s, n, y)
 }
 
 /// [`matmul_split`] with `rt` (1 or 2) tiles a block.
