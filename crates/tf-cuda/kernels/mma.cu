@@ -123,15 +123,6 @@ __device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
     return tf_mma_parts_of(__ldg((const float2*)p), __ldg((const float2*)(p + 8)));
 }
 
-// A lane's B registers (b0, b1) of one k-step from its x row's parts (h0, h1, l0, l1): the
-// high parts where its column g is even, the low parts where it is odd.
-__device__ __forceinline__ uint2 tf_mma_half(uint4 v, int g) {
-    uint2 h;
-    h.x = (g & 1) ? v.z : v.x;
-    h.y = (g & 1) ? v.w : v.y;
-    return h;
-}
-
 // One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
 // where x comes split, the group's X of the lane's D columns' x rows (F of them: t, or 2t and
 // 2t + 1).
@@ -163,7 +154,7 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** 
 // and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory (STAGED
 // 0), read from the block's staging in shared memory (1) or from x split once a call in global
 // memory (2), the same values; from the last two, `half` reads only the pair its B column
-// takes in the four-row layout (tf_mma_half's).
+// takes in the four-row layout (the high parts for even g, the low for odd).
 template <int STAGED, int KW>
 struct TfMmaX;
 template <int KW>
@@ -397,34 +388,32 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
 
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)
-// the parts of row g; the sum of row t + 4f from the four-row fragments (tf_mma_group, F = 1)
-// of rows 4f .. 4f + 3 times a matrix of ones, its high and low columns' sums added. PLANT (a
-// planted control): the sums in f32 from x itself, not from the parts on the tensor cores.
+// the parts of row g, and the sums of rows 2t, 2t + 1 as the eight-row products take X in place
+// (tf_mma_group, F = 2: the high and the low parts against a matrix of ones, each its own sum,
+// added once). PLANT (a planted control): the sums in f32 from x itself, not from the parts on
+// the tensor cores.
 template <int PLANT>
 __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, size_t stride,
                                                    int live, int G, int groups,
                                                    uint4* __restrict__ parts,
                                                    float* __restrict__ sums) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    // Plain loads: a norm's block reads back the row it has just written.
-    auto parts_at = [&](int row, int m) {
-        const float* q = x + min(row, live - 1) * stride + 2 * t + 16 * m;
-        return tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
-    };
-    if (g < live)
-#pragma unroll
-        for (int m = 0; m < 4; m++)
-            parts[((size_t)g * groups + G) * 16 + 4 * m + t] = parts_at(g, m);
+    const float* p = x + min(g, live - 1) * stride + 2 * t;
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
-    for (int f = 0; 4 * f < live; f++) {
-        float X[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float hi[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lo[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
-            const uint2 b = tf_mma_half(parts_at((g >> 1) + 4 * f, m), g);
-            tf_mma_16816(X, ones, b.x, b.y);
-        }
-        const int row = t + 4 * f;
-        float s = X[0] + X[1];
+    for (int m = 0; m < 4; m++) {
+        // Plain loads: a norm's block reads back the row it has just written.
+        const float* q = p + 16 * m;
+        const uint4 v = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
+        if (g < live) parts[((size_t)g * groups + G) * 16 + 4 * m + t] = v;
+        tf_mma_16816(hi, ones, v.x, v.y);
+        tf_mma_16816(lo, ones, v.z, v.w);
+    }
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int row = 2 * t + c;
+        float s = hi[c] + lo[c];
         if (PLANT) {
             const float* q = x + min(row, live - 1) * stride;
             s = 0.0f;
