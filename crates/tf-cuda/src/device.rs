@@ -14,8 +14,11 @@ use std::time::{Duration, Instant};
 /// Oldest compute capability the kernels are built for (warp shuffles with widths, fp16 cvt).
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 0);
 
-/// Side streams a [`Gpu`] has for [`Gpu::beside`].
-pub const SIDE_STREAMS: usize = 2;
+/// Side streams a [`Gpu`] has for [`Gpu::beside`]; the last is [`L2_STREAM`].
+pub const SIDE_STREAMS: usize = 3;
+
+/// The side stream of [`Gpu::beside_l2`]'s prefetches.
+pub const L2_STREAM: usize = SIDE_STREAMS - 1;
 
 /// Every kernel entry point of the program (loaded at start; a missing one is an error).
 pub const KERNELS: [&str; 25] = [
@@ -108,6 +111,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::synthetic::KERNEL_NAMES)
         .chain(crate::llama::extra::KERNEL_NAMES)
         .chain(crate::select::KERNEL_NAMES)
+        .chain(crate::l2::KERNEL_NAMES.iter())
         .chain(crate::slices::KERNEL_NAMES.iter())
         .chain(crate::mma::KERNEL_NAMES.iter())
         .map(|s| s.to_string())
@@ -343,6 +347,15 @@ impl Gpu {
         let launched = launch();
         self.on_side.store(0, Ordering::Relaxed);
         launched
+    }
+
+    /// [`Gpu::beside`] on [`L2_STREAM`] for launches that only warm the L2 cache
+    /// ([`crate::l2`]): without side streams they are left out, not run in order.
+    pub fn beside_l2(&self, launch: impl FnOnce() -> Result<()>) -> Result<()> {
+        match self.side.is_empty() {
+            true => Ok(()),
+            false => self.beside(L2_STREAM, launch),
+        }
     }
 
     /// Makes the main stream wait for side stream `k`'s launches.

@@ -19,6 +19,7 @@ pub mod graphs;
 #[cfg(test)]
 mod host_cxx;
 pub mod kv;
+pub mod l2;
 pub mod launch;
 pub mod leave_out;
 pub mod llama;

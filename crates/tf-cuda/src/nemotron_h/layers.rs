@@ -89,6 +89,22 @@ impl MlpLayer {
 }
 
 impl Layer {
+    /// The products its mixer runs first, from its normed input (each with the bytes worth
+    /// asking L2 for ahead: a Mamba in_proj's first `head` bytes, the others whole).
+    pub fn first_products(&self, head: usize) -> Vec<(&GpuMatrix, usize)> {
+        let whole = usize::MAX;
+        match &self.mixer {
+            Mixer::Mamba(m) => vec![(&m.in_proj, head)],
+            Mixer::Attention(a) => vec![(&a.q, whole), (&a.k, whole), (&a.v, whole)],
+            Mixer::Mlp(m) => vec![(&m.up, whole)],
+            Mixer::Moe(m) => std::iter::once(&m.gate)
+                .chain(m.latent.as_ref().map(|(fc1, _)| fc1))
+                .chain(m.shared.as_ref().map(|s| &s.up))
+                .map(|w| (w, whole))
+                .collect(),
+        }
+    }
+
     /// Bytes of matrices on the device.
     pub fn weight_bytes(&self) -> usize {
         match &self.mixer {

@@ -7,6 +7,7 @@ use super::Workspace;
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
+use crate::l2;
 use crate::mamba::{self, GpuMambaState};
 use crate::mma::SplitX;
 use crate::moe::{self, MoeBuffers};
@@ -33,7 +34,8 @@ fn linear(
 }
 
 /// Mamba2: in_proj → conv step → SSM step (rows in round order, each on its slot's state) →
-/// gated group norm (z read in place from the projection) → out_proj.
+/// gated group norm (z read in place from the projection) → out_proj (asked of L2 during the
+/// steps between).
 pub(super) fn mamba(
     g: &Gpu,
     m: &MambaLayer,
@@ -63,6 +65,9 @@ pub(super) fn mamba(
         n,
         &mut ws.proj,
     )?;
+    if l2::Sites::for_rows(n).within {
+        l2::prefetch_whole(g, &[&m.out_proj])?;
+    }
     let (mx, si) = (&m.mixer, m.state_index);
     mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
     mamba::ssm_step(
@@ -107,6 +112,9 @@ pub(super) fn attention(
     g.beside(0, || linear(g, &a.k, b.map(|b| &b[1]), x, s, n, &mut ws.k))?;
     g.beside(1, || linear(g, &a.v, b.map(|b| &b[2]), x, s, n, &mut ws.v))?;
     linear(g, &a.q, b.map(|b| &b[0]), x, s, n, &mut ws.q)?;
+    if l2::Sites::for_rows(n).within {
+        l2::prefetch_whole(g, &[&a.o])?;
+    }
     g.join_side(0)?;
     g.join_side(1)?;
     ops::kv_append(g, &ws.k, &ws.v, kv, rows, 0)?;
@@ -176,6 +184,12 @@ pub(super) fn moe(
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
+    if l2::Sites::for_rows(n).experts {
+        moe::prefetch_routed(g, &m.experts, buf)?;
+        if let Some((_, fc2)) = &m.latent {
+            l2::prefetch_whole(g, &[fc2])?;
+        }
+    }
     let xe = match &m.latent {
         Some(_) => {
             g.join_side(FC1)?;

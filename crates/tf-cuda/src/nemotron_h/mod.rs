@@ -16,10 +16,11 @@ mod tests;
 
 pub use crate::llama::GpuRow;
 
-use crate::device::Gpu;
+use crate::device::{Gpu, L2_STREAM};
 use crate::error::{CudaError, Result};
 use crate::graphs::{check_rows, wanted_logits, Graphs};
 use crate::kv::GpuKv;
+use crate::l2;
 use crate::load;
 use crate::mamba::{GpuMambaState, MambaShape};
 use crate::mma::{self, SplitX};
@@ -508,7 +509,11 @@ impl GpuNemotronH {
         ops::embed(g, &self.embed, &ws.tokens, n, &mut ws.x)?;
         // A layer's residual add is launched with the next norm (the final one after the last).
         let mut pending = Pending::Nothing;
+        let sites = l2::Sites::for_rows(n);
         for l in &self.layers {
+            if sites.next {
+                l2::prefetch(g, &l.first_products(l2::head_bytes()))?;
+            }
             norm_into_h(g, pending, ws, &l.norm, self.eps, n)?;
             pending = Pending::Output;
             match &l.mixer {
@@ -540,6 +545,7 @@ impl GpuNemotronH {
         }
         norm_into_h(g, pending, ws, &self.final_norm, self.eps, n)?;
         let head = self.head.as_ref().unwrap_or(&self.embed);
-        ops::matmul_of(g, head, &ws.h, ws.hs.as_ref(), n, &mut ws.logits)
+        ops::matmul_of(g, head, &ws.h, ws.hs.as_ref(), n, &mut ws.logits)?;
+        g.join_side(L2_STREAM)
     }
 }
