@@ -167,6 +167,8 @@ pub struct Gpu {
     side: Vec<Arc<CudaStream>>,
     /// Which stream launches go to now: 0 the main one, `k + 1` side stream `k`.
     on_side: AtomicUsize,
+    /// Bit `k`: side stream `k` has launches the main stream has not joined.
+    forked: AtomicUsize,
     functions: HashMap<String, (CudaFunction, usize)>,
     /// [`Gpu::resident_blocks`] answers, asked of the driver once per (kernel, block size, shared
     /// memory).
@@ -316,6 +318,7 @@ impl Gpu {
             stream,
             side,
             on_side: AtomicUsize::new(0),
+            forked: AtomicUsize::new(0),
             functions,
             resident: Mutex::new(HashMap::new()),
             info,
@@ -343,6 +346,7 @@ impl Gpu {
             return launch();
         };
         wait_for(side, &self.stream)?;
+        self.forked.fetch_or(1 << k, Ordering::Relaxed);
         self.on_side.store(k + 1, Ordering::Relaxed);
         let launched = launch();
         self.on_side.store(0, Ordering::Relaxed);
@@ -358,11 +362,14 @@ impl Gpu {
         }
     }
 
-    /// Makes the main stream wait for side stream `k`'s launches.
+    /// Makes the main stream wait for side stream `k`'s launches; nothing if it has none since
+    /// the last join (inside a graph capture, a stream the capture never forked to cannot be
+    /// waited for).
     pub fn join_side(&self, k: usize) -> Result<()> {
+        let forked = self.forked.fetch_and(!(1 << k), Ordering::Relaxed) & (1 << k) != 0;
         match self.side.get(k) {
-            Some(side) => wait_for(&self.stream, side),
-            None => Ok(()),
+            Some(side) if forked => wait_for(&self.stream, side),
+            _ => Ok(()),
         }
     }
 

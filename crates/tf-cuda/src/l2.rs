@@ -17,7 +17,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 pub const KERNEL_NAMES: [&str; 2] = ["tf_l2_prefetch", "tf_moe_l2_prefetch"];
 
 /// Threads a block of the prefetch kernels.
-const THREADS: u32 = 128;
+pub(crate) const THREADS: u32 = 128;
 
 /// Where a round prefetches (`TF_CUDA_L2`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,22 +74,29 @@ pub fn head_bytes() -> usize {
     })
 }
 
-/// Bytes a thread asks for at a time (`TF_CUDA_L2_CHUNK`, a multiple of 16; default 16 KiB).
-pub fn chunk() -> u32 {
-    static C: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *C.get_or_init(|| {
+/// The bytes a thread asks for at a time, for `bytes` bytes over `threads` threads: one piece
+/// each, whole 16-byte units, 1 KiB to 64 KiB (`TF_CUDA_L2_CHUNK` fixes it). Spread wide: an
+/// SM's bulk copy engine takes the asks in turn, so a few SMs asking for many bytes are slow.
+pub fn piece(bytes: usize, threads: usize) -> u32 {
+    static C: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let fixed = *C.get_or_init(|| {
         std::env::var("TF_CUDA_L2_CHUNK")
             .ok()
             .and_then(|v| v.parse::<u32>().ok())
             .filter(|&c| c >= 16 && c.is_multiple_of(16))
-            .unwrap_or(16 << 10)
+    });
+    fixed.unwrap_or_else(|| {
+        bytes
+            .div_ceil(threads.max(1))
+            .next_multiple_of(16)
+            .clamp(1 << 10, 64 << 10) as u32
     })
 }
 
-/// Blocks for `bytes` bytes in pieces of `chunk`, one piece a thread, at most `max` blocks.
-pub(crate) fn blocks(bytes: usize, chunk: u32, max: usize) -> u32 {
+/// Blocks for `bytes` bytes in pieces of `piece`, one piece a thread, at most `max` blocks.
+pub(crate) fn blocks(bytes: usize, piece: u32, max: usize) -> u32 {
     bytes
-        .div_ceil(chunk as usize)
+        .div_ceil(piece as usize)
         .div_ceil(THREADS as usize)
         .clamp(1, max.max(1)) as u32
 }
@@ -107,13 +114,10 @@ pub fn prefetch(g: &Gpu, parts: &[(&GpuMatrix, usize)]) -> Result<()> {
             continue;
         }
         let ptr = |i: usize| -> &CudaSlice<u8> { four.get(i).unwrap_or(&four[0]).0.bytes() };
-        let c = chunk();
+        let sms = g.info().multiprocessors;
+        let c = piece(total as usize, sms * THREADS as usize);
         let cfg = LaunchConfig {
-            grid_dim: (
-                blocks(total as usize, c, 2 * g.info().multiprocessors),
-                1,
-                1,
-            ),
+            grid_dim: (blocks(total as usize, c, sms), 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };

@@ -403,22 +403,25 @@ pub fn experts(gpu: &Gpu, mlp: &ExpertMlp, x: &CudaSlice<f32>, buf: &mut MoeBuff
 }
 
 /// Asks L2 (on the prefetch stream, [`crate::l2`]) for the up and down matrices of the experts
-/// the last [`route`] picked: a block an expert, each doing nothing unless its expert has rows.
+/// the last [`route`] picked: a row of blocks an expert (as many as spread the picks over the
+/// SMs), each doing nothing unless its expert has rows.
 /// Nothing where an expert's bytes are not whole 16-byte units (the bulk prefetch's) or the
 /// experts have a gate.
 pub fn prefetch_routed(gpu: &Gpu, mlp: &ExpertMlp, buf: &MoeBuffers) -> Result<()> {
-    let (_, _, e) = buf.routed()?;
+    let (n, k, e) = buf.routed()?;
     let each = |w: &GpuExperts| (w.storage_bytes() / e) as u64;
     let (up_each, down_each) = (each(&mlp.up), each(&mlp.down));
     if mlp.n_experts() != e || mlp.gate.is_some() || up_each % 16 != 0 || down_each % 16 != 0 {
         return Ok(());
     }
+    let parts = (gpu.info().multiprocessors / (n * k).clamp(1, e)).max(1);
+    let threads = parts * crate::l2::THREADS as usize;
+    let c = crate::l2::piece(up_each.max(down_each) as usize, threads);
     let cfg = LaunchConfig {
-        grid_dim: (grid_rows("moe prefetch", "experts", e)?, 1, 1),
-        block_dim: (128, 1, 1),
+        grid_dim: (e as u32, grid_rows("moe prefetch", "parts", parts)?, 1),
+        block_dim: (crate::l2::THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let c = crate::l2::chunk();
     gpu.beside_l2(|| {
         let mut b = gpu.launcher("tf_moe_l2_prefetch")?;
         b.arg(mlp.up.matrix.bytes())

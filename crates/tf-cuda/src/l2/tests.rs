@@ -31,6 +31,13 @@ fn sites_parse_unset_all_zero_none_and_lists() {
 }
 
 #[test]
+fn pieces_spread_the_bytes_in_whole_units_within_bounds() {
+    assert_eq!(super::piece(64 << 20, 132 * 128), 3984);
+    assert_eq!(super::piece(1 << 20, 132 * 128), 1 << 10);
+    assert_eq!(super::piece(1 << 32, 128), 64 << 10);
+}
+
+#[test]
 fn blocks_cover_the_pieces_within_the_cap() {
     assert_eq!(blocks(0, 16, 264), 1);
     assert_eq!(blocks(128 * 16, 16, 264), 1);
@@ -40,7 +47,8 @@ fn blocks_cover_the_pieces_within_the_cap() {
 
 /// Records each ask (address, bytes) in place of the bulk prefetch; runs one case from argv:
 /// `d CHUNK BLOCKS N0 N1 N2 N3` (range i at address (i + 1) << 40) or `e CHUNK UP DOWN
-/// OFFSETS...` (up at 1 << 40, down at 2 << 40); prints `address bytes` a line.
+/// OFFSETS...` (up at 1 << 40, down at 2 << 40; three blocks an expert); prints `address
+/// bytes` a line.
 const HARNESS: &str = r#"
 #include <mutex>
 static std::mutex tf_asks_mu;
@@ -67,7 +75,7 @@ int main(int argc, char** argv) {
         std::vector<int> off;
         for (int i = 5; i < argc; i++) off.push_back(std::stoi(argv[i]));
         const int* o = off.data();
-        tf_launch(D3{(unsigned)off.size() - 1, 1, 1}, 128, 0, [=] {
+        tf_launch(D3{(unsigned)off.size() - 1, 3, 1}, 128, 0, [=] {
             tf_moe_l2_prefetch(at(0), at(1), o, up, down, chunk);
         });
     }
