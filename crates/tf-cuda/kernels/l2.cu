@@ -32,16 +32,3 @@ extern "C" __global__ void tf_l2_prefetch(const u8* p0, const u8* p1, const u8* 
     tf_l2_range(p3, n3, chunk, t, threads);
     tf_follow();
 }
-
-// The experts a round was routed to (expert e has rows where offsets[e] < offsets[e + 1], as
-// the routing wrote them: hence the wait first): `up_each` bytes at up + e * up_each and
-// `down_each` at down + e * down_each. Block (e, p) takes part p of expert e's pieces.
-extern "C" __global__ void tf_moe_l2_prefetch(const u8* up, const u8* down, const int* offsets,
-                                              u64 up_each, u64 down_each, u32 chunk) {
-    tf_follow();
-    const u64 e = blockIdx.x;
-    if (offsets[e + 1] <= offsets[e]) return;
-    const u64 t = (u64)blockIdx.y * blockDim.x + threadIdx.x, threads = (u64)gridDim.y * blockDim.x;
-    tf_l2_range(up + e * up_each, up_each, chunk, t, threads);
-    tf_l2_range(down + e * down_each, down_each, chunk, t, threads);
-}

@@ -402,41 +402,6 @@ pub fn experts(gpu: &Gpu, mlp: &ExpertMlp, x: &CudaSlice<f32>, buf: &mut MoeBuff
     experts_with(gpu, mlp, false, x, buf)
 }
 
-/// Asks L2 (on the prefetch stream, [`crate::l2`]) for the up and down matrices of the experts
-/// the last [`route`] picked: a row of blocks an expert (as many as spread the picks over the
-/// SMs), each doing nothing unless its expert has rows.
-/// Nothing where an expert's bytes are not whole 16-byte units (the bulk prefetch's) or the
-/// experts have a gate.
-pub fn prefetch_routed(gpu: &Gpu, mlp: &ExpertMlp, buf: &MoeBuffers) -> Result<()> {
-    let (n, k, e) = buf.routed()?;
-    let each = |w: &GpuExperts| (w.storage_bytes() / e) as u64;
-    let (up_each, down_each) = (each(&mlp.up), each(&mlp.down));
-    if mlp.n_experts() != e || mlp.gate.is_some() || up_each % 16 != 0 || down_each % 16 != 0 {
-        return Ok(());
-    }
-    let parts = (gpu.info().multiprocessors / (n * k).clamp(1, e)).max(1);
-    let threads = parts * crate::l2::THREADS as usize;
-    let c = crate::l2::piece(up_each.max(down_each) as usize, threads);
-    let cfg = LaunchConfig {
-        grid_dim: (e as u32, grid_rows("moe prefetch", "parts", parts)?, 1),
-        block_dim: (crate::l2::THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    gpu.beside_l2(|| {
-        let mut b = gpu.launcher("tf_moe_l2_prefetch")?;
-        b.arg(mlp.up.matrix.bytes())
-            .arg(mlp.down.matrix.bytes())
-            .arg(&buf.offsets)
-            .arg(&up_each)
-            .arg(&down_each)
-            .arg(&c);
-        // SAFETY: (u8*, u8*, i32*, u64, u64, u32); e experts of up_each and down_each bytes in
-        // the stacks (their sizes divided by e) and e + 1 offsets (the routing's); the kernel
-        // reads the offsets and only asks L2 for those bytes.
-        unsafe { b.go(cfg, "launching the experts' L2 prefetch") }
-    })
-}
-
 /// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
 pub fn experts_with(
     gpu: &Gpu,

@@ -512,7 +512,7 @@ impl GpuNemotronH {
         let sites = l2::Sites::for_rows(n);
         for l in &self.layers {
             if sites.next {
-                l2::prefetch(g, &l.first_products(l2::head_bytes()))?;
+                l2::prefetch(g, &l.first_products(l2::IN_PROJ_HEAD))?;
             }
             norm_into_h(g, pending, ws, &l.norm, self.eps, n)?;
             pending = Pending::Output;
