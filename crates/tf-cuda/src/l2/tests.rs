@@ -6,7 +6,7 @@
 use super::{blocks, Sites, PIECE};
 
 #[test]
-fn sites_parse_unset_all_zero_none_and_lists() {
+fn sites_parse_unset_as_both_zero_as_none_and_lists() {
     let both = Sites {
         within: true,
         next: true,
@@ -95,7 +95,7 @@ fn covers(mut asks: Vec<(u64, u64)>, want: &[(u64, u64)], chunk: u64) -> Result<
     {
         return Err(format!("ask {a:?} is not a whole piece of at most {chunk}"));
     }
-    let mut pieces = asks.into_iter().peekable();
+    let mut pieces = asks.into_iter();
     for (start, len) in want.into_iter().filter(|w| w.1 > 0) {
         let mut at = start;
         while at < start + len {
