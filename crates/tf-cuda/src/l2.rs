@@ -4,8 +4,10 @@
 //! weights are already in L2 runs faster. A prefetch writes nothing, so no result depends on it.
 //!
 //! `TF_CUDA_L2` picks where Nemotron-H prefetches in one-row rounds: a comma list of `within`
-//! (a mixer's later products: Mamba's out_proj, attention's o) and `next` (the next layer's
-//! first products, during its norm); unset means both, `0` none.
+//! (a mixer's later products: Mamba's out_proj, attention's o), `next` (the next layer's first
+//! products, during its norm) and `experts` (opt-in, not yet measured in this form: the routed
+//! experts' down matrices and the latent fc2, after the routing); unset means `within,next`,
+//! `0` none.
 
 use crate::device::Gpu;
 use crate::error::Result;
@@ -13,10 +15,10 @@ use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/l2.cu.
-pub const KERNEL_NAMES: [&str; 1] = ["tf_l2_prefetch"];
+pub const KERNEL_NAMES: [&str; 2] = ["tf_l2_prefetch", "tf_moe_l2_prefetch"];
 
-/// Threads a block of the prefetch kernel.
-const THREADS: u32 = 128;
+/// Threads a block of the prefetch kernels.
+pub(crate) const THREADS: u32 = 128;
 
 /// Bytes a thread asks for at a time. An SM's bulk copy engine takes its asks in turn, yet
 /// 1 KiB pieces over every SM measured slower than these over a few (docs/perf.md, session 28).
@@ -33,18 +35,19 @@ pub struct Sites {
     pub within: bool,
     /// The next layer's first products, during its norm.
     pub next: bool,
+    /// The routed experts' down matrices and fc2, after the routing.
+    pub experts: bool,
 }
 
 impl Sites {
     /// Parses `TF_CUDA_L2`'s value (`None`: unset).
     pub fn parse(v: Option<&str>) -> Sites {
-        let on = |name: &str| match v {
-            None => true,
-            Some(v) => v.split(',').any(|s| s.trim() == name),
-        };
+        let v = v.unwrap_or("within,next");
+        let on = |name: &str| v.split(',').any(|s| s.trim() == name);
         Sites {
             within: on("within"),
             next: on("next"),
+            experts: on("experts"),
         }
     }
 
@@ -56,6 +59,7 @@ impl Sites {
         Sites {
             within: s.within && n == 1,
             next: s.next && n == 1,
+            experts: s.experts && n == 1,
         }
     }
 }

@@ -184,6 +184,12 @@ pub(super) fn moe(
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
+    if l2::Sites::for_rows(n).experts {
+        moe::prefetch_routed(g, &m.experts.down, buf)?;
+        if let Some((_, fc2)) = &m.latent {
+            l2::prefetch_whole(g, &[fc2])?;
+        }
+    }
     let xe = match &m.latent {
         Some(_) => {
             g.join_side(FC1)?;
