@@ -408,7 +408,7 @@ pub fn experts(gpu: &Gpu, mlp: &ExpertMlp, x: &CudaSlice<f32>, buf: &mut MoeBuff
 pub fn prefetch_routed(gpu: &Gpu, w: &GpuExperts, buf: &MoeBuffers) -> Result<()> {
     let (_, _, e) = buf.routed()?;
     let each = (w.storage_bytes() / e) as u64;
-    if w.n_experts() != e || each % 16 != 0 {
+    if w.n_experts() != e || !each.is_multiple_of(16) {
         return Ok(());
     }
     let cfg = LaunchConfig {
