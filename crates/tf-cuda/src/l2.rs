@@ -5,9 +5,10 @@
 //!
 //! `TF_CUDA_L2` picks where Nemotron-H prefetches in one-row rounds: a comma list of `within`
 //! (a mixer's later products: Mamba's out_proj, attention's o), `next` (the next layer's first
-//! products, during its norm) and `experts` (opt-in, not yet measured in this form: the routed
-//! experts' down matrices and the latent fc2, after the routing); unset means `within,next`,
-//! `0` none.
+//! products, during its norm), and two opt-ins not yet measured: `early` (with `next`: those
+//! asked for before the last product of the layer before, for a longer window) and `experts`
+//! (the routed experts' down matrices and the latent fc2, after the routing). Unset means
+//! `within,next`, `0` none.
 
 use crate::device::Gpu;
 use crate::error::Result;
@@ -35,6 +36,8 @@ pub struct Sites {
     pub within: bool,
     /// The next layer's first products, during its norm.
     pub next: bool,
+    /// With `next`: those asked for before the last product of the layer before.
+    pub early: bool,
     /// The routed experts' down matrices and fc2, after the routing.
     pub experts: bool,
 }
@@ -47,6 +50,7 @@ impl Sites {
         Sites {
             within: on("within"),
             next: on("next"),
+            early: on("early"),
             experts: on("experts"),
         }
     }
@@ -59,6 +63,7 @@ impl Sites {
         Sites {
             within: s.within && n == 1,
             next: s.next && n == 1,
+            early: s.early,
             experts: s.experts && n == 1,
         }
     }

@@ -11,6 +11,7 @@ fn sites_parse_unset_as_both_zero_as_none_and_lists() {
     let none = Sites {
         within: false,
         next: false,
+        early: false,
         experts: false,
     };
     let both = Sites {
@@ -22,11 +23,12 @@ fn sites_parse_unset_as_both_zero_as_none_and_lists() {
     assert_eq!(Sites::parse(Some("within, next")), both);
     assert_eq!(Sites::parse(Some("0")), none);
     assert_eq!(Sites::parse(Some("next")), Sites { next: true, ..none });
-    let all = Sites::parse(Some("within,next,experts"));
+    let all = Sites::parse(Some("within,next,experts,early"));
     assert_eq!(
         all,
         Sites {
             experts: true,
+            early: true,
             ..both
         }
     );
