@@ -407,15 +407,14 @@ pub fn experts(gpu: &Gpu, mlp: &ExpertMlp, x: &CudaSlice<f32>, buf: &mut MoeBuff
 /// Nothing where an expert's bytes are not whole 16-byte units (the bulk prefetch's).
 pub fn prefetch_routed(gpu: &Gpu, w: &GpuExperts, buf: &MoeBuffers) -> Result<()> {
     let (_, _, e) = buf.routed()?;
-    let each = (w.storage_bytes() / e) as u64;
-    if w.n_experts() != e || !each.is_multiple_of(16) {
+    if w.n_experts() != e {
         return Ok(());
     }
-    let cfg = LaunchConfig {
-        grid_dim: (grid_rows("moe prefetch", "experts", e)?, 1, 1),
-        block_dim: (crate::l2::THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let each = (w.storage_bytes() / e) as u64;
+    if !each.is_multiple_of(16) {
+        return Ok(());
+    }
+    let cfg = grid(e * crate::l2::THREADS as usize, crate::l2::THREADS);
     gpu.beside_l2(|| {
         let mut b = gpu.launcher("tf_moe_l2_prefetch")?;
         b.arg(w.matrix.bytes())
