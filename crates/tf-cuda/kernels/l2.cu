@@ -32,14 +32,3 @@ extern "C" __global__ void tf_l2_prefetch(const u8* p0, const u8* p1, const u8* 
     tf_l2_range(p3, n3, chunk, t, threads);
     tf_follow();
 }
-
-// The rows of a stack of experts (`each` bytes an expert at w + e * each) that a round was
-// routed to: expert e has rows where offsets[e] < offsets[e + 1], as the routing wrote them,
-// hence the wait first. A block an expert.
-extern "C" __global__ void tf_moe_l2_prefetch(const u8* w, const int* offsets, u64 each,
-                                              u32 chunk) {
-    tf_follow();
-    const u64 e = blockIdx.x;
-    if (offsets[e + 1] <= offsets[e]) return;
-    tf_l2_range(w + e * each, each, chunk, threadIdx.x, blockDim.x);
-}

@@ -5,10 +5,10 @@
 //!
 //! `TF_CUDA_L2` picks where Nemotron-H prefetches in one-row rounds: a comma list of `within`
 //! (a mixer's later products: Mamba's out_proj, attention's o), `next` (the next layer's first
-//! products, during its norm), and two opt-ins not yet measured: `early` (with `next`: those
-//! asked for before the last product of the layer before, for a longer window) and `experts`
-//! (the routed experts' down matrices and the latent fc2, after the routing). Unset means
-//! `within,next`, `0` none.
+//! products, during its norm). Unset means `within,next`, `0` none. Two more sites measured
+//! slower and were dropped (docs/perf.md, session 29): the next layer's first products asked
+//! for before the last product of the layer before, and the routed experts' down matrices
+//! after the routing.
 
 use crate::device::Gpu;
 use crate::error::Result;
@@ -16,7 +16,7 @@ use crate::weights::GpuMatrix;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/l2.cu.
-pub const KERNEL_NAMES: [&str; 2] = ["tf_l2_prefetch", "tf_moe_l2_prefetch"];
+pub const KERNEL_NAMES: [&str; 1] = ["tf_l2_prefetch"];
 
 /// Threads a block of the prefetch kernels.
 pub(crate) const THREADS: u32 = 128;
@@ -36,10 +36,6 @@ pub struct Sites {
     pub within: bool,
     /// The next layer's first products, during its norm.
     pub next: bool,
-    /// With `next`: those asked for before the last product of the layer before.
-    pub early: bool,
-    /// The routed experts' down matrices and fc2, after the routing.
-    pub experts: bool,
 }
 
 impl Sites {
@@ -50,8 +46,6 @@ impl Sites {
         Sites {
             within: on("within"),
             next: on("next"),
-            early: on("early"),
-            experts: on("experts"),
         }
     }
 
@@ -63,8 +57,6 @@ impl Sites {
         Sites {
             within: s.within && n == 1,
             next: s.next && n == 1,
-            early: s.early,
-            experts: s.experts && n == 1,
         }
     }
 }

@@ -402,32 +402,6 @@ pub fn experts(gpu: &Gpu, mlp: &ExpertMlp, x: &CudaSlice<f32>, buf: &mut MoeBuff
     experts_with(gpu, mlp, false, x, buf)
 }
 
-/// Asks L2 (on the prefetch stream, [`crate::l2`]) for the matrices in `w` of the experts the
-/// last [`route`] picked: a block an expert, each doing nothing unless its expert has rows.
-/// Nothing where an expert's bytes are not whole 16-byte units (the bulk prefetch's).
-pub fn prefetch_routed(gpu: &Gpu, w: &GpuExperts, buf: &MoeBuffers) -> Result<()> {
-    let (_, _, e) = buf.routed()?;
-    if w.n_experts() != e {
-        return Ok(());
-    }
-    let each = (w.storage_bytes() / e) as u64;
-    if !each.is_multiple_of(16) {
-        return Ok(());
-    }
-    let cfg = grid(e * crate::l2::THREADS as usize, crate::l2::THREADS);
-    gpu.beside_l2(|| {
-        let mut b = gpu.launcher("tf_moe_l2_prefetch")?;
-        b.arg(w.matrix.bytes())
-            .arg(&buf.offsets)
-            .arg(&each)
-            .arg(&crate::l2::PIECE);
-        // SAFETY: (u8*, i32*, u64, u32); e experts of `each` bytes in the stack (its size
-        // divided by e) and e + 1 offsets (the routing's); the kernel reads the offsets and
-        // only asks L2 for those bytes.
-        unsafe { b.go(cfg, "launching the experts' L2 prefetch") }
-    })
-}
-
 /// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
 pub fn experts_with(
     gpu: &Gpu,

@@ -1,8 +1,6 @@
 //! The four Nemotron-H mixers' launches for a round of `n` rows: each reads the normed input
 //! `ws.h` (`[n, hidden]`) and writes its output to `ws.o` (`[n, hidden]`), which the caller adds
-//! to the residual — the CPU's `tf_models::nemotron_h::mixers` operation for operation. Each
-//! asks L2 for `ahead` (the next layer's first products, [`crate::l2`]'s `early` site) before
-//! its last product.
+//! to the residual — the CPU's `tf_models::nemotron_h::mixers` operation for operation.
 
 use super::layers::{AttnLayer, MambaLayer, MlpLayer, MoeLayer};
 use super::Workspace;
@@ -16,9 +14,6 @@ use crate::moe::{self, MoeBuffers};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
 use cudarc::driver::CudaSlice;
-
-/// Matrices to ask L2 for ahead, with the bytes of each ([`l2::prefetch`]).
-pub(super) type Ahead<'a> = &'a [(&'a GpuMatrix, usize)];
 
 /// `y = W x (+ bias)` for `n` rows (the CPU's `linear`: matmul, then the bias added), reading
 /// x's split where it has one (`ws.hs`: the same bits).
@@ -50,7 +45,6 @@ pub(super) fn mamba(
     eps: f32,
     n: usize,
     ws: &mut Workspace,
-    ahead: Ahead,
 ) -> Result<()> {
     let sh = m.mixer.shape();
     let (width, inner, cd) = (sh.proj_width(), sh.inner(), sh.conv_dim());
@@ -92,7 +86,6 @@ pub(super) fn mamba(
     mamba::gated_norm(
         g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
     )?;
-    l2::prefetch(g, ahead)?;
     linear(
         g,
         &m.out_proj,
@@ -114,7 +107,6 @@ pub(super) fn attention(
     rows: &GpuRows,
     n: usize,
     ws: &mut Workspace,
-    ahead: Ahead,
 ) -> Result<()> {
     let b = a.biases.as_ref();
     let (x, s) = (&ws.h, ws.hs.as_ref());
@@ -128,7 +120,6 @@ pub(super) fn attention(
     g.join_side(1)?;
     ops::kv_append(g, &ws.k, &ws.v, kv, rows, 0)?;
     ops::attend(g, &ws.q, kv, rows, 0, &a.shape, &mut ws.attn)?;
-    l2::prefetch(g, ahead)?;
     linear(g, &a.o, b.map(|b| &b[3]), &ws.attn, None, n, &mut ws.o)
 }
 
@@ -150,9 +141,8 @@ fn mlp_rows(
     linear(g, &m.down, b.map(|b| &b[1]), act, None, n, out)
 }
 
-/// The dense relu² MLP block (`ahead` asked for first).
-pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace, ahead: Ahead) -> Result<()> {
-    l2::prefetch(g, ahead)?;
+/// The dense relu² MLP block.
+pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result<()> {
     mlp_rows(
         g,
         m,
@@ -179,7 +169,6 @@ pub(super) fn moe(
     buf: &mut MoeBuffers,
     n: usize,
     ws: &mut Workspace,
-    ahead: Ahead,
 ) -> Result<()> {
     const FC1: usize = 0;
     const SHARED: usize = 1;
@@ -196,12 +185,6 @@ pub(super) fn moe(
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
-    if l2::Sites::for_rows(n).experts {
-        moe::prefetch_routed(g, &m.experts.down, buf)?;
-        if let Some((_, fc2)) = &m.latent {
-            l2::prefetch_whole(g, &[fc2])?;
-        }
-    }
     let xe = match &m.latent {
         Some(_) => {
             g.join_side(FC1)?;
@@ -210,7 +193,6 @@ pub(super) fn moe(
         None => &ws.h,
     };
     moe::experts(g, &m.experts, xe, buf)?;
-    l2::prefetch(g, ahead)?;
     match &m.latent {
         Some((_, fc2)) => {
             moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;

@@ -510,21 +510,16 @@ impl GpuNemotronH {
         // A layer's residual add is launched with the next norm (the final one after the last).
         let mut pending = Pending::Nothing;
         let sites = l2::Sites::for_rows(n);
-        for (i, l) in self.layers.iter().enumerate() {
-            // The next layer's first products: during this layer's norm, or (`early`) before
-            // the last product of the layer before.
-            if sites.next && (i == 0 || !sites.early) {
+        for l in &self.layers {
+            // This layer's first products, during its norm.
+            if sites.next {
                 l2::prefetch(g, &l.first_products(l2::IN_PROJ_HEAD))?;
             }
-            let ahead = match self.layers.get(i + 1) {
-                Some(next) if sites.next && sites.early => next.first_products(l2::IN_PROJ_HEAD),
-                _ => Vec::new(),
-            };
             norm_into_h(g, pending, ws, &l.norm, self.eps, n)?;
             pending = Pending::Output;
             match &l.mixer {
                 Mixer::Mamba(m) => {
-                    mixers::mamba(g, m, &mut self.mamba, &self.rows, self.eps, n, ws, &ahead)?
+                    mixers::mamba(g, m, &mut self.mamba, &self.rows, self.eps, n, ws)?
                 }
                 Mixer::Attention(a) => {
                     let kv = self
@@ -534,15 +529,15 @@ impl GpuNemotronH {
                             op: "nemotron_h",
                             detail: format!("no KV pool {}", a.kv_index),
                         })?;
-                    mixers::attention(g, a, kv, &self.rows, n, ws, &ahead)?
+                    mixers::attention(g, a, kv, &self.rows, n, ws)?
                 }
-                Mixer::Mlp(m) => mixers::mlp(g, m, n, ws, &ahead)?,
+                Mixer::Mlp(m) => mixers::mlp(g, m, n, ws)?,
                 Mixer::Moe(m) => {
                     let buf = self.moe.as_mut().ok_or_else(|| CudaError::Shape {
                         op: "nemotron_h",
                         detail: "no MoE buffers".into(),
                     })?;
-                    mixers::moe(g, m, buf, n, ws, &ahead)?;
+                    mixers::moe(g, m, buf, n, ws)?;
                     if m.shared.is_some() {
                         pending = Pending::OutputAndShared;
                     }
