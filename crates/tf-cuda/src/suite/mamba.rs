@@ -539,7 +539,9 @@ fn norm_case(
             gpu.write(&yf, &mut yb)?;
             gpu.write(&zf, &mut zb)?;
             let n = rows.len();
-            mamba::gated_norm_with(gpu, kernel, &yb, &zb, zs, &gain, eps, groups, n, &mut ob)?;
+            mamba::gated_norm_with(
+                gpu, kernel, &yb, &zb, zs, &gain, eps, groups, n, &mut ob, None,
+            )?;
             out.copy_from_slice(&gpu.download(&ob, out.len())?);
             Ok(())
         })();
