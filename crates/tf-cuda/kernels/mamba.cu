@@ -199,13 +199,11 @@ TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2)
 // Grouped gated RMSNorm (tf_kernels::ops::rms_norm_gated), one block per (row, group):
 // h = silu(z) * y (rounded), r = 1 / sqrt(dot16(h, h) / gs + eps) per group, out = g * (h * r).
 // z of row i is at z[i * z_stride]; y and out are [n, width]. PLANT = 1 is a planted control:
-// the sum of squares leaves out each group's last element. `stash`: the block's out values also
-// written there (its shared memory, gs floats).
+// the sum of squares leaves out each group's last element.
 template <int PLANT>
 __device__ __forceinline__ void tf_mamba_gated_norm(const float* y, const float* z, int z_stride,
                                                     const float* gain, float eps, int width,
-                                                    int groups, float* out,
-                                                    float* stash = nullptr) {
+                                                    int groups, float* out) {
     const int i = blockIdx.x, grp = blockIdx.y;
     const int gs = width / groups;
     const size_t base = (size_t)i * width + (size_t)grp * gs;
@@ -224,11 +222,7 @@ __device__ __forceinline__ void tf_mamba_gated_norm(const float* y, const float*
 #pragma unroll
         for (int j = 0; j < TF_HOLD; j++) {
             const int k = threadIdx.x + j * blockDim.x;
-            if (k < gs) {
-                const float v = gv[j] * (h[j] * r);
-                out[base + k] = v;
-                if (stash) stash[k] = v;
-            }
+            if (k < gs) out[base + k] = gv[j] * (h[j] * r);
         }
         return;
     }
@@ -241,11 +235,8 @@ __device__ __forceinline__ void tf_mamba_gated_norm(const float* y, const float*
         },
         gs);
     const float r = tf_inv_rms(ss, gs, eps);
-    for (int k = threadIdx.x; k < gs; k += blockDim.x) {
-        const float v = gr[k] * (out[base + k] * r);
-        out[base + k] = v;
-        if (stash) stash[k] = v;
-    }
+    for (int k = threadIdx.x; k < gs; k += blockDim.x)
+        out[base + k] = gr[k] * (out[base + k] * r);
 }
 
 #define TF_MAMBA_GATED_NORM_ENTRY(NAME, PLANT)                                                   \

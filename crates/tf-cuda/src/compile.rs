@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// The kernel sources, `(file name, text)`; each is compiled after [`COMMON`].
-pub const SOURCES: [(&str, &str); 16] = [
+pub const SOURCES: [(&str, &str); 15] = [
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("slices.cu", include_str!("../kernels/slices.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
@@ -21,7 +21,6 @@ pub const SOURCES: [(&str, &str); 16] = [
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("quant.cu", include_str!("../kernels/quant.cu")),
     ("mamba.cu", include_str!("../kernels/mamba.cu")),
-    ("mamba_split.cu", include_str!("../kernels/mamba_split.cu")),
     ("moe.cu", include_str!("../kernels/moe.cu")),
     ("synthetic.cu", include_str!("../kernels/synthetic.cu")),
     ("llama_extra.cu", include_str!("../kernels/llama_extra.cu")),

@@ -9,7 +9,6 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::mma::SplitX;
 use crate::ops::{grid, i32_of, need, GpuRows};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::MambaParams;
@@ -22,7 +21,6 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_plant_mamba_ssm_unclamped",
     "tf_plant_mamba_ssm_stale",
     "tf_mamba_gated_norm",
-    "tf_mamba_gated_norm_split",
     PLANT_GATED_NORM_SHORT,
     "tf_nh_relu2",
     "tf_nh_add_bias",
@@ -503,9 +501,7 @@ pub fn ssm_step_with(
 }
 
 /// Grouped gated RMSNorm of `n` rows: `h = silu(z) * y`, each of `groups` groups normalised by
-/// its own RMS, times `gain` (width `gain.len()`); `z` of row `i` at `z[i * z_stride..]`. With
-/// `split` (where [`gated_norm_splits`]), the rows of out also split for the tensor cores'
-/// products: the bits `crate::mma::split` gives from `out`.
+/// its own RMS, times `gain` (width `gain.len()`); `z` of row `i` at `z[i * z_stride..]`.
 #[allow(clippy::too_many_arguments)]
 pub fn gated_norm(
     gpu: &Gpu,
@@ -517,31 +513,12 @@ pub fn gated_norm(
     groups: usize,
     n: usize,
     out: &mut CudaSlice<f32>,
-    split: Option<&mut SplitX>,
 ) -> Result<()> {
-    let kernel = match split {
-        Some(_) => "tf_mamba_gated_norm_split",
-        None => "tf_mamba_gated_norm",
-    };
-    gated_norm_with(
-        gpu, kernel, y, z, z_stride, gain, eps, groups, n, out, split,
-    )
+    let kernel = "tf_mamba_gated_norm";
+    gated_norm_with(gpu, kernel, y, z, z_stride, gain, eps, groups, n, out)
 }
 
-/// Widest group the split gated norm copies into shared memory (48 KiB, the default limit).
-const GATED_STASH: usize = 12 * 1024;
-
-/// Whether [`gated_norm`] can split rows of `width` in `groups` groups: whole 64-column groups
-/// in each, and each fits the block's copy.
-pub fn gated_norm_splits(width: usize, groups: usize) -> bool {
-    groups > 0
-        && width.is_multiple_of(groups)
-        && (width / groups).is_multiple_of(crate::mma::GROUP)
-        && width / groups <= GATED_STASH
-}
-
-/// [`gated_norm`] through a named kernel (the planted control uses this; a split kernel with
-/// `split`).
+/// [`gated_norm`] through a named kernel (the planted control uses this).
 #[allow(clippy::too_many_arguments)]
 pub fn gated_norm_with(
     gpu: &Gpu,
@@ -554,7 +531,6 @@ pub fn gated_norm_with(
     groups: usize,
     n: usize,
     out: &mut CudaSlice<f32>,
-    split: Option<&mut SplitX>,
 ) -> Result<()> {
     const OP: &str = "gated rms_norm";
     let width = gain.len();
@@ -575,15 +551,6 @@ pub fn gated_norm_with(
     need(OP, "y", y.len(), n * width)?;
     need(OP, "z", z.len(), n.saturating_sub(1) * z_stride + width)?;
     need(OP, "out", out.len(), n * width)?;
-    if let Some(s) = &split {
-        s.check(OP, n, width)?;
-        if !gated_norm_splits(width, groups) || s.cols() != width {
-            return Err(CudaError::Shape {
-                op: OP,
-                detail: format!("{groups} groups of {width} split as {} columns", s.cols()),
-            });
-        }
-    }
     if n == 0 {
         return Ok(());
     }
@@ -601,21 +568,12 @@ pub fn gated_norm_with(
         .arg(&w)
         .arg(&g)
         .arg(out);
-    let stash = split.is_some();
-    if let Some(s) = split {
-        b.arg(&mut s.parts).arg(&mut s.sums);
-    }
     let cfg = LaunchConfig {
         grid_dim: (i32_of(OP, "n", n)? as u32, g as u32, 1),
         block_dim: (128, 1, 1),
-        shared_mem_bytes: if stash {
-            4 * (width / groups) as u32
-        } else {
-            0
-        },
+        shared_mem_bytes: 0,
     };
-    // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*, [uint4*, f32*]) as declared; lengths
-    // checked above (the split's n rows of width, a group's copy within the shared memory).
+    // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*) as declared; lengths checked above.
     unsafe { b.go(cfg, "launching gated rms_norm") }
 }
 

@@ -623,7 +623,7 @@ pub(crate) fn expert_matmul_split(
 }
 
 /// [`relu2`] of `slots` rows of `width`, the rows also split into `s`.
-pub(crate) fn relu2_split(
+fn relu2_split(
     gpu: &Gpu,
     x: &CudaSlice<f32>,
     out: &mut CudaSlice<f32>,

@@ -83,20 +83,15 @@ pub(super) fn mamba(
         rows,
         &mut ws.y,
     )?;
-    // The gated norm splits its rows for out_proj where it can (the same bits either way).
-    let splits = mamba::gated_norm_splits(inner, m.groups)
-        && ws.yns.as_ref().is_some_and(|s| s.cols() == inner);
-    let yns = ws.yns.as_mut().filter(|_| splits);
     mamba::gated_norm(
-        g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn, yns,
+        g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
     )?;
-    let yns = ws.yns.as_ref().filter(|_| splits);
     linear(
         g,
         &m.out_proj,
         m.out_bias.as_ref(),
         &ws.yn,
-        yns,
+        None,
         n,
         &mut ws.o,
     )
@@ -128,8 +123,7 @@ pub(super) fn attention(
     linear(g, &a.o, b.map(|b| &b[3]), &ws.attn, None, n, &mut ws.o)
 }
 
-/// relu² MLP over `n` rows of `x` (and its split, if any): `down(relu2(up(x)))` into `out`,
-/// relu² also splitting its rows for down where `acts` takes their width (the same bits).
+/// relu² MLP over `n` rows of `x` (and its split, if any): `down(relu2(up(x)))` into `out`.
 #[allow(clippy::too_many_arguments)]
 fn mlp_rows(
     g: &Gpu,
@@ -139,22 +133,12 @@ fn mlp_rows(
     n: usize,
     up: &mut CudaSlice<f32>,
     act: &mut CudaSlice<f32>,
-    acts: Option<&mut SplitX>,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let b = m.biases.as_ref();
-    let inter = m.up.rows();
     linear(g, &m.up, b.map(|b| &b[0]), x, split, n, up)?;
-    match acts.filter(|s| s.cols() == inter) {
-        Some(s) => {
-            moe::relu2_split(g, up, act, s, n, inter)?;
-            linear(g, &m.down, b.map(|b| &b[1]), act, Some(s), n, out)
-        }
-        None => {
-            mamba::relu2(g, up, act, n * inter)?;
-            linear(g, &m.down, b.map(|b| &b[1]), act, None, n, out)
-        }
-    }
+    mamba::relu2(g, up, act, n * m.up.rows())?;
+    linear(g, &m.down, b.map(|b| &b[1]), act, None, n, out)
 }
 
 /// The dense relu² MLP block.
@@ -167,7 +151,6 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
         n,
         &mut ws.up,
         &mut ws.act,
-        ws.acts.as_mut(),
         &mut ws.o,
     )
 }
@@ -197,8 +180,7 @@ pub(super) fn moe(
     if let Some(sh) = &m.shared {
         g.beside(SHARED, || {
             let (x, s) = (&ws.h, ws.hs.as_ref());
-            let (up, act, acts) = (&mut ws.up, &mut ws.act, ws.acts.as_mut());
-            mlp_rows(g, sh, x, s, n, up, act, acts, &mut ws.shared)
+            mlp_rows(g, sh, x, s, n, &mut ws.up, &mut ws.act, &mut ws.shared)
         })?;
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;

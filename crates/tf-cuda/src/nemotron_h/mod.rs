@@ -46,8 +46,6 @@ struct Workspace {
     xbc: CudaSlice<f32>,
     y: CudaSlice<f32>,
     yn: CudaSlice<f32>,
-    /// `yn` split by the gated norm that writes it (`None` as for `hs`).
-    yns: Option<SplitX>,
     q: CudaSlice<f32>,
     k: CudaSlice<f32>,
     v: CudaSlice<f32>,
@@ -55,8 +53,6 @@ struct Workspace {
     /// MLP / shared expert intermediate rows, before and after relu².
     up: CudaSlice<f32>,
     act: CudaSlice<f32>,
-    /// `act` split by the relu² that writes it (`None` as for `hs`).
-    acts: Option<SplitX>,
     /// Router logits.
     gates: CudaSlice<f32>,
     /// Latent rows (fc1 output) and the combined expert rows.
@@ -108,15 +104,6 @@ impl Widths {
             }
         }
         w
-    }
-}
-
-/// Room for `n` rows of `width` split for the tensor cores' products, where the split is on and
-/// takes that width.
-fn split_buffer(gpu: &Gpu, n: usize, width: usize) -> Result<Option<SplitX>> {
-    match mma::split_enabled() && width > 0 && width.is_multiple_of(mma::GROUP) {
-        true => SplitX::new(gpu, n, width).map(Some),
-        false => Ok(None),
     }
 }
 
@@ -272,20 +259,21 @@ impl GpuNemotronH {
             tokens: gpu.zeros(n)?,
             x: gpu.zeros(n * hidden)?,
             h: gpu.zeros(n * hidden)?,
-            hs: split_buffer(&gpu, n, hidden)?,
+            hs: match mma::split_enabled() && hidden.is_multiple_of(mma::GROUP) {
+                true => Some(SplitX::new(&gpu, n, hidden)?),
+                false => None,
+            },
             o: gpu.zeros(n * hidden)?,
             proj: gpu.zeros(n * w.proj)?,
             xbc: gpu.zeros(n * w.conv)?,
             y: gpu.zeros(n * w.inner)?,
             yn: gpu.zeros(n * w.inner)?,
-            yns: split_buffer(&gpu, n, w.inner)?,
             q: gpu.zeros(n * w.q)?,
             k: gpu.zeros(n * w.kv)?,
             v: gpu.zeros(n * w.kv)?,
             attn: gpu.zeros(n * w.q)?,
             up: gpu.zeros(n * w.mlp)?,
             act: gpu.zeros(n * w.mlp)?,
-            acts: split_buffer(&gpu, n, w.mlp)?,
             gates: gpu.zeros(n * w.experts)?,
             latent: gpu.zeros(n * w.expert_dim)?,
             combined: gpu.zeros(n * w.expert_dim)?,

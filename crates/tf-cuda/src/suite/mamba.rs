@@ -539,9 +539,7 @@ fn norm_case(
             gpu.write(&yf, &mut yb)?;
             gpu.write(&zf, &mut zb)?;
             let n = rows.len();
-            mamba::gated_norm_with(
-                gpu, kernel, &yb, &zb, zs, &gain, eps, groups, n, &mut ob, None,
-            )?;
+            mamba::gated_norm_with(gpu, kernel, &yb, &zb, zs, &gain, eps, groups, n, &mut ob)?;
             out.copy_from_slice(&gpu.download(&ob, out.len())?);
             Ok(())
         })();

@@ -13,7 +13,7 @@ use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::mma::{self, Choice, PLANT_ROW_VARIANT};
 use crate::weights::{device_bytes, GpuFormat, GpuMatrix};
-use crate::{mamba, ops, slices};
+use crate::{ops, slices};
 use cudarc::driver::CudaSlice;
 use std::cell::RefCell;
 use tf_kernels::contract::{Rng, RowOp, Tolerance};
@@ -167,24 +167,6 @@ fn case(
         }
     }
     let planted = split_run(Some(mma::PLANT_SPLIT_SUMS), 1, 40)?;
-    // x through the Mamba gated norm that splits its rows (z = x; groups of 1024 where the
-    // width has them), into the split product, against the product of that norm unsplit.
-    let groups = if cols % 1024 == 0 { cols / 1024 } else { 1 };
-    for n in [40, 1] {
-        let mut b = bufs.borrow_mut();
-        let (x, y) = &mut *b;
-        let flat: Vec<f32> = xs[..n].iter().flatten().copied().collect();
-        gpu.write(&flat, x)?;
-        let norm = |h: &mut CudaSlice<f32>, s: Option<&mut mma::SplitX>| {
-            mamba::gated_norm(gpu, x, x, cols, &gain, 1e-5, groups, n, h, s)
-        };
-        norm(&mut h, Some(&mut sx))?;
-        mma::matmul_split(gpu, &w, &sx, n, y)?;
-        let split = gpu.download(y, n * rows)?;
-        norm(&mut h, None)?;
-        mma::matmul(gpu, &w, &h, n, y)?;
-        bits.add(compare_bits(&split, &gpu.download(y, n * rows)?));
-    }
     let planted = compare_bits(&planted, &want[..40 * rows]);
     let verdict = bits.gate(v, "the launcher's bits").and_then(|r| {
         let taken = rows_kernels_taking(gpu, &w, &mut bufs.borrow_mut());
@@ -196,8 +178,8 @@ fn case(
     out.cases.push(CaseResult {
         op: name.clone(),
         case: format!(
-            "{label} (bits: each choice and x split once, by tf_mma_split, by the norm and by \
-             the gated norm, against the launcher's; rows kernels refuse the tiles)"
+            "{label} (bits: each choice and x split once, by tf_mma_split and by the norm, \
+             against the launcher's; rows kernels refuse the tiles)"
         ),
         verdict,
         cpu_bits: Some(bits),
