@@ -1,18 +1,33 @@
-//! `dump_ptx [ARCH]`: prints the program's PTX for an architecture (default compute_90),
-//! compiled with NVRTC.
+//! `dump_ptx [ARCH] [--cache]`: prints the program's PTX for an architecture (default
+//! compute_90), compiled with NVRTC; with `--cache`, writes it into the kernel cache instead
+//! (`$TF_CUDA_CACHE`, ...: `tf_cuda::compile::cache_dir`) and prints the file's path, so a GPU
+//! machine given that folder skips the compile (the key holds NVRTC's major and minor version:
+//! use the NVRTC the GPU machine has, `nvidia-cuda-nvrtc==13.0.88`).
 fn main() {
-    let arch = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cache = args.iter().any(|a| a == "--cache");
+    let arch = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .cloned()
         .unwrap_or_else(|| "compute_90".into());
-    match tf_cuda::compile::compile_to_ptx(
-        "tensorfold.cu",
-        &tf_cuda::compile::program_source(),
-        &arch,
-    ) {
-        Ok(ptx) => print!("{ptx}"),
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(1);
-        }
+    let done = match cache {
+        true => tf_cuda::compile::program_ptx(&arch).map(|_| {
+            let nvrtc = tf_cuda::compile::nvrtc_version().unwrap_or_default();
+            let source = tf_cuda::compile::program_source();
+            let key = tf_cuda::compile::cache_key(&source, &arch, nvrtc);
+            let path = tf_cuda::compile::cache_dir().join(format!("{key}.ptx"));
+            println!("{} (NVRTC {}.{})", path.display(), nvrtc.0, nvrtc.1);
+        }),
+        false => tf_cuda::compile::compile_to_ptx(
+            "tensorfold.cu",
+            &tf_cuda::compile::program_source(),
+            &arch,
+        )
+        .map(|ptx| print!("{ptx}")),
+    };
+    if let Err(e) = done {
+        eprintln!("{e}");
+        std::process::exit(1);
     }
 }
