@@ -130,6 +130,9 @@ pub enum PtxOrigin {
     Cache,
     /// Compiled now (and written to the cache when possible).
     Compiled,
+    /// Read from the disk cache with the machine code of its PTX beside it, assembled ahead
+    /// ([`program_cubin`]), which the driver loads without translating the PTX.
+    Cubin,
 }
 
 /// The whole program's PTX for `arch`, from the disk cache or compiled now and cached. A cache
@@ -146,6 +149,19 @@ pub fn program_ptx(arch: &str) -> Result<(Ptx, PtxOrigin)> {
     let ptx = compile_to_ptx("tensorfold.cu", &source, arch)?;
     let _ = write_atomic(&path, &ptx);
     Ok((Ptx::from_src(ptx), PtxOrigin::Compiled))
+}
+
+/// The machine code for `sm` (e.g. `sm_90`) of the program [`program_ptx`] gives for `arch`,
+/// where the kernel cache holds it beside the PTX (`KEY.SM.cubin`, assembled ahead by ptxas:
+/// scripts/device/ptx-cache.sh); nothing is ever assembled here.
+pub fn program_cubin(arch: &str, sm: &str) -> Option<Vec<u8>> {
+    program_cubin_in(&cache_dir(), arch, sm)
+}
+
+/// [`program_cubin`] from the cache folder `dir`.
+pub fn program_cubin_in(dir: &std::path::Path, arch: &str, sm: &str) -> Option<Vec<u8>> {
+    let key = cache_key(&program_source(), arch, nvrtc_version().ok()?);
+    std::fs::read(dir.join(format!("{key}.{sm}.cubin"))).ok()
 }
 
 /// Writes `text` to `path` through a temporary file and a rename.

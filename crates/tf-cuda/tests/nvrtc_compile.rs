@@ -2,7 +2,9 @@
 //! message, when libnvrtc cannot be loaded; CI installs `nvidia-cuda-nvrtc==13.0.88` and puts
 //! `nvidia/cu13/lib` on LD_LIBRARY_PATH so compile errors fail the build there.
 
-use tf_cuda::compile::{cache_key, compile_to_ptx, nvrtc_present, nvrtc_version, program_source};
+use tf_cuda::compile::{
+    cache_key, compile_to_ptx, nvrtc_present, nvrtc_version, program_cubin_in, program_source,
+};
 use tf_cuda::device::all_kernel_names;
 use tf_cuda::CudaError;
 
@@ -109,4 +111,27 @@ fn ptx_param_counts_reads_entry_signatures() {
     // A control: a signature with one more parameter is counted differently.
     let more = ptx.replace("a_1\n", "a_1,\n .param .u32 a_2\n");
     assert_eq!(tf_cuda::launch::ptx_param_counts(&more)[0].1, 3);
+}
+
+/// The program's machine code is taken from the cache only under its own key and the device's
+/// architecture: a file for another architecture, or for the program's PTX, is not.
+#[test]
+fn the_cached_cubin_is_the_programs_for_its_architecture() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tf-cuda-cubin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = cache_key(&program_source(), "compute_90", nvrtc_version().unwrap());
+    assert_eq!(program_cubin_in(&dir, "compute_90", "sm_90"), None);
+    std::fs::write(dir.join(format!("{key}.sm_80.cubin")), b"eighty").unwrap();
+    std::fs::write(dir.join(format!("{key}.ptx")), b"ptx").unwrap();
+    assert_eq!(program_cubin_in(&dir, "compute_90", "sm_90"), None);
+    std::fs::write(dir.join(format!("{key}.sm_90.cubin")), b"ninety").unwrap();
+    assert_eq!(
+        program_cubin_in(&dir, "compute_90", "sm_90").as_deref(),
+        Some(&b"ninety"[..])
+    );
+    assert_eq!(program_cubin_in(&dir, "compute_89", "sm_90"), None);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
