@@ -2,7 +2,8 @@
 # CMD under a timeout into $out/NAME.log and prints its exit status and seconds; `receipts`
 # runs the build in dist/'s receipts (the kernel contract, every Nemotron-H and Muse Spark
 # fixture against the CPU engine, every fixture through `tensorfold score`). Both count failed
-# steps in `fails`.
+# steps in `fails`. Run `bash scripts/device/ptx-cache.sh` here before the call (and with each
+# base build's tree): a fresh machine then skips about 105 s of kernel compile.
 . scripts/device/env.sh >/dev/null
 out="${OUT:-/tmp}"
 fails=0
