@@ -12,12 +12,9 @@ fn main() {
         .cloned()
         .unwrap_or_else(|| "compute_90".into());
     let done = match cache {
-        true => tf_cuda::compile::program_ptx(&arch).map(|_| {
+        true => tf_cuda::compile::program_ptx(&arch).map(|p| {
             let nvrtc = tf_cuda::compile::nvrtc_version().unwrap_or_default();
-            let source = tf_cuda::compile::program_source();
-            let key = tf_cuda::compile::cache_key(&source, &arch, nvrtc);
-            let path = tf_cuda::compile::cache_dir().join(format!("{key}.ptx"));
-            println!("{} (NVRTC {}.{})", path.display(), nvrtc.0, nvrtc.1);
+            println!("{} (NVRTC {}.{})", p.path.display(), nvrtc.0, nvrtc.1);
         }),
         false => tf_cuda::compile::compile_to_ptx(
             "tensorfold.cu",

@@ -135,33 +135,39 @@ pub enum PtxOrigin {
     Cubin,
 }
 
+/// The whole program's PTX for one architecture.
+pub struct Program {
+    /// The PTX text.
+    pub ptx: Ptx,
+    /// Where it came from.
+    pub origin: PtxOrigin,
+    /// Its file in the kernel cache (`KEY.ptx`), written or not.
+    pub path: PathBuf,
+}
+
 /// The whole program's PTX for `arch`, from the disk cache or compiled now and cached. A cache
 /// that cannot be written is not an error (the PTX is still returned).
-pub fn program_ptx(arch: &str) -> Result<(Ptx, PtxOrigin)> {
+pub fn program_ptx(arch: &str) -> Result<Program> {
     let source = program_source();
     let key = cache_key(&source, arch, nvrtc_version()?);
     let path = cache_dir().join(format!("{key}.ptx"));
     if let Ok(text) = std::fs::read_to_string(&path) {
         if text.contains(".entry") {
-            return Ok((Ptx::from_src(text), PtxOrigin::Cache));
+            let (ptx, origin) = (Ptx::from_src(text), PtxOrigin::Cache);
+            return Ok(Program { ptx, origin, path });
         }
     }
     let ptx = compile_to_ptx("tensorfold.cu", &source, arch)?;
     let _ = write_atomic(&path, &ptx);
-    Ok((Ptx::from_src(ptx), PtxOrigin::Compiled))
+    let (ptx, origin) = (Ptx::from_src(ptx), PtxOrigin::Compiled);
+    Ok(Program { ptx, origin, path })
 }
 
-/// The machine code for `sm` (e.g. `sm_90`) of the program [`program_ptx`] gives for `arch`,
-/// where the kernel cache holds it beside the PTX (`KEY.SM.cubin`, assembled ahead by ptxas:
+/// The machine code for `sm` (e.g. `sm_90`) of the PTX cached at `ptx_path`, where the kernel
+/// cache holds it beside it (`KEY.SM.cubin`, assembled ahead by ptxas:
 /// scripts/device/ptx-cache.sh); nothing is ever assembled here.
-pub fn program_cubin(arch: &str, sm: &str) -> Option<Vec<u8>> {
-    program_cubin_in(&cache_dir(), arch, sm)
-}
-
-/// [`program_cubin`] from the cache folder `dir`.
-pub fn program_cubin_in(dir: &std::path::Path, arch: &str, sm: &str) -> Option<Vec<u8>> {
-    let key = cache_key(&program_source(), arch, nvrtc_version().ok()?);
-    std::fs::read(dir.join(format!("{key}.{sm}.cubin"))).ok()
+pub fn program_cubin(ptx_path: &std::path::Path, sm: &str) -> Option<Vec<u8>> {
+    std::fs::read(ptx_path.with_extension(format!("{sm}.cubin"))).ok()
 }
 
 /// Writes `text` to `path` through a temporary file and a rename.

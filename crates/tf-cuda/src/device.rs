@@ -1,7 +1,7 @@
 //! The GPU handle: a CUDA context, its streams (the main one and the side ones), and the compiled
 //! kernels.
 
-use crate::compile::{program_cubin, program_ptx, PtxOrigin};
+use crate::compile::{program_cubin, program_ptx, Program, PtxOrigin};
 use crate::error::{drv, CudaError, Result};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
@@ -252,14 +252,18 @@ impl Gpu {
         };
         let arch = format!("compute_{}{}", cc.0, cc.1);
         let t0 = Instant::now();
-        let (ptx, mut ptx_origin) = program_ptx(&arch)?;
+        let Program {
+            ptx,
+            origin: mut ptx_origin,
+            path,
+        } = program_ptx(&arch)?;
         let counts: HashMap<String, usize> = crate::launch::ptx_param_counts(&ptx.to_src())
             .into_iter()
             .collect();
         // The PTX's machine code where the cache holds it (the driver's translation of the PTX
         // otherwise), the PTX where the driver refuses it.
         let sm = format!("sm_{}{}", cc.0, cc.1);
-        let cubin = program_cubin(&arch, &sm)
+        let cubin = program_cubin(&path, &sm)
             .and_then(|bin| ctx.load_module(cudarc::nvrtc::Ptx::from_binary(bin)).ok());
         let module = match cubin {
             Some(m) => {

@@ -3,7 +3,7 @@
 //! `nvidia/cu13/lib` on LD_LIBRARY_PATH so compile errors fail the build there.
 
 use tf_cuda::compile::{
-    cache_key, compile_to_ptx, nvrtc_present, nvrtc_version, program_cubin_in, program_source,
+    cache_key, compile_to_ptx, nvrtc_present, nvrtc_version, program_cubin, program_source,
 };
 use tf_cuda::device::all_kernel_names;
 use tf_cuda::CudaError;
@@ -122,16 +122,20 @@ fn the_cached_cubin_is_the_programs_for_its_architecture() {
     }
     let dir = std::env::temp_dir().join(format!("tf-cuda-cubin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let key = cache_key(&program_source(), "compute_90", nvrtc_version().unwrap());
-    assert_eq!(program_cubin_in(&dir, "compute_90", "sm_90"), None);
-    std::fs::write(dir.join(format!("{key}.sm_80.cubin")), b"eighty").unwrap();
-    std::fs::write(dir.join(format!("{key}.ptx")), b"ptx").unwrap();
-    assert_eq!(program_cubin_in(&dir, "compute_90", "sm_90"), None);
-    std::fs::write(dir.join(format!("{key}.sm_90.cubin")), b"ninety").unwrap();
+    let ptx_of = |arch: &str| {
+        let key = cache_key(&program_source(), arch, nvrtc_version().unwrap());
+        dir.join(format!("{key}.ptx"))
+    };
+    let ptx = ptx_of("compute_90");
+    assert_eq!(program_cubin(&ptx, "sm_90"), None);
+    std::fs::write(ptx.with_extension("sm_80.cubin"), b"eighty").unwrap();
+    std::fs::write(&ptx, b"ptx").unwrap();
+    assert_eq!(program_cubin(&ptx, "sm_90"), None);
+    std::fs::write(ptx.with_extension("sm_90.cubin"), b"ninety").unwrap();
     assert_eq!(
-        program_cubin_in(&dir, "compute_90", "sm_90").as_deref(),
+        program_cubin(&ptx, "sm_90").as_deref(),
         Some(&b"ninety"[..])
     );
-    assert_eq!(program_cubin_in(&dir, "compute_89", "sm_90"), None);
+    assert_eq!(program_cubin(&ptx_of("compute_89"), "sm_90"), None);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -36,7 +36,6 @@ fn linear(
 /// Mamba2: in_proj → conv step → SSM step (rows in round order, each on its slot's state) →
 /// gated group norm (z read in place from the projection) → out_proj (asked of L2 during the
 /// steps between).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn mamba(
     g: &Gpu,
     m: &MambaLayer,
