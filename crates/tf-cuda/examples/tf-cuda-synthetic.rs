@@ -17,8 +17,12 @@
 //! 3. With `--leave-out N`: at one stream (or S, `--leave-out-streams`), the launches of a step
 //!    by kernel, and what each kernel costs inside the graphed step: N replays of the whole
 //!    step's graph against N of a graph captured with that kernel's launches left out
-//!    (`tf_cuda::leave_out`); then the step with only the matrix products kept, and with every
-//!    kernel but them.
+//!    (`tf_cuda::leave_out`), and the rise when each of its launches is made twice; then the
+//!    step with only the matrix products kept, and with every kernel but them.
+//!
+//! 4. With `--profile-step`: one more graphed one-stream step (its graph captured before) between
+//!    `cuProfilerStart` and `cuProfilerStop`, for `ncu --profile-from-start off` to time each of
+//!    its kernels alone (`scripts/device/ncu-step.sh`).
 //!
 //! Each `--fill` (e.g. `bolt`, `lightning:q4_0`) fills every tensor of the model on the device
 //! (stacked experts as the MoE kernels read them) and reports bytes, fill time and device
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         .first()
         .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 4, 16, 64]);
+    let profile = args.iter().any(|a| a == "--profile-step");
     let mut models = values("--model");
     let fills = values("--fill");
     if models.is_empty() && fills.is_empty() {
@@ -83,7 +88,7 @@ fn main() -> ExitCode {
     let mut ok = true;
     for m in &models {
         println!("\n# {m}");
-        match run_model(m, bench, (leave_out, leave_out_streams), &streams) {
+        match run_model(m, bench, (leave_out, leave_out_streams), &streams, profile) {
             Ok(pass) => ok &= pass,
             Err(e) => {
                 println!("error: {e}");
@@ -313,12 +318,14 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-/// `leave_out`: (replays, streams) of the leave-out table; no table at 0 replays.
+/// `leave_out`: (replays, streams) of the leave-out table; no table at 0 replays; `profile`:
+/// one profiled one-stream step at the end.
 fn run_model(
     spec: &str,
     bench: usize,
     leave_out: (usize, usize),
     streams_list: &[usize],
+    profile: bool,
 ) -> Res<bool> {
     let (config, quant) = split(spec);
     let ck = checkpoint(config, quant, None)?;
@@ -413,12 +420,17 @@ fn run_model(
     if leave_out.0 > 0 {
         leave_out_table(&mut g, leave_out.0, leave_out.1)?;
     }
+    if profile {
+        let dt = step_time(&mut g, 1, 1, true)?;
+        println!("profiled step: {:.1} us", dt * 1e6);
+    }
     Ok(ok)
 }
 
 /// Seconds per graphed step of slots 0..`streams` over `reps` steps from the prompt's end (the
-/// graph captured afresh, with whatever `tf_cuda::leave_out` names left out).
-fn step_time(g: &mut Decoder, reps: usize, streams: usize) -> Res<f64> {
+/// graph captured afresh, with whatever `tf_cuda::leave_out` names left out); `profile`: the
+/// replays between `cuProfilerStart` and `cuProfilerStop`.
+fn step_time(g: &mut Decoder, reps: usize, streams: usize, profile: bool) -> Res<f64> {
     g.clear_graphs();
     let mut pos = g.rewind(0, PROMPT.len())?;
     for slot in 1..streams {
@@ -440,12 +452,23 @@ fn step_time(g: &mut Decoder, reps: usize, streams: usize) -> Res<f64> {
     };
     step(g, pos)?; // captures
     pos += 1;
+    g.gpu().synchronize()?;
+    if profile {
+        // SAFETY: no arguments; the driver is loaded (the context is current).
+        unsafe { cudarc::driver::sys::cuProfilerStart() }.result()?;
+    }
     let t = Instant::now();
     for _ in 0..reps {
         step(g, pos)?;
         pos += 1;
     }
-    Ok(t.elapsed().as_secs_f64() / reps as f64)
+    let dt = t.elapsed().as_secs_f64() / reps as f64;
+    if profile {
+        g.gpu().synchronize()?;
+        // SAFETY: as above.
+        unsafe { cudarc::driver::sys::cuProfilerStop() }.result()?;
+    }
+    Ok(dt)
 }
 
 /// Seconds per graphed step with the launches of the kernels named in `names` left out.
@@ -456,7 +479,7 @@ fn step_time_without<S: AsRef<str>>(
     streams: usize,
 ) -> Res<f64> {
     tf_cuda::leave_out::start(names);
-    let t = step_time(g, reps, streams);
+    let t = step_time(g, reps, streams, false);
     tf_cuda::leave_out::finish();
     t
 }
@@ -465,7 +488,7 @@ fn step_time_without<S: AsRef<str>>(
 /// graphed step.
 fn leave_out_table(g: &mut Decoder, reps: usize, streams: usize) -> Res<()> {
     tf_cuda::leave_out::start::<&str>(&[]);
-    let whole = step_time(g, reps, streams);
+    let whole = step_time(g, reps, streams, false);
     // The capture made each launch once.
     let counts = tf_cuda::leave_out::finish();
     let whole = whole?;
@@ -473,21 +496,25 @@ fn leave_out_table(g: &mut Decoder, reps: usize, streams: usize) -> Res<()> {
         "\n{streams} stream(s), {reps} graphed steps each: the whole step {:.1} us; each kernel left out in turn:\n",
         whole * 1e6
     );
-    println!("| kernel | launches a step | step without it, us | its cost, us | share |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
+    println!("| kernel | launches a step | step without it, us | its cost, us | share | each launch made twice: rise, us a launch |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     let mut rows = Vec::new();
     for (name, &launches) in &counts {
         let cost = whole - step_time_without(g, &[name], reps, streams)?;
-        rows.push((cost, name, launches));
+        tf_cuda::leave_out::start_with::<&str, _>(&[], &[name]);
+        let twice = step_time(g, reps, streams, false);
+        tf_cuda::leave_out::finish();
+        rows.push((cost, name, launches, twice? - whole));
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
     let total: f64 = rows.iter().map(|r| r.0).sum();
-    for (cost, name, launches) in &rows {
+    for (cost, name, launches, rise) in &rows {
         println!(
-            "| {name} | {launches} | {:.1} | {:.1} | {:.1}% |",
+            "| {name} | {launches} | {:.1} | {:.1} | {:.1}% | {:.2} |",
             (whole - cost) * 1e6,
             cost * 1e6,
-            100.0 * cost / whole
+            100.0 * cost / whole,
+            rise * 1e6 / *launches as f64
         );
     }
     let launches: usize = counts.values().sum();

@@ -47,10 +47,28 @@ __device__ __forceinline__ unsigned long long tf_moe_rank_key(float s, int e) {
     return ((unsigned long long)hi << 32) | lo;
 }
 
+// A row's pick weights from its picks' probabilities, by one thread (the CPU's order): w_j =
+// probs[pick_j], then (norm_topk, k > 1) w_j / (sum + 1e-20) with the sum in pick order, then
+// w_j * scaling.
+__device__ __forceinline__ void tf_moe_pick_weights(const int* pick, float* w,
+                                                    const float* probs, int k, int norm_topk,
+                                                    float scaling) {
+    for (int j = 0; j < k; j++) w[j] = probs[pick[j]];
+    if (norm_topk && k > 1) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; j++) sum = sum + w[j];
+        const float denom = sum + 1e-20f;
+        for (int j = 0; j < k; j++) w[j] = w[j] / denom;
+    }
+    for (int j = 0; j < k; j++) w[j] = w[j] * scaling;
+}
+
 // Dynamic shared memory: keys[E32] (8-byte aligned first; E32 = n_experts rounded up to 32),
-// probs[n_experts], scores[n_experts], group scores[n_group], candidate ids[E32].
+// probs[n_experts], scores[n_experts], group scores[n_group], candidate ids[E32]. Returns where
+// the row's picks are (shared memory for k <= 32, where the weights are also made, so the
+// block's last steps read no global memory it has just written; else `experts`).
 template <int PLANT>
-__device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ logits,
+__device__ __forceinline__ const int* tf_moe_route_grouped(const float* __restrict__ logits,
                                                      const float* __restrict__ corr, int* experts,
                                                      float* weights, int n_experts, int top_k,
                                                      int n_group, int topk_group, float scaling,
@@ -106,6 +124,8 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
     int* pk = experts + (size_t)i * top_k;
     float* pw = weights + (size_t)i * top_k;
     const int k = top_k;
+    __shared__ int rt_pick[32];
+    __shared__ float rt_w[32];
     if (k <= 32) {
         const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
         for (int ch = threadIdx.x >> 5; ch < nch; ch += nw) {
@@ -131,7 +151,7 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
             const unsigned long long me = rt_keys[c];
             int rank = 0;
             for (int t = 0; t < nc; t++) rank += rt_keys[t] > me ? 1 : 0;
-            if (rank < k) pk[rank] = cid[c];
+            if (rank < k) pk[rank] = cid[c], rt_pick[rank] = cid[c];
         }
     } else {
         for (int e = threadIdx.x; e < n_experts; e += blockDim.x)
@@ -146,16 +166,14 @@ __device__ __forceinline__ void tf_moe_route_grouped(const float* __restrict__ l
         }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int j = 0; j < k; j++) pw[j] = probs[pk[j]];
-        if (norm_topk && k > 1) {
-            float sum = 0.0f;
-            for (int j = 0; j < k; j++) sum = sum + pw[j];
-            const float denom = sum + 1e-20f;
-            for (int j = 0; j < k; j++) pw[j] = pw[j] / denom;
-        }
-        for (int j = 0; j < k; j++) pw[j] = pw[j] * scaling;
+    if (k > 32) {
+        if (threadIdx.x == 0) tf_moe_pick_weights(pk, pw, probs, k, norm_topk, scaling);
+        return pk;
     }
+    if (threadIdx.x == 0) tf_moe_pick_weights(rt_pick, rt_w, probs, k, norm_topk, scaling);
+    __syncthreads();
+    if (threadIdx.x < k) pw[threadIdx.x] = rt_w[threadIdx.x];
+    return rt_pick;
 }
 
 extern "C" __global__ void tf_moe_route_grouped(const float* logits, const float* corr,
@@ -260,10 +278,10 @@ extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, cons
                                                        int* order, int* where_) {
     tf_follow();
     extern __shared__ unsigned long long rt_keys[];
-    tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k, n_group,
-                            topk_group, scaling, norm_topk, fill);
+    const int* picks = tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k,
+                                               n_group, topk_group, scaling, norm_topk, fill);
     __syncthreads();  // the picks are written, and the routing's shared memory is free
-    tf_moe_sort_block(experts, offsets, order, where_, top_k, n_experts, (int*)rt_keys);
+    tf_moe_sort_block(picks, offsets, order, where_, top_k, n_experts, (int*)rt_keys);
 }
 
 // Dynamic shared memory: scores[n_experts], biased[n_experts], picked[top_k].

@@ -1,7 +1,9 @@
 //! Stage timing without a profiler: a round's graph captured with some kernels left out, so
 //! the drop in replay time is what those kernels cost inside the step (ncu times each kernel
 //! alone with cold caches, which overstates small ones). Also counts launches by kernel name.
-//! Outputs of a round with kernels left out are meaningless; only its timing is.
+//! Or with some kernels launched twice in a row: the rise is what one more of them costs on the
+//! step's path (its work and the hop to it). Outputs of a round with kernels left out or
+//! doubled are meaningless; only its timing is.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What a session leaves out and what it has counted.
 struct Session {
     left_out: BTreeSet<String>,
+    doubled: BTreeSet<String>,
     counts: BTreeMap<String, usize>,
 }
 
@@ -19,8 +22,14 @@ thread_local! {
 /// From now until [`finish`], this thread counts its launches by kernel name and leaves out
 /// the launches of the kernels named in `names` (empty: none).
 pub fn start<S: AsRef<str>>(names: &[S]) {
+    start_with(names, &[] as &[&str]);
+}
+
+/// [`start`], and the launches of the kernels named in `doubled` made twice.
+pub fn start_with<S: AsRef<str>, D: AsRef<str>>(names: &[S], doubled: &[D]) {
     let session = Session {
         left_out: names.iter().map(|s| s.as_ref().to_string()).collect(),
+        doubled: doubled.iter().map(|s| s.as_ref().to_string()).collect(),
         counts: BTreeMap::new(),
     };
     SESSION.with(|s| *s.borrow_mut() = Some(session));
@@ -46,6 +55,15 @@ pub(crate) fn skipped(name: &str) -> bool {
             }
         }
         s.left_out.contains(name)
+    })
+}
+
+/// Whether a launch of `name` is made twice (not counted again).
+pub(crate) fn doubled(name: &str) -> bool {
+    SESSION.with(|s| {
+        s.borrow()
+            .as_ref()
+            .is_some_and(|s| s.doubled.contains(name))
     })
 }
 

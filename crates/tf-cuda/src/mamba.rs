@@ -518,6 +518,9 @@ pub fn gated_norm(
     gated_norm_with(gpu, kernel, y, z, z_stride, gain, eps, groups, n, out)
 }
 
+/// Threads of a gated-norm block.
+const GATED_NORM_THREADS: u32 = 512;
+
 /// [`gated_norm`] through a named kernel (the planted control uses this).
 #[allow(clippy::too_many_arguments)]
 pub fn gated_norm_with(
@@ -570,7 +573,9 @@ pub fn gated_norm_with(
         .arg(out);
     let cfg = LaunchConfig {
         grid_dim: (i32_of(OP, "n", n)? as u32, g as u32, 1),
-        block_dim: (128, 1, 1),
+        // A (row, group) block: few elements a thread, each with its own exp and division, on
+        // the one-row step's path (128 threads were slower: docs/perf.md, session 30).
+        block_dim: (GATED_NORM_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*) as declared; lengths checked above.

@@ -69,11 +69,11 @@ int main(int argc, char** argv) {
         if (y0.empty()) y0 = y;
     }
     std::vector<float> yn((size_t)n * inner);
-    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 128, [&] {
+    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 512, [&] {
         tf_mamba_gated_norm(y0.data(), proj.data(), width, gain.data(), eps, inner, groups, yn.data());
     });
     put(yn);
-    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 128, [&] {
+    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 512, [&] {
         tf_plant_mamba_gated_norm_short(y0.data(), proj.data(), width, gain.data(), eps, inner, groups, yn.data());
     });
     put(yn);
