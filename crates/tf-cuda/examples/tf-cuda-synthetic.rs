@@ -452,7 +452,6 @@ fn step_time(g: &mut Decoder, reps: usize, streams: usize, profile: bool) -> Res
     };
     step(g, pos)?; // captures
     pos += 1;
-    g.gpu().synchronize()?;
     if profile {
         // SAFETY: no arguments; the driver is loaded (the context is current).
         unsafe { cudarc::driver::sys::cuProfilerStart() }.result()?;

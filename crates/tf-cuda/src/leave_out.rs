@@ -91,4 +91,22 @@ mod tests {
         assert!(!skipped("tf_rms_norm"), "the session is over");
         assert!(finish().is_empty());
     }
+
+    #[test]
+    fn doubles_only_the_named_kernels_and_counts_each_launch_once() {
+        assert!(
+            !doubled("tf_mamba_ssm"),
+            "outside a session nothing is doubled"
+        );
+        start_with(&["tf_rms_norm"], &["tf_mamba_ssm"]);
+        assert!(doubled("tf_mamba_ssm") && !skipped("tf_mamba_ssm"));
+        assert!(
+            !doubled("tf_mamba_ssm_x"),
+            "names match exactly, not by prefix"
+        );
+        assert!(!doubled("tf_rms_norm") && skipped("tf_rms_norm"));
+        let c = finish();
+        assert_eq!(c.get("tf_mamba_ssm"), Some(&1));
+        assert!(!doubled("tf_mamba_ssm"), "the session is over");
+    }
 }
