@@ -271,50 +271,6 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     }
 }
 
-// The one-row entry for a warp of one row group whose lanes have at most four units each (at
-// most 4,096 columns): all of the warp's weights are asked for before the wait, so they come
-// while the kernel before it runs, then multiplied in the order of tf_slices_one (the same
-// sums). Dynamic shared memory as tf_slices_one.
-template <int FMT, int PLANT>
-__device__ __forceinline__ void tf_slices_one_ahead(const u8* __restrict__ W,
-                                                    const float* __restrict__ x,
-                                                    float* __restrict__ y, int rows, int cols) {
-    extern __shared__ __align__(16) u8 tf_smem[];
-    float4* xs = (float4*)tf_smem;
-    constexpr int NW = tf_slice_words(FMT), UB = 4 * NW, RJ = tf_slice_one_rows(FMT);
-    const int p = threadIdx.x & 31;
-    const int g = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
-    const bool has = g < (rows + RJ - 1) / RJ;
-    const int units = cols >> 5;
-    const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units, <= 4
-    const size_t rb = (size_t)units * UB;
-    u32 w[4][RJ][NW];
-    if (has)
-#pragma unroll
-        for (int t = 0; t < 4; t++)
-            if (t < nu)
-#pragma unroll
-                for (int r = 0; r < RJ; r++)
-                    tf_slice_load<FMT>(W + (size_t)min(g * RJ + r, rows - 1) * rb +
-                                           (size_t)(p + 32 * t) * UB,
-                                       w[t][r]);
-    tf_follow();  // after the weights' loads: weights are never written
-    for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
-        const int u = f >> 3;
-        xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
-    }
-    __syncthreads();
-    if (!has) return;  // the whole warp
-    float c[1][RJ][4] = {};
-    const u32 mg = tf_exp_byte(rows);
-#pragma unroll
-    for (int t = 0; t < 4; t++)
-        if (t < nu)
-            tf_slice_unit<FMT, 1, RJ>(
-                w[t], [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c, mg);
-    tf_slice_store<PLANT, 1, RJ>(c, y, 0, g * RJ, rows);
-}
-
 // NAME (any n) and NAME_one (n = 1; `per` row groups a warp).
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
@@ -328,14 +284,5 @@ __device__ __forceinline__ void tf_slices_one_ahead(const u8* __restrict__ W,
 
 TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)
 TF_SLICES_ENTRY(tf_slices_bf16, FMT_BF16, 0)
-
-// NAME_ahead: tf_slices_one_ahead, with NAME_one's arguments (`per` must be 1).
-#define TF_SLICES_AHEAD_ENTRY(NAME, FMT)                                                      \
-    extern "C" __global__ void NAME##_ahead(const u8* W, const float* x, float* y, int rows, \
-                                            int cols, int per) {                             \
-        tf_slices_one_ahead<FMT, 0>(W, x, y, rows, cols);                                     \
-    }
-TF_SLICES_AHEAD_ENTRY(tf_slices_mlx4, FMT_MLX4)
-TF_SLICES_AHEAD_ENTRY(tf_slices_bf16, FMT_BF16)
 TF_SLICES_ENTRY(tf_plant_slices_mlx4_rowvar, FMT_MLX4, 1)
 TF_SLICES_ENTRY(tf_plant_slices_mlx4_sum, FMT_MLX4, 2)

@@ -33,16 +33,13 @@ pub(crate) fn count_launch() {
 }
 
 /// Kernel entry points defined in kernels/slices.cu: each of `tf_slices_*` for any row count,
-/// its `_one` twin (one activation row: the row held whole in shared memory, row groups a warp
-/// in turn) and `_ahead` twin (one activation row, one row group a warp, at most
-/// [`AHEAD_COLS`] columns: the warp's weights all asked for before the wait).
-pub const KERNEL_NAMES: [&str; 10] = [
+/// and its `_one` twin (one activation row: the row held whole in shared memory, row groups a
+/// warp in turn).
+pub const KERNEL_NAMES: [&str; 8] = [
     "tf_slices_mlx4",
     "tf_slices_mlx4_one",
-    "tf_slices_mlx4_ahead",
     "tf_slices_bf16",
     "tf_slices_bf16_one",
-    "tf_slices_bf16_ahead",
     PLANT_ROW_VARIANT,
     "tf_plant_slices_mlx4_rowvar_one",
     PLANT_LANE_SUM,
@@ -117,15 +114,6 @@ fn one_row_smem(cols: usize) -> u32 {
 /// Threads a block of the one-row `tf_slices` launches.
 const BLOCK: u32 = 128;
 
-/// Whether `kernel` has an `_ahead` twin (the planted controls have none).
-fn has_ahead(kernel: &str) -> bool {
-    KERNEL_NAMES.contains(&format!("{kernel}_ahead").as_str())
-}
-
-/// Widest matrix whose one-row launches of one row group a warp ask for all their weights
-/// before the wait (`tf_slices_one_ahead`: four units a lane).
-const AHEAD_COLS: usize = 4096;
-
 /// Threads a block of the many-row launches (its warps share the x slabs it copies).
 const MANY_BLOCK: u32 = 256;
 
@@ -164,10 +152,10 @@ pub fn matmul_geometry(
     let per = per.clamp(1, w.rows().div_ceil(one_row_rows(w.format())));
     let per_ = i32_of(OP, "groups a warp", per)?;
     let cfg = launch_config(w.format(), w.rows(), w.cols(), n, per);
-    let entry = match n {
-        1 if per == 1 && w.cols() <= AHEAD_COLS && has_ahead(kernel) => format!("{kernel}_ahead"),
-        1 => format!("{kernel}_one"),
-        _ => kernel.to_string(),
+    let entry = if n == 1 {
+        format!("{kernel}_one")
+    } else {
+        kernel.to_string()
     };
     let mut b = gpu.launcher(&entry)?;
     b.arg(w.bytes()).arg(x).arg(y);

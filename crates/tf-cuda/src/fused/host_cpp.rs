@@ -303,7 +303,7 @@ fn plain_cases(rng: &mut Rng, pool: &Pool) -> Vec<Case> {
 
 /// `tf_slices` (the GPU's own order): the host reference's bits at 1, 3 and 6 activation rows
 /// (tiles of 4 and 2) and through the one-row entries (1 and 3 row groups a warp: a warp's
-/// loads running on into its next group; and `_ahead`, up to four units a lane), an odd row count (the warp's second row clamped),
+/// loads running on into its next group), an odd row count (the warp's second row clamped),
 /// rows with more units than lanes and with fewer, huge and subnormal MLX scales; its planted
 /// controls must differ.
 fn slices_cases(rng: &mut Rng) -> Vec<Case> {
@@ -318,14 +318,12 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
                 GpuFormat::Bf16
             };
             let want = crate::slices::reference(f, bytes, w.rows, w.cols, &x, n);
-            // `per` = usize::MAX: the `_ahead` entry (one row group a warp).
             let (name, kind, tpr) = match per {
                 0 => (name.to_string(), 0, 16),
-                usize::MAX => (format!("{name}_ahead"), 4, 1),
                 _ => (format!("{name}_one"), 4, per),
             };
             cases.push(Case {
-                label: format!("{name} {}x{} n={n} per={tpr}", w.rows, w.cols),
+                label: format!("{name} {}x{} n={n} per={per}", w.rows, w.cols),
                 name,
                 kind,
                 tpr,
@@ -360,14 +358,7 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
         let bytes = device_bytes(&w.packed())
             .expect("device bytes")
             .into_owned();
-        for (n, per) in [
-            (1usize, 1usize),
-            (1, 3),
-            (1, usize::MAX),
-            (1, 0),
-            (3, 0),
-            (6, 0),
-        ] {
+        for (n, per) in [(1usize, 1usize), (1, 3), (1, 0), (3, 0), (6, 0)] {
             add("tf_slices_mlx4", per, &w, &bytes, n, rng, true);
         }
     }
@@ -383,12 +374,9 @@ fn slices_cases(rng: &mut Rng) -> Vec<Case> {
         add(name, per, &w, &bytes, n, rng, false);
     }
     let (w, bytes) = weights(GpuFormat::Bf16, 5, 2080, rng);
-    for (n, per) in [(1usize, 2usize), (1, usize::MAX), (5, 0)] {
+    for (n, per) in [(1usize, 2usize), (5, 0)] {
         add("tf_slices_bf16", per, &w, &bytes, n, rng, true);
     }
-    // Four units a lane, the most the `_ahead` entries take.
-    let (w, bytes) = weights(GpuFormat::Bf16, 5, 4096, rng);
-    add("tf_slices_bf16", usize::MAX, &w, &bytes, 1, rng, true);
     cases
 }
 
