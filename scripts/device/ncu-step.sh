@@ -4,7 +4,9 @@
 #   bash scripts/device/ncu-step.sh [MODEL]        (default: bolt)
 # Needs dist/tf-cuda-synthetic (its --profile-step brackets one step with cuProfilerStart/Stop)
 # and ncu. ncu runs the graph's kernels one at a time, caches and clocks left alone: the sum is
-# the step's kernels without their overlap or the gaps between them. Then the whole graph as
+# the step's kernels without their overlap or the gaps between them. Small kernels read high
+# this way (a trivial one about 2.5 us: docs/perf.md, session 30); for what a kernel costs on
+# the step's path, see tf-cuda-synthetic --leave-out. Then the whole graph as
 # one workload (--graph-profiling graph). Writes ncu-step-MODEL.csv to $OUT (or /tmp).
 set -uo pipefail
 . scripts/device/env.sh >/dev/null
@@ -25,7 +27,7 @@ for r in rows[1:]:
     if r[metric] == "gpu__time_duration.sum":
         by[r[name].split("(")[0]].append(float(r[value].replace(",", "")) / 1e3)
 total = sum(sum(v) for v in by.values())
-print(f"| kernel | launches | us alone (sum) | us a launch |")
+print("| kernel | launches | us alone (sum) | us a launch |")
 print("| --- | ---: | ---: | ---: |")
 for k, v in sorted(by.items(), key=lambda kv: -sum(kv[1])):
     print(f"| {k} | {len(v)} | {sum(v):.1f} | {sum(v) / len(v):.2f} |")

@@ -11,17 +11,18 @@ fn main() {
         .find(|a| !a.starts_with("--"))
         .cloned()
         .unwrap_or_else(|| "compute_90".into());
-    let done = match cache {
-        true => tf_cuda::compile::program_ptx(&arch).map(|p| {
+    let done = if cache {
+        tf_cuda::compile::program_ptx(&arch).map(|p| {
             let nvrtc = tf_cuda::compile::nvrtc_version().unwrap_or_default();
             println!("{} (NVRTC {}.{})", p.path.display(), nvrtc.0, nvrtc.1);
-        }),
-        false => tf_cuda::compile::compile_to_ptx(
+        })
+    } else {
+        tf_cuda::compile::compile_to_ptx(
             "tensorfold.cu",
             &tf_cuda::compile::program_source(),
             &arch,
         )
-        .map(|ptx| print!("{ptx}")),
+        .map(|ptx| print!("{ptx}"))
     };
     if let Err(e) = done {
         eprintln!("{e}");
