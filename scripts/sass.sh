@@ -1,30 +1,23 @@
 #!/usr/bin/env bash
 # The SASS the H200 runs, read on a machine without a GPU: the program's PTX (NVRTC, through the
-# tf-cuda example dump_ptx) assembled for sm_90 by ptxas and listed by cuobjdump, the tools the
-# driver's JIT matches. For counting instructions a weight before spending device time.
+# tf-cuda example dump_ptx) assembled for sm_90 by ptxas and listed by cuobjdump; NVRTC and
+# ptxas of the release scripts/device/ptx-cache.sh gives the GPU machine (scripts/cuda-tools.sh),
+# so this is the machine code a device call runs. For counting instructions a weight before
+# spending device time.
 #   bash scripts/sass.sh KERNEL...
 # Prints each kernel's registers, spills, instruction mix and loop lengths; writes its SASS to
-# $TF_SASS_OUT/KERNEL.sass (default /tmp/tf-sass). ptxas, cuobjdump, nvdisasm and NVRTC come from
-# the pip wheels nvidia-cuda-nvcc, -cuobjdump, -nvdisasm and -nvrtc, unpacked once into
-# $TF_SASS_TOOLS (default ~/.cache/tensorfold-sass-tools); nothing is installed system-wide.
+# $TF_SASS_OUT/KERNEL.sass (default /tmp/tf-sass).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 KERNEL..." >&2; exit 2; }
 cd "$(dirname "$0")/.."
-tools="${TF_SASS_TOOLS:-$HOME/.cache/tensorfold-sass-tools}"
 out="${TF_SASS_OUT:-/tmp/tf-sass}"
-mkdir -p "$tools" "$out"
-bin="$tools/nvidia/cu13/bin"
-if [ ! -x "$bin/ptxas" ] || [ ! -x "$bin/cuobjdump" ] || [ ! -x "$bin/nvdisasm" ] ||
-  ! ls "$tools"/nvidia/cu13/lib/libnvrtc.so* >/dev/null 2>&1; then
-  echo "fetching ptxas, cuobjdump, nvdisasm and NVRTC (pip wheels) into $tools"
-  python3 -m pip download -q --no-deps -d "$tools/wheels" \
-    nvidia-cuda-nvcc nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm nvidia-cuda-nvrtc
-  for w in "$tools"/wheels/*.whl; do python3 -m zipfile -e "$w" "$tools"; done
-  chmod +x "$bin"/*
-fi
+mkdir -p "$out"
+. scripts/cuda-tools.sh
+cuda_tools_fetch listers
+bin="$cuda_bin"
 export PATH="$bin:$PATH"  # cuobjdump runs nvdisasm
-export LD_LIBRARY_PATH="$tools/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-cargo run -q --release -p tf-cuda --example dump_ptx > "$out/program.ptx"
+LD_LIBRARY_PATH="$cuda_nvrtc_lib" cargo run -q --profile ci -p tf-cuda --example dump_ptx \
+  > "$out/program.ptx"
 "$bin/ptxas" -arch=sm_90 -v "$out/program.ptx" -o "$out/program.cubin" \
   > "$out/ptxas.log" 2>&1
 for k in "$@"; do
