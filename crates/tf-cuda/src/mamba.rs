@@ -519,7 +519,7 @@ pub fn gated_norm(
 }
 
 /// Threads of a gated-norm block.
-const GATED_NORM_THREADS: u32 = 512;
+pub(crate) const GATED_NORM_THREADS: u32 = 512;
 
 /// [`gated_norm`] through a named kernel (the planted control uses this).
 #[allow(clippy::too_many_arguments)]

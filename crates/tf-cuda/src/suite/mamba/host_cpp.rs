@@ -69,11 +69,11 @@ int main(int argc, char** argv) {
         if (y0.empty()) y0 = y;
     }
     std::vector<float> yn((size_t)n * inner);
-    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 512, [&] {
+    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, GATED_NORM_THREADS, [&] {
         tf_mamba_gated_norm(y0.data(), proj.data(), width, gain.data(), eps, inner, groups, yn.data());
     });
     put(yn);
-    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 512, [&] {
+    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, GATED_NORM_THREADS, [&] {
         tf_plant_mamba_gated_norm_short(y0.data(), proj.data(), width, gain.data(), eps, inner, groups, yn.data());
     });
     put(yn);
@@ -306,6 +306,10 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         source.push('\n');
     }
     source.push_str(include_str!("../../../kernels/mamba.cu"));
+    source.push_str(&format!(
+        "#define GATED_NORM_THREADS {}\n",
+        crate::mamba::GATED_NORM_THREADS
+    ));
     source.push_str(MAIN);
     let (dir, exe) = crate::host_cxx::build(&cxx, "mamba", &source);
     let inf = f32::INFINITY;
