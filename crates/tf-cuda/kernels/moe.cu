@@ -639,10 +639,9 @@ TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1, 1)
 
 // The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
 // tf_moe_relu2_split), two tiles a block and (_r1) one; a group's rows 8 at a time, or (_x4,
-// for rounds of at most four tokens) 4, then held to 80 registers so six blocks fit an SM: one
-// wave for a token's nine experts of Bolt's widest up matrices (756 blocks of two tiles).
+// for rounds of at most four tokens) 4.
 #define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT, F)                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW, F == 1 ? 6 : 1)              \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
              int rows, int cols, int n_experts) {                                              \
         tf_moe_mma<RT, 2, F>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);        \
