@@ -107,31 +107,6 @@ __device__ __forceinline__ float tf_inv_rms(float ss, int n, float eps) {
 // Elements a block stages per step of tf_block_sumsq16 (a multiple of 16).
 #define TF_SQ_CHUNK 2048
 
-// acc + the squares of count elements 16 apart from q, each fmaf(v, v, acc) in turn. Eight
-// loads run a batch ahead of the eight FMAs of the batch before, so the chain waits on no
-// load of shared memory but the first.
-__device__ __forceinline__ float tf_lane_sumsq(const float* q, int count, float acc) {
-    int j = 0;
-    if (count >= 8) {
-        float v[8];
-#pragma unroll
-        for (int b = 0; b < 8; b++) v[b] = q[16 * b];
-        for (j = 8; j + 8 <= count; j += 8) {
-            float w[8];
-#pragma unroll
-            for (int b = 0; b < 8; b++) w[b] = q[16 * (j + b)];
-#pragma unroll
-            for (int b = 0; b < 8; b++) acc = fmaf(v[b], v[b], acc);
-#pragma unroll
-            for (int b = 0; b < 8; b++) v[b] = w[b];
-        }
-#pragma unroll
-        for (int b = 0; b < 8; b++) acc = fmaf(v[b], v[b], acc);
-    }
-    for (; j < count; j++) acc = fmaf(q[16 * j], q[16 * j], acc);
-    return acc;
-}
-
 // sum over k < width of a row's squares in the 16-lane order (lane l: fmaf(v, v, acc) for k = l
 // mod 16 ascending, then tf_fold16_sum), returned to every thread of the block. The block stages
 // the row into shared memory TF_SQ_CHUNK elements at a time (stage(c0, len, chunk) writes its
@@ -146,7 +121,10 @@ __device__ __forceinline__ float tf_staged_sumsq16(Stage stage, int width) {
         const int len = min(TF_SQ_CHUNK, width - c0);
         stage(c0, len, sq_chunk);
         __syncthreads();
-        if (threadIdx.x < 16) acc = tf_lane_sumsq(sq_chunk + threadIdx.x, (len - threadIdx.x + 15) >> 4, acc);
+        if (threadIdx.x < 16) {
+#pragma unroll 8
+            for (int k = threadIdx.x; k < len; k += 16) acc = fmaf(sq_chunk[k], sq_chunk[k], acc);
+        }
         __syncthreads();
     }
     if (threadIdx.x < 32) {

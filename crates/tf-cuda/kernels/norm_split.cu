@@ -27,14 +27,14 @@ __device__ __forceinline__ void tf_norm_split(float* __restrict__ x, const float
     tf_mma_split_row(row, blockIdx.x, width, parts, sums);
 }
 
-extern "C" __global__ void TF_NORM_BOUNDS tf_rms_norm_split(const float* x, const float* g, float* y,
+extern "C" __global__ void tf_rms_norm_split(const float* x, const float* g, float* y,
                                              uint4* parts, float* sums, int width, float eps) {
     tf_follow();
     tf_lead();
     tf_norm_split<0>((float*)x, nullptr, g, y, parts, sums, width, eps);
 }
 
-extern "C" __global__ void TF_NORM_BOUNDS tf_add_rms_norm_split(float* x, const float* o, const float* g,
+extern "C" __global__ void tf_add_rms_norm_split(float* x, const float* o, const float* g,
                                                  float* y, uint4* parts, float* sums, int width,
                                                  float eps) {
     tf_follow();
@@ -42,7 +42,7 @@ extern "C" __global__ void TF_NORM_BOUNDS tf_add_rms_norm_split(float* x, const 
     tf_norm_split<1>(x, o, g, y, parts, sums, width, eps);
 }
 
-extern "C" __global__ void TF_NORM_BOUNDS tf_add2_rms_norm_split(float* x, const float* o, const float* s,
+extern "C" __global__ void tf_add2_rms_norm_split(float* x, const float* o, const float* s,
                                                   const float* g, float* y, uint4* parts,
                                                   float* sums, int width, float eps) {
     tf_follow();

@@ -55,39 +55,34 @@ __device__ __forceinline__ void tf_rms_norm(float* __restrict__ x, const float* 
     }
 }
 
-// Threads of the norms' blocks (src/ops.rs: NORM_THREADS); their registers are held to what
-// that many threads can have.
-#define TF_NORM_THREADS 1024
-#define TF_NORM_BOUNDS __launch_bounds__(TF_NORM_THREADS)
-
-extern "C" __global__ void TF_NORM_BOUNDS tf_rms_norm(const float* x, const float* g, float* y, int width,
+extern "C" __global__ void tf_rms_norm(const float* x, const float* g, float* y, int width,
                                        float eps) {
     tf_follow();
     tf_lead();
     tf_rms_norm<0, 0>((float*)x, nullptr, g, y, width, eps);
 }
 
-extern "C" __global__ void TF_NORM_BOUNDS tf_plant_rms_norm_short(const float* x, const float* g, float* y,
+extern "C" __global__ void tf_plant_rms_norm_short(const float* x, const float* g, float* y,
                                                    int width, float eps) {
     tf_follow();
     tf_rms_norm<1, 0>((float*)x, nullptr, g, y, width, eps);
 }
 
-extern "C" __global__ void TF_NORM_BOUNDS tf_add_rms_norm(float* x, const float* o, const float* g, float* y,
+extern "C" __global__ void tf_add_rms_norm(float* x, const float* o, const float* g, float* y,
                                            int width, float eps) {
     tf_follow();
     tf_lead();
     tf_rms_norm<0, 1>(x, o, g, y, width, eps);
 }
 
-extern "C" __global__ void TF_NORM_BOUNDS tf_add2_rms_norm(float* x, const float* o, const float* s,
+extern "C" __global__ void tf_add2_rms_norm(float* x, const float* o, const float* s,
                                             const float* g, float* y, int width, float eps) {
     tf_follow();
     tf_lead();
     tf_rms_norm<0, 2>(x, o, g, y, width, eps, nullptr, s);
 }
 
-extern "C" __global__ void TF_NORM_BOUNDS tf_plant_add_rms_norm_short(float* x, const float* o, const float* g,
+extern "C" __global__ void tf_plant_add_rms_norm_short(float* x, const float* o, const float* g,
                                                        float* y, int width, float eps) {
     tf_follow();
     tf_rms_norm<1, 1>(x, o, g, y, width, eps);

@@ -353,10 +353,6 @@ pub fn matmul_of(
 /// kernels/norm_split.cu).
 pub(crate) const NORM_STASH: usize = 6144;
 
-/// Threads of a norm's block (one a row); the kernels bound their registers by it
-/// (`TF_NORM_THREADS`, kernels/ops.cu).
-pub(crate) const NORM_THREADS: u32 = 1024;
-
 /// A norm of `n` rows of `gain.len()` elements: the kernel's arguments are x, then what the
 /// residual add adds to it ([`Residual::addends`]), then gain, y, the split's parts and sums
 /// where it splits its rows, width and eps.
@@ -405,7 +401,7 @@ fn norm(
     // A block a row: its loads all in flight at once (tf_block_sumsq16), then 16 chains.
     let cfg = LaunchConfig {
         grid_dim: (n as u32, 1, 1),
-        block_dim: (NORM_THREADS, 1, 1),
+        block_dim: (1024, 1, 1),
         shared_mem_bytes: if stash { 4 * width as u32 } else { 0 },
     };
     // SAFETY: (f32*, [f32*, [f32*,]] f32*, f32*, [uint4*, f32*,] i32, f32); lengths checked

@@ -41,15 +41,6 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// The norms' launch has the threads their kernels bound their registers by (more would fail
-/// to launch once they take over 64 registers).
-#[test]
-fn the_norms_threads_are_the_kernels() {
-    let src = include_str!("../../kernels/ops.cu");
-    let want = format!("#define TF_NORM_THREADS {}\n", crate::ops::NORM_THREADS);
-    assert!(src.contains(&want));
-}
-
 #[test]
 fn add_rms_norm_emulated_on_the_host_gives_the_add_then_the_norm() {
     let Some(cxx) = crate::host_cxx::compiler() else {

@@ -289,7 +289,6 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         "__device__ __forceinline__ float tf_fold16_sum(",
         "__device__ __forceinline__ float tf_inv_rms(",
         "#define TF_SQ_CHUNK",
-        "__device__ __forceinline__ float tf_lane_sumsq(",
         "template <class Stage>\n__device__ __forceinline__ float tf_staged_sumsq16(",
         "template <class V>\n__device__ __forceinline__ float tf_block_sumsq16(",
         "#define TF_HOLD",
