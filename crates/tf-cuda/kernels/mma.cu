@@ -126,9 +126,8 @@ __device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
 // A lane's x row's parts (h0, h1, l0, l1: the hi and lo parts of the pairs at columns k + 2t
 // and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory (STAGED
 // 0), read from the block's staging in shared memory (1) or from x split once a call in global
-// memory (2), or from that split copied into the block's shared memory (3), the same values;
-// from the last three, `half` reads only the pair its B column takes in the four-row layout
-// (the high parts for even g, the low for odd).
+// memory (2), the same values; from the last two, `half` reads only the pair its B column
+// takes in the four-row layout (the high parts for even g, the low for odd).
 template <int STAGED, int KW>
 struct TfMmaX;
 template <int KW>
@@ -155,8 +154,6 @@ struct TfMmaX<2, KW> {
     }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
-template <int KW>
-struct TfMmaX<3, KW> : TfMmaX<1, KW> {};  // the copy at (the lane's row, G, m = 0, t)
 
 // One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
 // where x comes split, the group's X of the lane's D columns' x rows (F of them: t, or 2t and
@@ -172,8 +169,8 @@ struct TfMmaGroup {
     uint2 xh[4];
 };
 
-// The group of the RT tiles at wp, sp (and x split, STAGED 2 or 3: its X at xs; STAGED 2 and
-// F = 1: its pairs at xr), which then move KW groups on.
+// The group of the RT tiles at wp, sp (and STAGED 2, its X at xs, for F = 1 its pairs at xr),
+// which then move KW groups on.
 template <int RT, int KW, int F, int STAGED>
 __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** wp,
                                             const float2** sp, const float** xs,
@@ -185,10 +182,10 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** 
         d.hi[r] = __ldg(sp[r] + 8);
         wp[r] += 32 * KW, sp[r] += 16 * KW;
     }
-    if constexpr (STAGED >= 2) {
+    if constexpr (STAGED == 2) {
 #pragma unroll
         for (int c = 0; c < F; c++) d.X[c] = __ldg(xs[c]), xs[c] += KW;
-        if constexpr (STAGED == 2 && F == 1) {
+        if constexpr (F == 1) {
 #pragma unroll
             for (int m = 0; m < 4; m++) d.xh[m] = xr.half(m);
             xr.next();
@@ -197,7 +194,7 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** 
 }
 
 // One group of this lane's x (which then moves KW groups on) into yacc; X from the split
-// (STAGED 2 and 3) or summed here. F = 1, four x rows: B column g is row g / 2's high (g even) or
+// (STAGED 2) or summed here. F = 1, four x rows: B column g is row g / 2's high (g even) or
 // low (g odd) parts, so one mma a k-step; F = 2, eight x rows: column g is row g, its high and
 // low parts in two mmas with sums of their own. Either way an output's high and low sums are
 // carried through the group's four k-steps and added once. PLANT (a planted control): the low
@@ -231,7 +228,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
             if (PLANT && n > 1 && xr.odd) b.x = 0u, b.y = 0u;
 #pragma unroll
             for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][0], a[r][m], b.x, b.y);
-            if (STAGED < 2) tf_mma_16816(X[0], ones, b.x, b.y);
+            if (STAGED != 2) tf_mma_16816(X[0], ones, b.x, b.y);
         } else {
             const uint4 v = xr.at(m);
             const bool drop = PLANT && n > 1;
@@ -241,7 +238,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
                 tf_mma_16816(acc[r][0], a[r][m], v.x, v.y);
                 tf_mma_16816(acc[r][1], a[r][m], l0, l1);
             }
-            if (STAGED < 2) {
+            if (STAGED != 2) {
                 tf_mma_16816(X[0], ones, v.x, v.y);
                 tf_mma_16816(X[1], ones, l0, l1);
             }
@@ -259,7 +256,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
             const int c = F == 1 ? 0 : o & 1;  // the x row's X among the lane's
             const float s = F == 1 ? acc[r][0][2 * o] + acc[r][0][2 * o + 1]
                                    : acc[r][0][o] + acc[r][1][o];
-            const float xv = STAGED >= 2 ? d.X[c]
+            const float xv = STAGED == 2 ? d.X[c]
                                          : (F == 1 ? X[0][0] + X[0][1] : X[0][c] + X[1][c]);
             yacc[r][o] = fmaf(sc.x, s, fmaf(sc.y, xv, yacc[r][o]));
         }
@@ -271,8 +268,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused); STAGED 3: the same, its parts of the block's rows first copied into
-// shared memory (as much as STAGED), so a group's mmas wait on shared memory, not on L2.
+// xp and xsum (x unused).
 template <int RT, int KW, int STAGED, int PLANT, int F>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const float2* __restrict__ sb,
@@ -298,7 +294,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const int row = min(F == 1 ? g >> 1 : g, live - 1);
     TfMmaX<STAGED, KW> xr;
     const float* xs[F];
-    if constexpr (STAGED >= 2) {
+    if constexpr (STAGED == 2) {
         xr.p = xp + ((size_t)(j0 + row) * groups + w) * 16 + t;
         xr.odd = g & 1;
 #pragma unroll
@@ -314,24 +310,20 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         for (int o = 0; o < 2 * F; o++) yacc[r][o] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    // The first group's loads are asked for before the block stages x (STAGED 1 and 3), so they
-    // come while it does.
+    // The first group's loads are asked for before the block stages x (STAGED 1), so they come
+    // while it does.
     TfMmaGroup<RT, F> a, b;
     if (steps > 0) tf_mma_load<RT, KW, F>(a, wp, sp, xs, xr);
-    if constexpr (STAGED == 1 || STAGED == 3) {
+    if constexpr (STAGED == 1) {
 #ifdef TF_HOST_SIMT
         uint4* st = (uint4*)tf_dyn_smem;
 #else
         extern __shared__ uint4 st[];
 #endif
         for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
-            if constexpr (STAGED == 3) {
-                st[i] = __ldg(xp + (size_t)j0 * groups * 16 + i);  // the split's layout is st's
-            } else {
-                const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
-                st[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
-                                     16 * m + 2 * tt);
-            }
+            const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
+            st[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
+                                 16 * m + 2 * tt);
         }
         __syncthreads();
         xr.p = st + ((size_t)row * groups + w) * 16 + t;

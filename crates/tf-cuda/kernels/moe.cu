@@ -624,8 +624,8 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     for (int j0 = 0; j0 < cnt; j0 += 4 * F)
         tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F>(
             wq, sb, xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
-            rows, cols, STAGED >= 2 ? xp + off * groups * 16 : nullptr,
-            STAGED >= 2 ? xsum + off * groups : nullptr);
+            rows, cols, STAGED == 2 ? xp + off * groups * 16 : nullptr,
+            STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
 #define TF_MOE_MMA_ENTRY(NAME, RT, STAGED, F)                                                  \
@@ -640,20 +640,16 @@ TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1, 1)
 // The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
 // tf_moe_relu2_split), two tiles a block and (_r1) one; a group's rows 8 at a time, or (_x4,
 // for rounds of at most four tokens) 4.
-#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT, F, STAGED)                                            \
+#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT, F)                                                    \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
              int rows, int cols, int n_experts) {                                              \
-        tf_moe_mma<RT, STAGED, F>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);   \
+        tf_moe_mma<RT, 2, F>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);        \
     }
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2, 2, 2)
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1, 2, 2)
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_x4, 2, 1, 2)
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1, 2)
-// The _x4 products with each block's rows of the split first copied into shared memory
-// (tf_mma_body's STAGED 3; dynamic: rows x groups x 256 bytes), the same bits.
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_x4_st, 2, 1, 3)
-TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4_st, 1, 1, 3)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2, 2)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1, 2)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_x4, 2, 1)
+TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

@@ -300,12 +300,11 @@ impl Gpu {
                 .map_err(drv("raising a kernel's shared memory limit"))?;
             }
         }
-        // The tensor cores' products that stage x (or copy its split) beside their static
-        // reduction buffer.
+        // The tensor cores' product stages x beside its static reduction buffer.
         let staged = crate::mma::KERNEL_NAMES
             .iter()
             .chain(crate::moe::KERNEL_NAMES)
-            .filter(|n| n.ends_with("_staged") || n.ends_with("_st"));
+            .filter(|n| n.ends_with("_staged"));
         for name in staged {
             let (f, _) = &functions[*name];
             f.set_attribute(

@@ -230,7 +230,7 @@ fn tiles_a_block(rows: usize, n: usize) -> usize {
 }
 
 /// Shared memory of a block's staged x: its rows (at most 4) by 256 bytes a group.
-pub(crate) fn staging_bytes(n: usize, cols: usize) -> usize {
+fn staging_bytes(n: usize, cols: usize) -> usize {
     n.min(4) * (cols / GROUP) * 256
 }
 

@@ -36,8 +36,6 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_r1",
     "tf_moe_mma_mlx4_split_x4",
     "tf_moe_mma_mlx4_split_r1_x4",
-    "tf_moe_mma_mlx4_split_x4_st",
-    "tf_moe_mma_mlx4_split_r1_x4_st",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -601,18 +599,13 @@ pub(crate) fn expert_matmul_split(
     let groups = w.n_experts().min(slots).max(1);
     let tiles = if one_tile { 1 } else { crate::mma::MOE_TILES };
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
-    // An expert takes at most n rows of a round: its rows 4 at a time where n is at most 4,
-    // then copied into shared memory first where they fit (the _st entries).
-    let copy = crate::mma::staging_bytes(n, w.cols());
-    let st = n <= 4 && copy <= crate::mma::STAGING_MAX;
-    cfg.shared_mem_bytes = if st { copy as u32 } else { 0 };
-    let kernel = match (one_tile, crate::mma::split_rows_a_block(n), st) {
-        (true, 4, true) => "tf_moe_mma_mlx4_split_r1_x4_st",
-        (false, 4, true) => "tf_moe_mma_mlx4_split_x4_st",
-        (true, 4, false) => "tf_moe_mma_mlx4_split_r1_x4",
-        (false, 4, false) => "tf_moe_mma_mlx4_split_x4",
-        (true, _, _) => "tf_moe_mma_mlx4_split_r1",
-        (false, _, _) => "tf_moe_mma_mlx4_split",
+    cfg.shared_mem_bytes = 0;
+    // An expert takes at most n rows of a round: its rows 4 at a time where n is at most 4.
+    let kernel = match (one_tile, crate::mma::split_rows_a_block(n)) {
+        (true, 4) => "tf_moe_mma_mlx4_split_r1_x4",
+        (true, _) => "tf_moe_mma_mlx4_split_r1",
+        (false, 4) => "tf_moe_mma_mlx4_split_x4",
+        (false, _) => "tf_moe_mma_mlx4_split",
     };
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.matrix.bytes())
