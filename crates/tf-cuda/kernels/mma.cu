@@ -300,21 +300,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
 #pragma unroll
         for (int c = 0; c < F; c++)
             xs[c] = xsum + (size_t)(j0 + min(F == 1 ? t : 2 * t + c, live - 1)) * groups + w;
-    } else if constexpr (STAGED == 0) {
-        xr.p = x + (size_t)(j0 + row) * cols + 64 * w + 2 * t;
-    }
-    float yacc[RT][2 * F];
-#pragma unroll
-    for (int r = 0; r < RT; r++)
-#pragma unroll
-        for (int o = 0; o < 2 * F; o++) yacc[r][o] = 0.0f;
-    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
-    const u32 mask = tf_mma_mask(rows);
-    // The first group's loads are asked for before the block stages x (STAGED 1), so they come
-    // while it does.
-    TfMmaGroup<RT, F> a, b;
-    if (steps > 0) tf_mma_load<RT, KW, F>(a, wp, sp, xs, xr);
-    if constexpr (STAGED == 1) {
+    } else if constexpr (STAGED == 1) {
 #ifdef TF_HOST_SIMT
         uint4* st = (uint4*)tf_dyn_smem;
 #else
@@ -328,7 +314,18 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         __syncthreads();
         xr.p = st + ((size_t)row * groups + w) * 16 + t;
         xr.odd = g & 1;
+    } else {
+        xr.p = x + (size_t)(j0 + row) * cols + 64 * w + 2 * t;
     }
+    float yacc[RT][2 * F];
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int o = 0; o < 2 * F; o++) yacc[r][o] = 0.0f;
+    const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
+    const u32 mask = tf_mma_mask(rows);
+    TfMmaGroup<RT, F> a, b;
+    if (steps > 0) tf_mma_load<RT, KW, F>(a, wp, sp, xs, xr);
     for (int i = 0; i < steps; i += 2) {
         if (i + 1 < steps) tf_mma_load<RT, KW, F>(b, wp, sp, xs, xr);
         tf_mma_group<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
