@@ -123,6 +123,33 @@ __device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
     return tf_mma_parts_of(__ldg((const float2*)p), __ldg((const float2*)(p + 8)));
 }
 
+// One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
+// where x comes split, the group's X of the lane's D columns' x rows (F of them: t, or 2t and
+// 2t + 1).
+template <int RT, int F>
+struct TfMmaGroup {
+    uint4 q[RT];
+    float2 lo[RT], hi[RT];
+    float X[F];
+};
+
+// The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
+template <int RT, int KW, int F, int SPLIT>
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** wp,
+                                            const float2** sp, const float** xs) {
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        d.q[r] = __ldg(wp[r]);
+        d.lo[r] = __ldg(sp[r]);
+        d.hi[r] = __ldg(sp[r] + 8);
+        wp[r] += 32 * KW, sp[r] += 16 * KW;
+    }
+    if (SPLIT) {
+#pragma unroll
+        for (int c = 0; c < F; c++) d.X[c] = __ldg(xs[c]), xs[c] += KW;
+    }
+}
+
 // A lane's x row's parts (h0, h1, l0, l1: the hi and lo parts of the pairs at columns k + 2t
 // and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory (STAGED
 // 0), read from the block's staging in shared memory (1) or from x split once a call in global
@@ -155,44 +182,6 @@ struct TfMmaX<2, KW> {
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
-// One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
-// where x comes split, the group's X of the lane's D columns' x rows (F of them: t, or 2t and
-// 2t + 1) and, for four rows (F = 1), the pairs of its four k-steps that the lane's B column
-// takes: loaded with the weights, a group ahead, so a k-step's mma does not wait on a load of
-// its own (eight rows load their parts in the group: held ahead, they would not fit in
-// registers).
-template <int RT, int F>
-struct TfMmaGroup {
-    uint4 q[RT];
-    float2 lo[RT], hi[RT];
-    float X[F];
-    uint2 xh[4];
-};
-
-// The group of the RT tiles at wp, sp (and STAGED 2, its X at xs, for F = 1 its pairs at xr),
-// which then move KW groups on.
-template <int RT, int KW, int F, int STAGED>
-__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** wp,
-                                            const float2** sp, const float** xs,
-                                            TfMmaX<STAGED, KW>& xr) {
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-        d.q[r] = __ldg(wp[r]);
-        d.lo[r] = __ldg(sp[r]);
-        d.hi[r] = __ldg(sp[r] + 8);
-        wp[r] += 32 * KW, sp[r] += 16 * KW;
-    }
-    if constexpr (STAGED == 2) {
-#pragma unroll
-        for (int c = 0; c < F; c++) d.X[c] = __ldg(xs[c]), xs[c] += KW;
-        if constexpr (F == 1) {
-#pragma unroll
-            for (int m = 0; m < 4; m++) d.xh[m] = xr.half(m);
-            xr.next();
-        }
-    }
-}
-
 // One group of this lane's x (which then moves KW groups on) into yacc; X from the split
 // (STAGED 2) or summed here. F = 1, four x rows: B column g is row g / 2's high (g even) or
 // low (g odd) parts, so one mma a k-step; F = 2, eight x rows: column g is row g, its high and
@@ -224,7 +213,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
 #pragma unroll
     for (int m = 0; m < 4; m++) {
         if constexpr (F == 1) {
-            uint2 b = STAGED == 2 ? d.xh[m] : xr.half(m);
+            uint2 b = xr.half(m);
             if (PLANT && n > 1 && xr.odd) b.x = 0u, b.y = 0u;
 #pragma unroll
             for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][0], a[r][m], b.x, b.y);
@@ -244,7 +233,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
             }
         }
     }
-    if (STAGED != 2 || F != 1) xr.next();  // else it moved with the group's loads
+    xr.next();
     // D entry v of a lane: tile row g + 8 (v / 2), column 2t + v % 2. F = 1: columns 2t and
     // 2t + 1 are x row t's high and low sums, so yacc[r][h] is (tile row g + 8h, x row t);
     // F = 2: yacc[r][v] is (tile row g + 8 (v / 2), x row 2t + v % 2).
@@ -325,12 +314,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT, F> a, b;
-    if (steps > 0) tf_mma_load<RT, KW, F>(a, wp, sp, xs, xr);
+    if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
     for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps) tf_mma_load<RT, KW, F>(b, wp, sp, xs, xr);
+        if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
         tf_mma_group<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
-        if (i + 2 < steps) tf_mma_load<RT, KW, F>(a, wp, sp, xs, xr);
+        if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
         tf_mma_group<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
