@@ -12,7 +12,7 @@ shift
 . scripts/device/ab-common.sh
 for r in $(seq 1 "$rounds"); do
   for d in "$@"; do
-    name=$(echo "$d" | tr '/' '-')
+    name=$(echo "${d#./}" | tr '/' '-')
     step "bolt-$name-$r" 120 "$d/tf-cuda-synthetic" --model bolt --bench 16 --streams 1
     echo "$d, round $r: $(grep -E '^\| [0-9]+ \|' "$out/bolt-$name-$r.log")"
   done
