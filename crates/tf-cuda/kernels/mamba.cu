@@ -86,7 +86,7 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
                                     const float* bias, int has_bias, float* pool,                \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int cd, int kernel,   \
-                                    float* out) { tf_follow(); tf_lead();                        \
+                                    float* out) { tf_follow();                                   \
         tf_mamba_conv<PLANT>(proj, proj_stride, x_off, w, bias, has_bias, pool, slots, pos,     \
                              n_slots, slot_stride, layer_off, n, cd, kernel, out);               \
     }
@@ -112,7 +112,7 @@ __device__ __forceinline__ float tf_softplus(float v) {
 // update (a planted control).
 template <int PLANT>
 __device__ __forceinline__ void tf_mamba_ssm(
-    const float* xbc, int cd, const float* proj, int proj_stride,
+    const float* __restrict__ xbc, int cd, const float* __restrict__ proj, int proj_stride,
     int dt_off, const float* __restrict__ a, const float* __restrict__ dskip,
     const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ pool,
     const int* slots, const int* pos, int n_slots, int slot_stride, int layer_off, int n,
@@ -127,23 +127,6 @@ __device__ __forceinline__ void tf_mamba_ssm(
 #pragma unroll
     for (int j = 0; j < MAMBA_LANE_STATE; j++) reg[j] = 0.0f;
     int held = -1;
-    // The first row's slot, position and state were written by the host before the round or by
-    // this layer's scan in an earlier round, never by a kernel of this round, so they are read
-    // before the wait, while the conv runs (it lets the scan launch: tf_lead). xbc and proj,
-    // which the kernels before write, are read after it, by plain loads (without __restrict__,
-    // never ld.global.nc, which ptxas may move above the wait).
-    if (n > 0) {
-        const int s = slots[0];
-        if (active && s >= 0 && s < n_slots) {
-            const float* st = pool + (size_t)s * slot_stride + layer_off + (size_t)hp * ns;
-            if (pos[0] != 0)
-#pragma unroll
-                for (int j = 0; j < MAMBA_LANE_STATE; j++)
-                    if (lane + 16 * j < ns) reg[j] = st[lane + 16 * j];
-            held = s;
-        }
-    }
-    tf_follow();
     for (int i = 0; i < n; i++) {
         float acc = 0.0f;
         float xi = 0.0f;
@@ -197,17 +180,13 @@ __device__ __forceinline__ void tf_mamba_ssm(
     }
 }
 
-// Blocks of MAMBA_SSM_THREADS (src/mamba.rs: SSM_THREADS), held to 64 registers so eight share
-// an SM: a round of one token of 128 heads of 64 channels (Bolt: 1,024 blocks) runs in one wave
-// of an H100's or H200's 132 SMs, not 1.1 (at 72 registers, seven).
-#define MAMBA_SSM_THREADS 128
 #define TF_MAMBA_SSM_ENTRY(NAME, PLANT)                                                          \
-    extern "C" __global__ void __launch_bounds__(MAMBA_SSM_THREADS, 8) NAME(const float* xbc, int cd, const float* proj, int proj_stride, \
+    extern "C" __global__ void NAME(const float* xbc, int cd, const float* proj, int proj_stride, \
                                     int dt_off, const float* a, const float* dskip,              \
                                     const float* dt_bias, float dt_lo, float dt_hi, float* pool, \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int heads,            \
-                                    int head_dim, int groups, int ns, float* y) {                \
+                                    int head_dim, int groups, int ns, float* y) { tf_follow();   \
         tf_mamba_ssm<PLANT>(xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo, dt_hi, \
                             pool, slots, pos, n_slots, slot_stride, layer_off, n, heads,         \
                             head_dim, groups, ns, y);                                            \

@@ -497,7 +497,7 @@ pub fn ssm_step_with(
     b.arg(y);
     // SAFETY: (f32*, i32, f32*, i32, i32, f32* x3, f32, f32, f32*, i32*, i32*, i32 x8, f32*)
     // as declared; lengths checked above; the kernel skips slots outside the pool.
-    unsafe { b.go(grid(inner * 16, SSM_THREADS), "launching mamba ssm") }
+    unsafe { b.go(grid(inner * 16, 128), "launching mamba ssm") }
 }
 
 /// Grouped gated RMSNorm of `n` rows: `h = silu(z) * y`, each of `groups` groups normalised by
@@ -517,10 +517,6 @@ pub fn gated_norm(
     let kernel = "tf_mamba_gated_norm";
     gated_norm_with(gpu, kernel, y, z, z_stride, gain, eps, groups, n, out)
 }
-
-/// Threads of a scan block (a half-warp a channel); `__launch_bounds__` in kernels/mamba.cu
-/// holds the kernel to the registers that let eight such blocks share an SM.
-pub(crate) const SSM_THREADS: u32 = 128;
 
 /// Threads of a gated-norm block.
 pub(crate) const GATED_NORM_THREADS: u32 = 512;

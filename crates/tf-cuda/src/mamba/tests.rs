@@ -98,5 +98,4 @@ fn kernels_take_the_arguments_the_wrappers_push() {
     let src = include_str!("../../kernels/mamba.cu");
     assert!(src.contains(&format!("#define MAMBA_MAX_STATE {MAX_STATE}\n")));
     assert!(src.contains(&format!("#define MAMBA_MAX_KERNEL {MAX_KERNEL}\n")));
-    assert!(src.contains(&format!("#define MAMBA_SSM_THREADS {SSM_THREADS}\n")));
 }
