@@ -9,9 +9,9 @@
 # Sets cuda_bin (ptxas, cuobjdump, nvdisasm) and cuda_nvrtc_lib (for LD_LIBRARY_PATH).
 cuda_tools="${TF_CUDA_TOOLS:-$HOME/.cache/tensorfold-cuda-tools}"
 cuda_bin="$cuda_tools/nvidia/cu13/bin"
-ver=$(python3 -m pip show nvidia-cuda-nvrtc 2>/dev/null | awk '/^Version/ {print $2}')
-if [ "$ver" != 13.0.88 ]; then
-  echo "needs nvidia-cuda-nvrtc==13.0.88 from pip (found ${ver:-none})" >&2
+cuda_nvrtc_ver=$(python3 -m pip show nvidia-cuda-nvrtc 2>/dev/null | awk '/^Version/ {print $2}')
+if [ "$cuda_nvrtc_ver" != 13.0.88 ]; then
+  echo "needs nvidia-cuda-nvrtc==13.0.88 from pip (found ${cuda_nvrtc_ver:-none})" >&2
   exit 1
 fi
 cuda_nvrtc_lib=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))')

@@ -14,11 +14,10 @@ out="${TF_SASS_OUT:-/tmp/tf-sass}"
 mkdir -p "$out"
 . scripts/cuda-tools.sh
 cuda_tools_fetch listers
-bin="$cuda_bin"
-export PATH="$bin:$PATH"  # cuobjdump runs nvdisasm
+export PATH="$cuda_bin:$PATH"  # cuobjdump runs nvdisasm
 LD_LIBRARY_PATH="$cuda_nvrtc_lib" cargo run -q --profile ci -p tf-cuda --example dump_ptx \
   > "$out/program.ptx"
-"$bin/ptxas" -arch=sm_90 -v "$out/program.ptx" -o "$out/program.cubin" \
+"$cuda_bin/ptxas" -arch=sm_90 -v "$out/program.ptx" -o "$out/program.cubin" \
   > "$out/ptxas.log" 2>&1
 for k in "$@"; do
   if ! grep -q "Function properties for $k\$" "$out/ptxas.log"; then
@@ -27,7 +26,7 @@ for k in "$@"; do
   fi
   echo "== $k"
   grep -A2 "Function properties for $k\$" "$out/ptxas.log" | tail -2 | sed 's/^ *ptxas info *: //'
-  "$bin/cuobjdump" -sass -fun "$k" "$out/program.cubin" |
+  "$cuda_bin/cuobjdump" -sass -fun "$k" "$out/program.cubin" |
     grep -E '^\s+/\*[0-9a-f]{4}\*/' | sed -E 's#^\s+/\*[0-9a-f]+\*/\s*##; s#\s*/\*.*##' > "$out/$k.sass"
   echo "$(wc -l < "$out/$k.sass") instructions (SASS in $out/$k.sass); the most frequent:"
   sed -E 's/^@!?U?P[0-9T] //' "$out/$k.sass" | awk '{print $1}' | sort | uniq -c | sort -rn | head -12
