@@ -1,5 +1,6 @@
 //! `tf-cuda-synthetic [--model CONFIG:LAYOUT]... [--fill CONFIG[:LAYOUT]]... [--bench N]
-//! [--leave-out N [--leave-out-streams S]] [--streams 1,4,16,64]`:
+//! [--leave-out N [--leave-out-streams S]] [--streams 1,4,16,64] [--profile-step]
+//! [--timeline N [--timeline-csv PATH]]`:
 //! synthetic checkpoints (weights generated on the GPU, no files) at real shapes.
 //!
 //! For each `--model` (default: `llama3-8b:q4_0` and the default model's shape
@@ -23,6 +24,11 @@
 //! 4. With `--profile-step`: one more graphed one-stream step (its graph captured before) between
 //!    `cuProfilerStart` and `cuProfilerStop`, for `ncu --profile-from-start off` to time each of
 //!    its kernels alone (`scripts/device/ncu-step.sh`).
+//!
+//! 5. With `--timeline N [--timeline-csv PATH]`: the program built with its stamps
+//!    (`tf_cuda::timeline`; every figure above then comes from that program), and N more
+//!    graphed one-stream steps stamped from inside their kernels: by kernel, the time each held
+//!    the step's path; PATH gets the first step's stamps.
 //!
 //! Each `--fill` (e.g. `bolt`, `lightning:q4_0`) fills every tensor of the model on the device
 //! (stacked experts as the MoE kernels read them) and reports bytes, fill time and device
@@ -77,6 +83,15 @@ fn main() -> ExitCode {
         .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 4, 16, 64]);
     let profile = args.iter().any(|a| a == "--profile-step");
+    let timeline = values("--timeline")
+        .first()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0usize);
+    let timeline_csv = values("--timeline-csv").first().cloned();
+    if timeline > 0 {
+        // Before any GPU opens: the program is built with the stamps.
+        std::env::set_var(tf_cuda::timeline::ENV, "1");
+    }
     let mut models = values("--model");
     let fills = values("--fill");
     if models.is_empty() && fills.is_empty() {
@@ -88,7 +103,12 @@ fn main() -> ExitCode {
     let mut ok = true;
     for m in &models {
         println!("\n# {m}");
-        match run_model(m, bench, (leave_out, leave_out_streams), &streams, profile) {
+        let probes = Probes {
+            leave_out: (leave_out, leave_out_streams),
+            profile,
+            timeline: (timeline, timeline_csv.as_deref()),
+        };
+        match run_model(m, bench, &streams, &probes) {
             Ok(pass) => ok &= pass,
             Err(e) => {
                 println!("error: {e}");
@@ -318,15 +338,27 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-/// `leave_out`: (replays, streams) of the leave-out table; no table at 0 replays; `profile`:
-/// one profiled one-stream step at the end.
-fn run_model(
-    spec: &str,
-    bench: usize,
+/// What runs after the decode table.
+struct Probes<'a> {
+    /// (replays, streams) of the leave-out table; no table at 0 replays.
     leave_out: (usize, usize),
-    streams_list: &[usize],
+    /// One profiled one-stream step.
     profile: bool,
-) -> Res<bool> {
+    /// (steps, CSV path) of the timeline; none at 0 steps.
+    timeline: (usize, Option<&'a str>),
+}
+
+/// What a run of graphed steps does besides timing them.
+enum Probe {
+    Off,
+    /// Between `cuProfilerStart` and `cuProfilerStop`.
+    Profile,
+    /// Each step's stamps read (`tf_cuda::timeline`).
+    Timeline(Vec<Vec<tf_cuda::timeline::Stamp>>),
+}
+
+fn run_model(spec: &str, bench: usize, streams_list: &[usize], probes: &Probes) -> Res<bool> {
+    let leave_out = probes.leave_out;
     let (config, quant) = split(spec);
     let ck = checkpoint(config, quant, None)?;
     let plan = tf_families::plan(ck.config(), ck.entries())?;
@@ -420,17 +452,30 @@ fn run_model(
     if leave_out.0 > 0 {
         leave_out_table(&mut g, leave_out.0, leave_out.1)?;
     }
-    if profile {
-        let dt = step_time(&mut g, 1, 1, true)?;
+    if probes.profile {
+        let dt = step_time(&mut g, 1, 1, &mut Probe::Profile)?;
         println!("profiled step: {:.1} us", dt * 1e6);
+    }
+    if let (steps @ 1.., csv) = probes.timeline {
+        let mut probe = Probe::Timeline(Vec::new());
+        step_time(&mut g, steps, 1, &mut probe)?;
+        if let Probe::Timeline(stamped) = probe {
+            println!(
+                "\ntimeline, one stream:\n{}",
+                tf_cuda::timeline::table(&stamped)
+            );
+            if let Some(path) = csv {
+                std::fs::write(path, tf_cuda::timeline::csv(&stamped[0]))?;
+            }
+        }
     }
     Ok(ok)
 }
 
 /// Seconds per graphed step of slots 0..`streams` over `reps` steps from the prompt's end (the
-/// graph captured afresh, with whatever `tf_cuda::leave_out` names left out); `profile`: the
-/// replays between `cuProfilerStart` and `cuProfilerStop`.
-fn step_time(g: &mut Decoder, reps: usize, streams: usize, profile: bool) -> Res<f64> {
+/// graph captured afresh, with whatever `tf_cuda::leave_out` names left out), `probe` on the
+/// replays.
+fn step_time(g: &mut Decoder, reps: usize, streams: usize, probe: &mut Probe) -> Res<f64> {
     g.clear_graphs();
     let mut pos = g.rewind(0, PROMPT.len())?;
     for slot in 1..streams {
@@ -452,17 +497,24 @@ fn step_time(g: &mut Decoder, reps: usize, streams: usize, profile: bool) -> Res
     };
     step(g, pos)?; // captures
     pos += 1;
-    if profile {
+    if let Probe::Profile = probe {
         // SAFETY: no arguments; the driver is loaded (the context is current).
         unsafe { cudarc::driver::sys::cuProfilerStart() }.result()?;
     }
     let t = Instant::now();
     for _ in 0..reps {
+        if let Probe::Timeline(_) = probe {
+            g.gpu().synchronize()?;
+            g.gpu().timeline_clear()?;
+        }
         step(g, pos)?;
+        if let Probe::Timeline(steps) = probe {
+            steps.push(g.gpu().timeline()?);
+        }
         pos += 1;
     }
     let dt = t.elapsed().as_secs_f64() / reps as f64;
-    if profile {
+    if let Probe::Profile = probe {
         g.gpu().synchronize()?;
         // SAFETY: as above.
         unsafe { cudarc::driver::sys::cuProfilerStop() }.result()?;
@@ -478,7 +530,7 @@ fn step_time_without<S: AsRef<str>>(
     streams: usize,
 ) -> Res<f64> {
     tf_cuda::leave_out::start(names);
-    let t = step_time(g, reps, streams, false);
+    let t = step_time(g, reps, streams, &mut Probe::Off);
     tf_cuda::leave_out::finish();
     t
 }
@@ -487,7 +539,7 @@ fn step_time_without<S: AsRef<str>>(
 /// graphed step.
 fn leave_out_table(g: &mut Decoder, reps: usize, streams: usize) -> Res<()> {
     tf_cuda::leave_out::start::<&str>(&[]);
-    let whole = step_time(g, reps, streams, false);
+    let whole = step_time(g, reps, streams, &mut Probe::Off);
     // The capture made each launch once.
     let counts = tf_cuda::leave_out::finish();
     let whole = whole?;
@@ -501,7 +553,7 @@ fn leave_out_table(g: &mut Decoder, reps: usize, streams: usize) -> Res<()> {
     for (name, &launches) in &counts {
         let cost = whole - step_time_without(g, &[name], reps, streams)?;
         tf_cuda::leave_out::start_with::<&str, _>(&[], &[name]);
-        let twice = step_time(g, reps, streams, false);
+        let twice = step_time(g, reps, streams, &mut Probe::Off);
         tf_cuda::leave_out::finish();
         rows.push((cost, name, launches, twice? - whole));
     }

@@ -33,6 +33,44 @@ __device__ __forceinline__ void tf_follow() {
 #endif
 }
 
+#ifdef TF_TIMELINE  // the timeline's program (src/timeline.rs), never the served one
+#define TF_TIMELINE_CAP 32768
+#define TF_TIMELINE_NAME 48
+// One launch's stamps: the global timer (ns) before and after its wait, and its kernel's name.
+struct TfStamp {
+    u64 before, after;
+    char name[TF_TIMELINE_NAME];
+};
+__device__ TfStamp tf_timeline[TF_TIMELINE_CAP];
+__device__ u32 tf_timeline_n;
+
+__device__ __forceinline__ u64 tf_now() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// tf_follow, with a launch's first thread stamping the wait into the next free record (taken
+// before the wait, so the atomic's trip back overlaps it).
+__device__ __forceinline__ void tf_follow_stamped(const char* name) {
+    const bool first = (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y |
+                        blockIdx.z) == 0;
+    const u32 i = first ? atomicAdd(&tf_timeline_n, 1u) : 0;
+    const u64 before = first ? tf_now() : 0;
+    tf_follow();
+    if (!first) return;
+    const u64 after = tf_now();
+    if (i >= TF_TIMELINE_CAP) return;
+    TfStamp& s = tf_timeline[i];
+    s.before = before;
+    s.after = after;
+    int k = 0;
+    for (; k < TF_TIMELINE_NAME - 1 && name[k]; k++) s.name[k] = name[k];
+    for (; k < TF_TIMELINE_NAME; k++) s.name[k] = 0;
+}
+#define tf_follow() tf_follow_stamped(__func__)
+#endif
+
 // Lets the next kernel of the round's graph launch now, its blocks then waiting in tf_follow:
 // called right after tf_follow by the one-block-a-row kernels a product follows (the norms,
 // the gated norm, attention, the experts' gather, relu² and combine), so the product's blocks

@@ -37,9 +37,14 @@ pub const NVRTC_FLAGS: [&str; 4] = [
     "--std=c++17",
 ];
 
-/// The whole program: [`COMMON`] followed by every source in [`SOURCES`].
+/// The whole program: [`COMMON`] followed by every source in [`SOURCES`]; the timeline's
+/// stamps defined first where [`crate::timeline::on`].
 pub fn program_source() -> String {
-    let mut s = String::from(COMMON);
+    let mut s = String::new();
+    if crate::timeline::on() {
+        s.push_str("#define TF_TIMELINE\n");
+    }
+    s.push_str(COMMON);
     for (name, text) in SOURCES {
         s.push_str(&format!("\n// ---- {name} ----\n"));
         s.push_str(text);

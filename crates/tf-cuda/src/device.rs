@@ -4,7 +4,7 @@
 use crate::compile::{program_cubin, program_ptx, Program, PtxOrigin};
 use crate::error::{drv, CudaError, Result};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -174,6 +174,8 @@ pub struct Gpu {
     /// memory).
     resident: Mutex<HashMap<(String, u32, u32), usize>>,
     info: DeviceInfo,
+    /// The loaded program (its globals: [`crate::timeline`]).
+    pub(crate) module: Arc<CudaModule>,
     _ctx: Arc<CudaContext>,
 }
 
@@ -337,6 +339,7 @@ impl Gpu {
             functions,
             resident: Mutex::new(HashMap::new()),
             info,
+            module,
             _ctx: ctx,
         })
     }

@@ -35,6 +35,7 @@ pub mod select;
 pub mod slices;
 pub mod suite;
 pub mod synthetic;
+pub mod timeline;
 pub mod weights;
 
 pub use device::Gpu;
