@@ -11,9 +11,10 @@
 //!    with the host generator; a planted control (another seed) must differ.
 //! 2. Decode rounds on the synthetic weights at 1 / 4 / 16 / 64 streams (or `--streams`;
 //!    graphed), logits finite, aggregate tok/s and the fraction of the memory roofline: bytes
-//!    one step must read / 3.97e12 B/s, where a MoE layer's routed experts count the expected
-//!    share touched by n tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random
-//!    weights route near uniformly).
+//!    one step must read / 3.97e12 B/s: the checkpoint's bytes (MLX at its own packing, not the
+//!    device's wider layouts), a MoE layer's routed experts by the expected share touched by n
+//!    tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random weights route near
+//!    uniformly).
 //!
 //! 3. With `--leave-out N`: at one stream (or S, `--leave-out-streams`), the launches of a step
 //!    by kernel, and what each kernel costs inside the graphed step: N replays of the whole
@@ -237,8 +238,8 @@ fn check_generator(gpu: &Gpu, ck: &Checkpoint, plan: &ModelPlan) -> Res<bool> {
     Ok(ok && same && near_one)
 }
 
-/// Bytes one decode step of `streams` tokens must read: every tensor once (the embedding only
-/// as a tied head), routed experts by the expected share touched.
+/// Bytes one decode step of `streams` tokens must read: every tensor once as the checkpoint
+/// stores it (the embedding only as a tied head), routed experts by the expected share touched.
 fn step_bytes(plan: &ModelPlan, streams: usize) -> f64 {
     let tied = plan.claims().iter().all(|c| c.class != TensorClass::Head);
     let routing = |layer: usize| match plan {
@@ -254,10 +255,7 @@ fn step_bytes(plan: &ModelPlan, streams: usize) -> f64 {
         .iter()
         .map(|c| {
             let e = &c.entry;
-            let bytes = synthetic::device_layout(e.format)
-                .map_or(e.format.storage_bytes(e.elements()), |l| {
-                    l.bytes(e.elements())
-                }) as f64;
+            let bytes = e.format.storage_bytes(e.elements()) as f64;
             match (c.class, c.layer) {
                 (TensorClass::Embedding, _) if !tied => 0.0,
                 (TensorClass::RoutedExperts, Some(l)) => {
