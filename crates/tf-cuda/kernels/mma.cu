@@ -10,7 +10,10 @@
 // k = 16 m: register 0 is row g, columns k + 2t, k + 2t + 1; register 1 row g + 8, the same
 // columns; registers 2 and 3 the same rows, columns + 8 (the PTX ISA's m16n8k16 A layout).
 // After every tile's codes: f32 (s, b - 128 s) for (T, G, row r of the tile), at (T groups + G)
-// 16 + r.
+// 16 + r; or, in the compact tiles (entries NAME_b16; where every s and b is a bf16), their bf16
+// pair (s in the low half, b in the high) as a u32 there, the kernel forming b - 128 s as the
+// tile maker does (tf_mma_sb): the same f32 values, 576 bytes a tile and group, as the
+// checkpoint holds them, against 640.
 //
 // x (f32, n rows), 4 or 8 rows a block. Each value is split into bf16 parts hi = bf16(v) and
 // lo = bf16(v - hi); per 16 columns the tensor cores sum 128 + q (exact in bf16) against each
@@ -123,20 +126,30 @@ __device__ __forceinline__ uint4 tf_mma_parts(const float* p) {
     return tf_mma_parts_of(__ldg((const float2*)p), __ldg((const float2*)(p + 8)));
 }
 
-// One group's weights for a lane: the codes of RT tiles, (s, b) of its rows g and g + 8; and
-// where x comes split, the group's X of the lane's D columns' x rows (F of them: t, or 2t and
-// 2t + 1).
-template <int RT, int F>
+// A tile row's (s, b - 128 s) for a group, from the tiles' f32 pair or their compact bf16 pair
+// (s, b): 128 s is exact, so b - 128 s rounds once, as tf_mma_tile_mlx4 forms it.
+__device__ __forceinline__ float2 tf_mma_sb(float2 v) { return v; }
+__device__ __forceinline__ float2 tf_mma_sb(u32 v) {
+    float2 r;
+    r.x = __int_as_float((int)(v << 16));
+    r.y = __int_as_float((int)(v & 0xffff0000u)) - 128.0f * r.x;
+    return r;
+}
+
+// One group's weights for a lane: the codes of RT tiles, the scale pairs (SB: float2 or the
+// compact u32) of its rows g and g + 8; and where x comes split, the group's X of the lane's D
+// columns' x rows (F of them: t, or 2t and 2t + 1).
+template <int RT, int F, class SB>
 struct TfMmaGroup {
     uint4 q[RT];
-    float2 lo[RT], hi[RT];
+    SB lo[RT], hi[RT];
     float X[F];
 };
 
 // The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
-template <int RT, int KW, int F, int SPLIT>
-__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F>& d, const uint4** wp,
-                                            const float2** sp, const float** xs) {
+template <int RT, int KW, int F, int SPLIT, class SB>
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint4** wp,
+                                            const SB** sp, const float** xs) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         d.q[r] = __ldg(wp[r]);
@@ -188,8 +201,8 @@ struct TfMmaX<2, KW> {
 // low parts in two mmas with sums of their own. Either way an output's high and low sums are
 // carried through the group's four k-steps and added once. PLANT (a planted control): the low
 // parts dropped when the call has several rows.
-template <int RT, int KW, int STAGED, int PLANT, int F>
-__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<STAGED, KW>& xr,
+template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
+__device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfMmaX<STAGED, KW>& xr,
                                              u32 mask, int n, float (*yacc)[2 * F]) {
     u32 a[RT][4][4];
 #pragma unroll
@@ -241,7 +254,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int o = 0; o < 2 * F; o++) {
-            const float2 sc = (F == 1 ? o : o >> 1) ? d.hi[r] : d.lo[r];
+            const float2 sc = tf_mma_sb((F == 1 ? o : o >> 1) ? d.hi[r] : d.lo[r]);
             const int c = F == 1 ? 0 : o & 1;  // the x row's X among the lane's
             const float s = F == 1 ? acc[r][0][2 * o] + acc[r][0][2 * o + 1]
                                    : acc[r][0][o] + acc[r][1][o];
@@ -252,15 +265,15 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F>& d, TfMmaX<
 }
 
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
-// of `rows` rows whose tiles' codes are at wq and scales at sb; KW warps along the groups, two
+// of `rows` rows whose tiles' codes are at wq and scale pairs at sb; KW warps along the groups, two
 // groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
 // xp and xsum (x unused).
-template <int RT, int KW, int STAGED, int PLANT, int F>
+template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
-                                            const float2* __restrict__ sb,
+                                            const SB* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
                                             int n, int j0, int tile0, int rows, int cols,
                                             const uint4* __restrict__ xp = nullptr,
@@ -270,7 +283,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const int g = lane >> 2, t = lane & 3;
     const int groups = cols >> 6, tiles = (rows + 15) >> 4;
     const uint4* wp[RT];
-    const float2* sp[RT];
+    const SB* sp[RT];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         const size_t tg = (size_t)min(tile0 + r, tiles - 1) * groups + w;
@@ -313,7 +326,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         for (int o = 0; o < 2 * F; o++) yacc[r][o] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    TfMmaGroup<RT, F> a, b;
+    TfMmaGroup<RT, F, SB> a, b;
     if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
     for (int i = 0; i < steps; i += 2) {
         if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
@@ -341,28 +354,34 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     }
 }
 
-// The codes of a matrix's tiles at W, then their scales (tiles of `rows` rows, `cols` columns).
-__device__ __forceinline__ const float2* tf_mma_scales(const u8* W, size_t tiles, int cols) {
-    return (const float2*)(W + tiles * (cols >> 6) * 512);
+// The codes of a matrix's tiles at W, then their scale pairs (tiles of `rows` rows, `cols`
+// columns).
+template <class SB>
+__device__ __forceinline__ const SB* tf_mma_scales(const u8* W, size_t tiles, int cols) {
+    return (const SB*)(W + tiles * (cols >> 6) * 512);
 }
 
 // Block (bx, by) takes tiles RT bx .. and x rows 4F by ...
-template <int RT, int STAGED, int PLANT, int F>
+template <int RT, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_mlx4(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int rows, int cols) {
     tf_mma_body<RT, MMA_KW, STAGED, PLANT, F>((const uint4*)W,
-                                              tf_mma_scales(W, (rows + 15) >> 4, cols), x, y, n,
-                                              blockIdx.y * 4 * F, blockIdx.x * RT, rows, cols);
+                                              tf_mma_scales<SB>(W, (rows + 15) >> 4, cols), x, y,
+                                              n, blockIdx.y * 4 * F, blockIdx.x * RT, rows, cols);
 }
 
 // tf_mma_mlx4_r{RT}[_staged]: MMA_KW warps a block, RT tiles and 4F x rows a block (the staged
-// entries, for one row, F = 1); at one tile, registers for two blocks an SM.
-#define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT, F)                                               \
+// entries, for one row, F = 1); at one tile, registers for two blocks an SM. NAME reads the f32
+// scale pairs, NAME_b16 the compact ones.
+#define TF_MMA_ENTRY_SB(NAME, RT, STAGED, PLANT, F, SB)                                        \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const float* x, float* y, int n, int rows, int cols) {               \
         tf_follow();                                                                           \
-        tf_mma_mlx4<RT, STAGED, PLANT, F>(W, x, y, n, rows, cols);                             \
+        tf_mma_mlx4<RT, STAGED, PLANT, F, SB>(W, x, y, n, rows, cols);                         \
     }
+#define TF_MMA_ENTRY(NAME, RT, STAGED, PLANT, F)                                               \
+    TF_MMA_ENTRY_SB(NAME, RT, STAGED, PLANT, F, float2)                                        \
+    TF_MMA_ENTRY_SB(NAME##_b16, RT, STAGED, PLANT, F, u32)
 TF_MMA_ENTRY(tf_mma_mlx4_r1, 1, 0, 0, 2)
 TF_MMA_ENTRY(tf_mma_mlx4_r2, 2, 0, 0, 2)
 TF_MMA_ENTRY(tf_mma_mlx4_r1_staged, 1, 1, 0, 1)
@@ -370,17 +389,20 @@ TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0, 1)
 TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 2)
 
 // tf_mma_mlx4_r{RT}_split[_x4]: the same products of x split once a call (parts xp, sums
-// xsum), 8 x rows a block, or 4 (_x4).
-#define TF_MMA_SPLIT_ENTRY(NAME, RT, F)                                                        \
+// xsum), 8 x rows a block, or 4 (_x4); NAME_b16 the same of compact tiles.
+#define TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB)                                                 \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols) {                                                                       \
         tf_follow();                                                                           \
         tf_mma_body<RT, MMA_KW, 2, 0, F>((const uint4*)W,                                      \
-                                         tf_mma_scales(W, (rows + 15) >> 4, cols), nullptr, y, \
-                                         n, blockIdx.y * 4 * F, blockIdx.x * RT, rows, cols,   \
+                                         tf_mma_scales<SB>(W, (rows + 15) >> 4, cols), nullptr, \
+                                         y, n, blockIdx.y * 4 * F, blockIdx.x * RT, rows, cols, \
                                          xp, xsum);                                            \
     }
+#define TF_MMA_SPLIT_ENTRY(NAME, RT, F)                                                        \
+    TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, float2)                                                 \
+    TF_MMA_SPLIT_ENTRY_SB(NAME##_b16, RT, F, u32)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
@@ -458,9 +480,10 @@ extern "C" __global__ void tf_plant_mma_split_sums(const float* x, uint4* parts,
 // The mma tiles of an MLX 4-bit matrix from its rows layout (units of 32 weights: 4 code words,
 // element 8m + e in nibble e of word m, then f32 s and b; the MLX group a multiple of 64, so
 // a group's second unit has the first's s and b). A thread per (tile, group, lane): its 4 code
-// words, and lanes < 16 the (s, b) of the tile's row `lane`.
-extern "C" __global__ void tf_mma_tile_mlx4(const u8* src, u8* dst, int rows, int cols) {
-    tf_follow();
+// words, and lanes < 16 the scale pair of the tile's row `lane` (COMPACT: s and b as a bf16
+// pair, for matrices whose every s and b is a bf16: tf_mma_scales_wide).
+template <int COMPACT>
+__device__ __forceinline__ void tf_mma_tile(const u8* src, u8* dst, int rows, int cols) {
     const int groups = cols >> 6, tiles = (rows + 15) >> 4, units = cols >> 5;
     const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= (size_t)tiles * groups * 32) return;
@@ -487,13 +510,40 @@ extern "C" __global__ void tf_mma_tile_mlx4(const u8* src, u8* dst, int rows, in
     }
     ((uint4*)dst)[id] = make_uint4(out[0], out[1], out[2], out[3]);
     if (lane < 16) {
-        float2 v;
-        v.x = 0.0f, v.y = 0.0f;
+        u32 s = 0u, b = 0u;
         if (16 * T + lane < rows) {
             const u32* p = unit(lane, 2 * G);
-            v.x = __int_as_float((int)p[4]);
-            v.y = __int_as_float((int)p[5]) - 128.0f * v.x;  // 128 s is exact: one rounding
+            s = p[4], b = p[5];
         }
-        ((float2*)(dst + (size_t)tiles * groups * 512))[tg * 16 + lane] = v;
+        u8* pairs = dst + (size_t)tiles * groups * 512;
+        if (COMPACT) {
+            ((u32*)pairs)[tg * 16 + lane] = (b & 0xffff0000u) | (s >> 16);
+        } else {
+            float2 v;
+            v.x = __int_as_float((int)s);
+            v.y = __int_as_float((int)b) - 128.0f * v.x;  // 128 s is exact: one rounding
+            ((float2*)pairs)[tg * 16 + lane] = v;
+        }
     }
+}
+
+extern "C" __global__ void tf_mma_tile_mlx4(const u8* src, u8* dst, int rows, int cols) {
+    tf_follow();
+    tf_mma_tile<0>(src, dst, rows, cols);
+}
+
+extern "C" __global__ void tf_mma_tile_mlx4_b16(const u8* src, u8* dst, int rows, int cols) {
+    tf_follow();
+    tf_mma_tile<1>(src, dst, rows, cols);
+}
+
+// *wide = 1 where any s or b of the rows layout's (row, group) pairs, a thread each, is not a
+// bf16 (its low 16 bits not zero); untouched otherwise.
+extern "C" __global__ void tf_mma_scales_wide(const u8* src, int rows, int cols, u32* wide) {
+    tf_follow();
+    const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int groups = cols >> 6, units = cols >> 5;
+    if (id >= (size_t)rows * groups) return;
+    const u32* p = (const u32*)(src + ((id / groups) * units + 2 * (id % groups)) * 24);
+    if (((p[4] | p[5]) & 0xffffu) != 0u) atomicOr(wide, 1u);
 }

@@ -604,8 +604,9 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 // The grouped expert products on the tensor cores (kernels/mma.cu's body, MMA_MOE_KW warps a
 // block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
 // stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 4F at
-// a time. STAGED: x staged in shared memory (one-row rounds: every group one row).
-template <int RT, int STAGED, int F>
+// a time. STAGED: x staged in shared memory (one-row rounds: every group one row). SB: the tiles'
+// scale pairs (mma.cu: float2, or u32 in the compact tiles of the NAME_b16 entries).
+template <int RT, int STAGED, int F, class SB>
 __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
                                            int rows, int cols, int n_experts,
@@ -619,7 +620,7 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const int off = offsets[e], cnt = offsets[e + 1] - off, tiles = rows >> 4;
     const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
     const uint4* wq = (const uint4*)W + first * 32;
-    const float2* sb = tf_mma_scales(W, (size_t)n_experts * tiles, cols) + first * 16;
+    const SB* sb = tf_mma_scales<SB>(W, (size_t)n_experts * tiles, cols) + first * 16;
     const size_t groups = cols >> 6;
     for (int j0 = 0; j0 < cnt; j0 += 4 * F)
         tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F>(
@@ -628,24 +629,30 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
             STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
-#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED, F)                                                  \
+#define TF_MOE_MMA_ENTRY_SB(NAME, RT, STAGED, F, SB)                                           \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const float* xg, float* yg, const int* offsets, int rows, int cols,    \
              int n_experts) {                                                                  \
-        tf_moe_mma<RT, STAGED, F>(W, xg, yg, offsets, rows, cols, n_experts);                  \
+        tf_moe_mma<RT, STAGED, F, SB>(W, xg, yg, offsets, rows, cols, n_experts);              \
     }
+#define TF_MOE_MMA_ENTRY(NAME, RT, STAGED, F)                                                  \
+    TF_MOE_MMA_ENTRY_SB(NAME, RT, STAGED, F, float2)                                           \
+    TF_MOE_MMA_ENTRY_SB(NAME##_b16, RT, STAGED, F, u32)
 TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4, 2, 0, 2)
 TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1, 1)
 
 // The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
 // tf_moe_relu2_split), two tiles a block and (_r1) one; a group's rows 8 at a time, or (_x4,
 // for rounds of at most four tokens) 4.
-#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT, F)                                                    \
+#define TF_MOE_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB)                                             \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
              int rows, int cols, int n_experts) {                                              \
-        tf_moe_mma<RT, 2, F>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);        \
+        tf_moe_mma<RT, 2, F, SB>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);    \
     }
+#define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT, F)                                                    \
+    TF_MOE_MMA_SPLIT_ENTRY_SB(NAME, RT, F, float2)                                             \
+    TF_MOE_MMA_SPLIT_ENTRY_SB(NAME##_b16, RT, F, u32)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_x4, 2, 1)

@@ -115,6 +115,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::slices::KERNEL_NAMES.iter())
         .chain(crate::mma::KERNEL_NAMES.iter())
         .map(|s| s.to_string())
+        .chain(crate::mma::compact_kernel_names())
         .chain(
             mmq_kernels()
                 .iter()
@@ -303,12 +304,13 @@ impl Gpu {
             }
         }
         // The tensor cores' product stages x beside its static reduction buffer.
-        let staged = crate::mma::KERNEL_NAMES
+        let staged = crate::mma::TILE_READERS
             .iter()
-            .chain(crate::moe::KERNEL_NAMES)
-            .filter(|n| n.ends_with("_staged"));
+            .map(|n| n.to_string())
+            .chain(crate::mma::compact_kernel_names())
+            .filter(|n| n.ends_with("_staged") || n.ends_with("_staged_b16"));
         for name in staged {
-            let (f, _) = &functions[*name];
+            let (f, _) = &functions[&name];
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 crate::mma::STAGING_MAX as i32,

@@ -172,6 +172,7 @@ static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, int sh) {
 }
 static inline u32 atomicAdd(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline u32 atomicOr(u32* p, u32 v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 static inline float tf_host_f16(unsigned short h) {
     const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
     double v = e == 0 ? std::ldexp((double)m, -24)

@@ -6,6 +6,11 @@
 //! its own layout, the "mma tiles" ([`tile`] makes them on the device from the rows layout), so
 //! only [`crate::ops::matmul`] may be given such a matrix. Set `TF_CUDA_MMA=0` to load MLX
 //! 4-bit matrices in the rows layout instead (for comparisons).
+//!
+//! Where every scale and bias of a matrix is a bf16 (the checkpoint's, as MLX stores them in a
+//! bf16 model), its tiles hold them so, 576 bytes a tile and group against 640 of f32 pairs,
+//! and the entries' `_b16` twins read them: the same f32 values, so the same bits
+//! ([`Layout::MmaTilesB16`]; `TF_CUDA_MMA_B16=0` keeps the f32 pairs, for comparisons).
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -13,14 +18,17 @@ use crate::ops::{grid, i32_of, need};
 use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-/// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu.
-pub const KERNEL_NAMES: [&str; 15] = [
+/// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (and the `_b16`
+/// twins of [`TILE_READERS`]).
+pub const KERNEL_NAMES: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
     "tf_mma_mlx4_r2_staged",
     PLANT_ROW_VARIANT,
     "tf_mma_tile_mlx4",
+    "tf_mma_tile_mlx4_b16",
+    "tf_mma_scales_wide",
     SPLIT_KERNELS[0],
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
@@ -31,6 +39,39 @@ pub const KERNEL_NAMES: [&str; 15] = [
     "tf_add_rms_norm_split",
     "tf_add2_rms_norm_split",
 ];
+
+/// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
+/// (kernels/mma.cu and kernels/moe.cu).
+pub const TILE_READERS: [&str; 15] = [
+    "tf_mma_mlx4_r1",
+    "tf_mma_mlx4_r2",
+    "tf_mma_mlx4_r1_staged",
+    "tf_mma_mlx4_r2_staged",
+    PLANT_ROW_VARIANT,
+    SPLIT_KERNELS[0],
+    SPLIT_KERNELS[1],
+    SPLIT_KERNELS_X4[0],
+    SPLIT_KERNELS_X4[1],
+    "tf_moe_mma_mlx4",
+    "tf_moe_mma_mlx4_staged",
+    "tf_moe_mma_mlx4_split",
+    "tf_moe_mma_mlx4_split_r1",
+    "tf_moe_mma_mlx4_split_x4",
+    "tf_moe_mma_mlx4_split_r1_x4",
+];
+
+/// The `_b16` twins' names.
+pub fn compact_kernel_names() -> impl Iterator<Item = String> {
+    TILE_READERS.iter().map(|n| format!("{n}_b16"))
+}
+
+/// `name` (one of [`TILE_READERS`]), or its `_b16` twin where `layout` is the compact tiles'.
+pub(crate) fn entry_for(name: &str, layout: Layout) -> std::borrow::Cow<'_, str> {
+    match layout {
+        Layout::MmaTilesB16 => format!("{name}_b16").into(),
+        _ => name.into(),
+    }
+}
 
 /// The products of x split once a call ([`SplitX`]), one tile and two tiles a block, 8 x rows
 /// a block.
@@ -107,13 +148,35 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA").map_or(true, |v| v != "0"))
 }
 
-/// Bytes of the tiles of a `[rows, cols]` matrix: 640 a tile of 16 rows and a group.
-pub fn tile_bytes(rows: usize, cols: usize) -> usize {
-    rows.div_ceil(16) * (cols / GROUP) * 640
+/// Whether matrices whose scales and biases are all bf16 take the compact tiles (unless
+/// `TF_CUDA_MMA_B16=0`).
+fn compact_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_B16").map_or(true, |v| v != "0"))
+}
+
+/// Bytes of the tiles of a `[rows, cols]` matrix: a tile of 16 rows and a group takes 512 of
+/// codes and 16 scale pairs of 8 bytes, or of 4 (`compact`).
+pub fn tile_bytes(rows: usize, cols: usize, compact: bool) -> usize {
+    rows.div_ceil(16) * (cols / GROUP) * if compact { 576 } else { 640 }
+}
+
+/// Whether every scale and bias of `m` (MLX 4-bit, rows layout of f32 pairs) is a bf16, asked of
+/// the device (`tf_mma_scales_wide`; synchronizes).
+fn scales_are_bf16(gpu: &Gpu, m: &GpuMatrix, rows: i32, cols: i32) -> Result<bool> {
+    let mut wide = gpu.zeros::<u32>(1)?;
+    let pairs = m.rows() * (m.cols() / GROUP);
+    let mut b = gpu.launcher("tf_mma_scales_wide")?;
+    b.arg(m.bytes()).arg(&rows).arg(&cols).arg(&mut wide);
+    // SAFETY: (u8*, i32, i32, u32*); `m` holds `rows` rows of `cols / 32` 24-byte units, a
+    // thread reads one (row, group)'s pair, and `wide` holds the one word it may set.
+    unsafe { b.go(grid(pairs, 256), "launching the scales' check") }?;
+    Ok(gpu.download(&wide, 1)?[0] == 0)
 }
 
 /// The matrix `m` (MLX 4-bit, rows layout, groups a multiple of 64 columns: [`serves`]) in the
-/// tensor cores' tiles, made on the device.
+/// tensor cores' tiles, made on the device: the compact ones where its scales and biases are
+/// all bf16.
 pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
     const OP: &str = "mma tiles";
     if m.format() != GpuFormat::Mlx4
@@ -131,16 +194,20 @@ pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
             ),
         });
     }
-    let bytes = gpu.zeros::<u8>(tile_bytes(m.rows(), m.cols()))?;
-    let mut out =
-        GpuMatrix::in_layout(m.rows(), m.cols(), GpuFormat::Mlx4, Layout::MmaTiles, bytes);
     let (rows, cols) = (i32_of(OP, "rows", m.rows())?, i32_of(OP, "cols", m.cols())?);
+    let compact = compact_enabled() && scales_are_bf16(gpu, m, rows, cols)?;
+    let (layout, kernel) = match compact {
+        true => (Layout::MmaTilesB16, "tf_mma_tile_mlx4_b16"),
+        false => (Layout::MmaTiles, "tf_mma_tile_mlx4"),
+    };
+    let bytes = gpu.zeros::<u8>(tile_bytes(m.rows(), m.cols(), compact))?;
+    let mut out = GpuMatrix::in_layout(m.rows(), m.cols(), GpuFormat::Mlx4, layout, bytes);
     let threads = m.rows().div_ceil(16) * (m.cols() / GROUP) * 32;
-    let mut b = gpu.launcher("tf_mma_tile_mlx4")?;
+    let mut b = gpu.launcher(kernel)?;
     b.arg(m.bytes()).arg(out.bytes_mut()).arg(&rows).arg(&cols);
     // SAFETY: the kernel's signature is (u8*, u8*, i32, i32); `m` holds `rows` rows of
-    // `cols / 32` 24-byte units and `out` exactly `tile_bytes(rows, cols)` bytes, which a
-    // thread a (tile, group, lane) writes.
+    // `cols / 32` 24-byte units and `out` exactly `tile_bytes(rows, cols, compact)` bytes,
+    // which a thread a (tile, group, lane) writes.
     unsafe { b.go(grid(threads, 256), "launching the mma tiling") }?;
     Ok(out)
 }
@@ -323,7 +390,7 @@ pub fn matmul_with(
     const OP: &str = "mma matmul";
     need(OP, "x", x.len(), n * w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
-    if w.layout() != Layout::MmaTiles {
+    if !w.layout().is_mma() {
         return Err(CudaError::Shape {
             op: OP,
             detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
@@ -339,7 +406,7 @@ pub fn matmul_with(
         return Ok(());
     }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(kernel)?;
+    let mut b = gpu.launcher(&entry_for(kernel, w.layout()))?;
     b.arg(w.bytes())
         .arg(x)
         .arg(y)
@@ -471,7 +538,7 @@ pub fn matmul_split_with(
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
-    if w.layout() != Layout::MmaTiles {
+    if !w.layout().is_mma() {
         return Err(CudaError::Shape {
             op: OP,
             detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
@@ -485,7 +552,7 @@ pub fn matmul_split_with(
         staged: false,
     };
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let mut b = gpu.launcher(split_kernel(c.rt, n))?;
+    let mut b = gpu.launcher(&entry_for(split_kernel(c.rt, n), w.layout()))?;
     b.arg(w.bytes())
         .arg(&s.parts)
         .arg(&s.sums)

@@ -431,7 +431,7 @@ pub fn experts_with(
     }
     let slots = n * k;
     // relu² experts in the mma tiles read their rows split once (the same bits).
-    let tiled = |w: &GpuExperts| w.matrix.layout() == crate::weights::Layout::MmaTiles;
+    let tiled = |w: &GpuExperts| w.matrix.layout().is_mma();
     let split = match &mut buf.split {
         Some((xs, acts))
             if mlp.gate.is_none()
@@ -518,10 +518,11 @@ pub(crate) fn expert_matmul(
     // min(n_experts, slots) non-empty groups, so no block is launched for an empty expert.
     let groups = w.n_experts().min(slots).max(1);
     let format = w.matrix.format();
-    let (name, cfg, during) = if w.matrix.layout() == crate::weights::Layout::MmaTiles && !plant {
+    let (name, cfg, during) = if w.matrix.layout().is_mma() && !plant {
         let tiles = crate::mma::MOE_TILES;
         let (name, cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
-        (name.to_string(), cfg, "launching moe mma matmul")
+        let name = crate::mma::entry_for(name, w.matrix.layout()).into_owned();
+        (name, cfg, "launching moe mma matmul")
     } else {
         w.matrix.need_rows(OP)?;
         // MLX 4-bit and bf16 in the GPU's own order (tf_slices; its one-row body when a round
@@ -607,7 +608,7 @@ pub(crate) fn expert_matmul_split(
         (false, 4) => "tf_moe_mma_mlx4_split_x4",
         (false, _) => "tf_moe_mma_mlx4_split",
     };
-    let mut b = gpu.launcher(kernel)?;
+    let mut b = gpu.launcher(&crate::mma::entry_for(kernel, w.matrix.layout()))?;
     b.arg(w.matrix.bytes())
         .arg(&x.parts)
         .arg(&x.sums)

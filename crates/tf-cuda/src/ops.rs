@@ -141,7 +141,7 @@ pub fn matmul(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    if w.layout() == crate::weights::Layout::MmaTiles {
+    if w.layout().is_mma() {
         return crate::mma::matmul(gpu, w, x, n, y);
     }
     match crate::slices::kernel(w.format(), w.cols()) {
@@ -338,11 +338,7 @@ pub fn matmul_of(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     match split {
-        Some(s)
-            if w.layout() == crate::weights::Layout::MmaTiles
-                && s.cols() == w.cols()
-                && s.holds(n, w.cols()) =>
-        {
+        Some(s) if w.layout().is_mma() && s.cols() == w.cols() && s.holds(n, w.cols()) => {
             crate::mma::matmul_split(gpu, w, s, n, y)
         }
         _ => matmul(gpu, w, x, n, y),

@@ -265,6 +265,16 @@ pub enum Layout {
     Rows,
     /// MLX 4-bit in the tensor cores' tiles ([`crate::mma`]): only `tf_mma_mlx4` reads it.
     MmaTiles,
+    /// The same tiles with each scale and bias as the checkpoint's bf16 ([`crate::mma`]: where
+    /// every one is a bf16), read by the tiles' `_b16` entries.
+    MmaTilesB16,
+}
+
+impl Layout {
+    /// Whether the tensor cores' tiles, either form.
+    pub fn is_mma(self) -> bool {
+        matches!(self, Layout::MmaTiles | Layout::MmaTilesB16)
+    }
 }
 
 /// A `[rows, cols]` weight matrix in device memory, in the checkpoint's own bytes (MLX re-laid).

@@ -26,7 +26,7 @@ fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
             (word(row, c / 32, (c % 32) / 8) >> (4 * (c % 8))) & 15
         }
     };
-    let mut out = vec![0u8; tile_bytes(rows, cols)];
+    let mut out = vec![0u8; tile_bytes(rows, cols, false)];
     let sb_at = tiles * groups * 512;
     for tile in 0..tiles {
         for grp in 0..groups {
@@ -60,9 +60,26 @@ fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
 }
 
 /// The host harness: reads (rows, cols, n, rows-layout bytes, x), writes the tiles, then y of
-/// each choice (tiles a block, x staged or not) and of the planted control in turn.
+/// each choice (tiles a block, x staged or not) and of the planted control in turn, then of the
+/// split products; then the same of the compact tiles (the `_b16` entries), a planted control
+/// of theirs, and the scales' check of the matrix and of a planted non-bf16 bias.
 fn harness() -> String {
     let mut calls = String::new();
+    // A choice's product of x, of `tiles` through `name`.
+    let choice = |name: &str, c: Choice, tiles: &str| {
+        // The staged choice: 4 x rows a block; the others 8.
+        let (smem, xr) = if c.staged {
+            ("(size_t)std::min(n, 4) * (cols / 64) * 256", 4)
+        } else {
+            ("0", 8)
+        };
+        format!(
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, {smem}, [&] {{ {name}({tiles}.data(), x.data(), y.data(), n, rows, cols); }});\n\
+             \x20   fwrite(y.data(), 4, y.size(), fo);\n",
+            t = 16 * c.rt,
+            threads = 32 * WARPS,
+        )
+    };
     let plant = Choice {
         rt: 1,
         staged: false,
@@ -72,18 +89,7 @@ fn harness() -> String {
         .map(|&c| (c.kernel(), c))
         .chain([(PLANT_ROW_VARIANT, plant)]);
     for (name, c) in kernels {
-        // The staged choice: 4 x rows a block; the others 8.
-        let (smem, xr) = if c.staged {
-            ("(size_t)std::min(n, 4) * (cols / 64) * 256", 4)
-        } else {
-            ("0", 8)
-        };
-        calls.push_str(&format!(
-            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, {smem}, [&] {{ {name}(tiles.data(), x.data(), y.data(), n, rows, cols); }});\n\
-             \x20   fwrite(y.data(), 4, y.size(), fo);\n",
-            t = 16 * c.rt,
-            threads = 32 * WARPS,
-        ));
+        calls.push_str(&choice(name, c, "tiles"));
     }
     // Then x split once (tf_mma_split) into the four split products (one and two tiles, 8 and 4
     // x rows a block), and the planted split into the one-tile product.
@@ -92,15 +98,17 @@ fn harness() -> String {
             "    tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ {kernel}(x.data(), parts.data(), sums.data(), n, cols); }});\n"
         )
     };
-    let product = |rt: usize, xr: usize| {
+    let product_of = |rt: usize, xr: usize, suffix: &str, tiles: &str| {
         format!(
-            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, 0, [&] {{ {k}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, 0, [&] {{ {k}{suffix}({tiles}.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
             t = 16 * rt,
             k = if xr == 4 { SPLIT_KERNELS_X4 } else { SPLIT_KERNELS }[rt - 1],
             threads = 32 * WARPS,
         )
     };
+    let product = |rt: usize, xr: usize| product_of(rt, xr, "", "tiles");
+    let compact = |rt: usize, xr: usize| product_of(rt, xr, "_b16", "tiles16");
     for part in [
         split("tf_mma_split"),
         product(1, 8),
@@ -112,6 +120,36 @@ fn harness() -> String {
     ] {
         calls.push_str(&part);
     }
+    calls.push_str(
+        "    std::vector<u8> tiles16(nt * 576);\n\
+         \x20   tf_launch(D3{(unsigned)((nt * 32 + 255) / 256), 1, 1}, 256, 0, [&] { tf_mma_tile_mlx4_b16(src.data(), tiles16.data(), rows, cols); });\n",
+    );
+    for c in Choice::ALL {
+        calls.push_str(&choice(&format!("{}_b16", c.kernel()), c, "tiles16"));
+    }
+    for part in [
+        split("tf_mma_split"),
+        compact(1, 8),
+        compact(2, 8),
+        compact(1, 4),
+        compact(2, 4),
+    ] {
+        calls.push_str(&part);
+    }
+    // Planted: each compact pair's halves swapped (b taken for s and s for b).
+    calls.push_str(
+        "    for (size_t i = nt * 512; i < tiles16.size(); i += 4) { u32 v; std::memcpy(&v, &tiles16[i], 4); v = v << 16 | v >> 16; std::memcpy(&tiles16[i], &v, 4); }\n",
+    );
+    calls.push_str(&compact(1, 8));
+    // The scales' check, then again with row 0's first bias no longer a bf16.
+    calls.push_str(
+        "    u32 wide[2] = {0u, 0u};\n\
+         \x20   const unsigned pairs = (unsigned)(rows * (cols / 64));\n\
+         \x20   tf_launch(D3{(pairs + 255) / 256, 1, 1}, 256, 0, [&] { tf_mma_scales_wide(src.data(), rows, cols, &wide[0]); });\n\
+         \x20   src[20] |= 1;\n\
+         \x20   tf_launch(D3{(pairs + 255) / 256, 1, 1}, 256, 0, [&] { tf_mma_scales_wide(src.data(), rows, cols, &wide[1]); });\n\
+         \x20   fwrite(wide, 4, 2, fo);\n",
+    );
     format!(
         "{prelude}\n{source}\n\
          int main(int argc, char** argv) {{\n\
@@ -137,10 +175,14 @@ fn harness() -> String {
 }
 
 /// One emulated run: the tiles, then y of each choice and of the plant, then of the split
-/// products (one and two tiles a block) and of the planted split.
+/// products (one and two tiles a block) and of the planted split; then, of the compact tiles,
+/// y of each choice, of the four split products and of the planted swap; the scales' check of
+/// the matrix and of the planted bias.
 struct Run {
     tiles: Vec<u8>,
     ys: Vec<Vec<f32>>,
+    compact: Vec<Vec<f32>>,
+    wide: [u32; 2],
 }
 
 fn emulate(
@@ -159,12 +201,20 @@ fn emulate(
     input.extend_from_slice(src);
     input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
     let out = host_cxx::run(dir, exe, &format!("{rows}x{cols}-{n}"), &input);
-    let tb = tile_bytes(rows, cols);
-    let ys = host_cxx::floats(&out[tb..]);
-    assert_eq!(ys.len(), (Choice::ALL.len() + 6) * n * rows);
+    let tb = tile_bytes(rows, cols, false);
+    let (ys, wide) = out[tb..].split_at(out.len() - tb - 8);
+    let ys: Vec<Vec<f32>> = host_cxx::floats(ys)
+        .chunks(n * rows)
+        .map(<[f32]>::to_vec)
+        .collect();
+    let wide = [0, 4].map(|at| u32::from_le_bytes(wide[at..at + 4].try_into().unwrap()));
+    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 11);
+    let (ys, compact) = ys.split_at(Choice::ALL.len() + 6);
     Run {
         tiles: out[..tb].to_vec(),
-        ys: ys.chunks(n * rows).map(<[f32]>::to_vec).collect(),
+        ys: ys.to_vec(),
+        compact: compact.to_vec(),
+        wide,
     }
 }
 
@@ -243,8 +293,30 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
                 assert_eq!(host_cxx::differing(y, &base[rows_of.clone()]), 0, "{k}");
             }
             // Control: the planted split's sums (f32 from x) change the bits.
-            assert_ne!(host_cxx::differing(&run.ys[at + 4], &base[rows_of]), 0);
+            assert_ne!(
+                host_cxx::differing(&run.ys[at + 4], &base[rows_of.clone()]),
+                0
+            );
+            // The compact tiles: every choice and split product the bits of the f32 pairs'.
+            let compact = &run.compact;
+            for (c, y) in Choice::ALL.iter().zip(compact) {
+                let d = host_cxx::differing(y, &base[rows_of.clone()]);
+                assert_eq!(d, 0, "{rows}x{cols} {c:?} of the compact tiles");
+            }
+            let split = &compact[Choice::ALL.len()..Choice::ALL.len() + 4];
+            let kernels = SPLIT_KERNELS.iter().chain(&SPLIT_KERNELS_X4);
+            for (k, y) in kernels.zip(split) {
+                let d = host_cxx::differing(y, &base[rows_of.clone()]);
+                assert_eq!(d, 0, "{rows}x{cols} {k}_b16");
+            }
+            // Control: the pairs' halves swapped change the bits.
+            assert_ne!(
+                host_cxx::differing(&compact[Choice::ALL.len() + 4], &base[rows_of]),
+                0
+            );
         }
+        // The check finds the bf16 scales, and the planted bias that is not one.
+        assert_eq!(all.wide, [0, 1], "{rows}x{cols}: the scales' check");
     }
 }
 
@@ -290,7 +362,7 @@ fn moe_harness() -> String {
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
     let body = host_cxx::extract(
         moe,
-        "template <int RT, int STAGED, int F>\n__device__ __forceinline__ void tf_moe_mma(",
+        "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma(",
     );
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
@@ -313,13 +385,16 @@ fn moe_harness() -> String {
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
          \x20   int head[5];\n\
          \x20   if (fread(head, 4, 5, fi) != 5) return 1;\n\
-         \x20   const int ne = head[0], rows = head[1], cols = head[2], slots = head[3], staged = head[4];\n\
+         \x20   const int ne = head[0], rows = head[1], cols = head[2], slots = head[3], compact = head[4] >= 10, staged = head[4] % 10;\n\
          \x20   const size_t nt = (size_t)ne * rows / 16 * (cols / 64);\n\
          \x20   std::vector<u8> src((size_t)ne * rows * cols / 32 * 24), tiles(nt * 640);\n\
          \x20   std::vector<int> offsets(ne + 1);\n\
          \x20   std::vector<float> x((size_t)slots * cols), y((size_t)slots * rows);\n\
          \x20   if (fread(src.data(), 1, src.size(), fi) != src.size() || fread(offsets.data(), 4, ne + 1, fi) != (size_t)ne + 1 || fread(x.data(), 4, x.size(), fi) != x.size()) return 1;\n\
          \x20   tf_launch(D3{{(unsigned)((nt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ tf_mma_tile_mlx4(src.data(), tiles.data(), ne * rows, cols); }});\n\
+         \x20   std::vector<u8> tiles16(nt * 576);\n\
+         \x20   tf_launch(D3{{(unsigned)((nt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ tf_mma_tile_mlx4_b16(src.data(), tiles16.data(), ne * rows, cols); }});\n\
+         \x20   const u8* W = compact ? tiles16.data() : tiles.data();\n\
          \x20   const D3 grid{{(unsigned)((rows + 31) / 32), (unsigned)std::min(ne, slots), 1}};\n\
          \x20   std::vector<float> xg(x.size()), sums((size_t)slots * cols / 64), act(x.size()), sums2(sums.size());\n\
          \x20   std::vector<uint4> parts((size_t)slots * cols / 4), parts2(parts.size());\n\
@@ -338,12 +413,12 @@ fn moe_harness() -> String {
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
          \x20       if (staged == 5) tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_plant_mma_split_sums(xg.data(), parts.data(), sums.data(), slots, cols); }});\n\
          \x20       const D3 grid1{{(unsigned)((rows + 15) / 16), grid.y, 1}};\n\
-         \x20       if (staged == 2 || staged == 5) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20       else if (staged == 4) tf_launch(grid1, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_r1(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20       else if (staged == 6) tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_x4(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20       else tf_launch(grid1, {threads}, 0, [&] {{ tf_moe_mma_mlx4_split_r1_x4(tiles.data(), parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ tf_moe_mma_mlx4_staged(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20   else tf_launch(grid, {threads}, 0, [&] {{ tf_moe_mma_mlx4(tiles.data(), x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       if (staged == 2 || staged == 5) tf_launch(grid, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_b16 : tf_moe_mma_mlx4_split)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else if (staged == 4) tf_launch(grid1, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_r1_b16 : tf_moe_mma_mlx4_split_r1)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else if (staged == 6) tf_launch(grid, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_x4_b16 : tf_moe_mma_mlx4_split_x4)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else tf_launch(grid1, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_r1_x4_b16 : tf_moe_mma_mlx4_split_r1_x4)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ (compact ? tf_moe_mma_mlx4_staged_b16 : tf_moe_mma_mlx4_staged)(W, x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   else tf_launch(grid, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_b16 : tf_moe_mma_mlx4)(W, x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   fwrite(y.data(), 4, y.size(), fo);\n\
          \x20   fclose(fo);\n\
          \x20   return 0;\n\
@@ -373,7 +448,7 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
     // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4: 2 with
     // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows); 6 and
-    // 7: 2 and 4 with 4 x rows at a time (_x4).
+    // 7: 2 and 4 with 4 x rows at a time (_x4); 10 and up: that mode of the compact tiles.
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
@@ -402,6 +477,11 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     }
     // Control: the split's sums taken another way change the products' bits.
     assert_ne!(host_cxx::differing(&run(&offsets, &x, 5), &y), 0);
+    // The compact tiles (mode + 10, the `_b16` entries): each mode's bits.
+    for mode in [0, 2, 4, 6, 7] {
+        let d = host_cxx::differing(&run(&offsets, &x, mode + 10), &run(&offsets, &x, mode));
+        assert_eq!(d, 0, "mode {mode} of the compact tiles");
+    }
     let relu = run(&offsets, &x, 3);
     let len = x.len();
     let (act, rest) = relu.split_at(len);
@@ -440,6 +520,8 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         .flat_map(|&p| x[p * cols..(p + 1) * cols].to_vec())
         .collect();
     let y1 = run(&[0, 1, 1, 2, 3], &one, 1);
+    let d = host_cxx::differing(&run(&[0, 1, 1, 2, 3], &one, 11), &y1);
+    assert_eq!(d, 0, "staged, of the compact tiles");
     for (i, &p) in picks.iter().enumerate() {
         assert_eq!(
             host_cxx::differing(&y1[i * rows..(i + 1) * rows], &y[p * rows..(p + 1) * rows]),

@@ -4,7 +4,7 @@
 //! bits). Planted controls: the low parts of x dropped when a call has several rows (the
 //! harness must catch the row variance), tiles made from a matrix with two rows exchanged (the
 //! reference must catch it), and x split with its group sums taken in f32 (the bits check must
-//! catch it).
+//! catch it). The f16-scale case takes the tiles' f32 pairs, the bf16 ones the compact tiles.
 
 use super::packed::HostWeights;
 use super::{compare_bits, control, dense_reference, verdict, CaseResult, Depth, ErrSlot};
@@ -178,8 +178,9 @@ fn case(
     out.cases.push(CaseResult {
         op: name.clone(),
         case: format!(
-            "{label} (bits: each choice and x split once, by tf_mma_split and by the norm, \
-             against the launcher's; rows kernels refuse the tiles)"
+            "{label}, {:?} (bits: each choice and x split once, by tf_mma_split and by the \
+             norm, against the launcher's; rows kernels refuse the tiles)",
+            w.layout()
         ),
         verdict,
         cpu_bits: Some(bits),
@@ -257,7 +258,7 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
     let wmax = wf.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let stacked = GpuMatrix::upload(gpu, &hw.packed())?;
     let experts = crate::moe::GpuExperts::stacked(stacked, EXPERTS)?.for_products(gpu, 64)?;
-    if experts.matrix().layout() != crate::weights::Layout::MmaTiles {
+    if !experts.matrix().layout().is_mma() {
         return Err(crate::error::CudaError::Shape {
             op: "mma suite",
             detail: "the grouped case's experts were not tiled".into(),
