@@ -7,10 +7,11 @@
 //! only [`crate::ops::matmul`] may be given such a matrix. Set `TF_CUDA_MMA=0` to load MLX
 //! 4-bit matrices in the rows layout instead (for comparisons).
 //!
-//! Where every scale and bias of a matrix is a bf16 (the checkpoint's, as MLX stores them in a
-//! bf16 model), its tiles hold them so, 576 bytes a tile and group against 640 of f32 pairs,
-//! and the entries' `_b16` twins read them: the same f32 values, so the same bits
-//! ([`Layout::MmaTilesB16`]; `TF_CUDA_MMA_B16=0` keeps the f32 pairs, for comparisons).
+//! With `TF_CUDA_MMA_B16=1` (opt-in until a GPU has timed it and run its receipts), a matrix
+//! whose every scale and bias is a bf16 (the checkpoint's, as MLX stores them in a bf16 model)
+//! has tiles that hold them so, 576 bytes a tile and group against 640 of f32 pairs, and the
+//! entries' `_b16` twins read them: the same f32 values, so the same bits
+//! ([`Layout::MmaTilesB16`]).
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -148,11 +149,11 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA").map_or(true, |v| v != "0"))
 }
 
-/// Whether matrices whose scales and biases are all bf16 take the compact tiles (unless
-/// `TF_CUDA_MMA_B16=0`).
+/// Whether matrices whose scales and biases are all bf16 take the compact tiles
+/// (`TF_CUDA_MMA_B16=1`).
 fn compact_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_B16").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_B16").is_ok_and(|v| v == "1"))
 }
 
 /// Bytes of the tiles of a `[rows, cols]` matrix: a tile of 16 rows and a group takes 512 of
@@ -175,8 +176,8 @@ fn scales_are_bf16(gpu: &Gpu, m: &GpuMatrix, rows: i32, cols: i32) -> Result<boo
 }
 
 /// The matrix `m` (MLX 4-bit, rows layout, groups a multiple of 64 columns: [`serves`]) in the
-/// tensor cores' tiles, made on the device: the compact ones where its scales and biases are
-/// all bf16.
+/// tensor cores' tiles, made on the device: the compact ones where they are on and its scales
+/// and biases are all bf16.
 pub fn tile(gpu: &Gpu, m: &GpuMatrix) -> Result<GpuMatrix> {
     const OP: &str = "mma tiles";
     if m.format() != GpuFormat::Mlx4
