@@ -19,8 +19,8 @@ use crate::ops::{grid, i32_of, need};
 use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-/// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (and the `_b16`
-/// twins of [`TILE_READERS`]).
+/// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
+/// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
 pub const KERNEL_NAMES: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
