@@ -308,7 +308,7 @@ impl Gpu {
             .iter()
             .map(|n| n.to_string())
             .chain(crate::mma::compact_kernel_names())
-            .filter(|n| n.ends_with("_staged") || n.ends_with("_staged_b16"));
+            .filter(|n| n.trim_end_matches("_b16").ends_with("_staged"));
         for name in staged {
             let (f, _) = &functions[&name];
             f.set_attribute(

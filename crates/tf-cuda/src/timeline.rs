@@ -54,13 +54,7 @@ impl Gpu {
     /// (synchronizes).
     pub fn timeline(&self) -> Result<Vec<Stamp>> {
         self.synchronize()?;
-        let s = self.stream();
-        let n = self
-            .module
-            .get_global("tf_timeline_n", s)
-            .map_err(|_| not_built())?;
-        let n = s.clone_dtoh(&n).map_err(drv("reading the timeline"))?;
-        self.synchronize()?;
+        let n = self.global_bytes("tf_timeline_n", 4)?;
         let n = u32::from_le_bytes([n[0], n[1], n[2], n[3]]) as usize;
         if n > CAP {
             return Err(CudaError::Shape {
@@ -68,13 +62,21 @@ impl Gpu {
                 detail: format!("{n} launches stamped, more than the {CAP} the program holds"),
             });
         }
-        let all = self
-            .module
-            .get_global("tf_timeline", s)
-            .map_err(|_| not_built())?;
-        let bytes = s.clone_dtoh(&all).map_err(drv("reading the timeline"))?;
+        Ok(parse(&self.global_bytes("tf_timeline", n * RECORD)?))
+    }
+
+    /// The first `len` bytes of the program's global `name` (synchronizes).
+    fn global_bytes(&self, name: &str, len: usize) -> Result<Vec<u8>> {
+        let s = self.stream();
+        let g = self.module.get_global(name, s).map_err(|_| not_built())?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = s
+            .clone_dtoh(&g.slice(..len.min(g.len())))
+            .map_err(drv("reading the timeline"))?;
         self.synchronize()?;
-        Ok(parse(&bytes[..n * RECORD]))
+        Ok(bytes)
     }
 }
 
