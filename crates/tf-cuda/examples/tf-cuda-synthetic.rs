@@ -10,7 +10,9 @@
 //!    [gate|up] or a stack of routed experts, a norm) are downloaded and compared byte for byte
 //!    with the host generator; a planted control (another seed) must differ.
 //! 2. Decode rounds on the synthetic weights at 1 / 4 / 16 / 64 streams (or `--streams`;
-//!    graphed), logits finite, aggregate tok/s and the fraction of the memory roofline: bytes
+//!    graphed; each step as serving runs it: the logits stay on the device, the candidate
+//!    selection picks each row's and only those come back, the greedy token the first), the
+//!    last step's logits finite, aggregate tok/s and the fraction of the memory roofline: bytes
 //!    one step must read / 3.97e12 B/s: the checkpoint's bytes (MLX at its own packing, not the
 //!    device's wider layouts), a MoE layer's routed experts by the expected share touched by n
 //!    tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random weights route near
@@ -39,6 +41,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tf_cuda::llama::{GpuLlama, GpuRow};
 use tf_cuda::nemotron_h::GpuNemotronH;
+use tf_cuda::select::{select, GpuCandidates, SELECT_CAP};
 use tf_cuda::{load, synthetic, Gpu};
 use tf_families::nemotron_h::{ExpertWeights, NemotronBlock, NemotronMixer};
 use tf_families::synthetic::checkpoint;
@@ -306,6 +309,13 @@ impl Decoder {
             Decoder::Nemotron(g) => g.reset_slot(slot),
         }
     }
+    /// The latest round's logits on the device.
+    fn logits_device(&self) -> &cudarc::driver::CudaSlice<f32> {
+        match self {
+            Decoder::Llama(g) => g.logits_device(),
+            Decoder::Nemotron(g) => g.logits_device(),
+        }
+    }
     fn vocab_size(&self) -> usize {
         match self {
             Decoder::Llama(g) => g.vocab_size(),
@@ -416,24 +426,30 @@ fn run_model(spec: &str, bench: usize, streams_list: &[usize], probes: &Probes) 
             .map(|s| argmax(&logits[s * vocab..(s + 1) * vocab]))
             .collect();
         let mut finite = logits.iter().all(|v| v.is_finite());
+        let all: Vec<usize> = (0..streams).collect();
+        let mut cands = GpuCandidates::new(g.gpu(), streams, SELECT_CAP)?;
         let t = Instant::now();
         for _ in 0..bench {
+            // As serving runs a round: the logits stay on the device and only each row's
+            // candidates come back; the greedy token is the first.
             let rows: Vec<GpuRow> = (0..streams)
                 .map(|slot| GpuRow {
                     slot,
                     pos,
                     token: next[slot],
-                    logits: true,
+                    logits: false,
                 })
                 .collect();
             g.forward_graphed(&rows, &mut logits)?;
-            for (s, nx) in next.iter_mut().enumerate() {
-                *nx = argmax(&logits[s * vocab..(s + 1) * vocab]);
+            select(g.gpu(), g.logits_device(), &all, vocab, &mut cands)?;
+            for (nx, c) in next.iter_mut().zip(cands.download(g.gpu(), streams)?) {
+                *nx = c.top.first().ok_or("a row without candidates")?.0;
             }
             pos += 1;
         }
         let dt = t.elapsed().as_secs_f64() / bench.max(1) as f64;
-        finite &= logits.iter().all(|v| v.is_finite());
+        let last = g.gpu().download(g.logits_device(), streams * vocab)?;
+        finite &= last.iter().all(|v| v.is_finite());
         ok &= finite;
         let sb = step_bytes(&plan, streams);
         let roofline_s = sb / ROOFLINE_BYTES_PER_S;
