@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// The kernel sources, `(file name, text)`; each is compiled after [`COMMON`].
-pub const SOURCES: [(&str, &str); 15] = [
+pub const SOURCES: [(&str, &str); 16] = [
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("slices.cu", include_str!("../kernels/slices.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
@@ -26,6 +26,7 @@ pub const SOURCES: [(&str, &str); 15] = [
     ("llama_extra.cu", include_str!("../kernels/llama_extra.cu")),
     ("select.cu", include_str!("../kernels/select.cu")),
     ("l2.cu", include_str!("../kernels/l2.cu")),
+    ("hops.cu", include_str!("../kernels/hops.cu")),
 ];
 
 /// Options every program is compiled with: no contracted multiply-adds (each fma is written out),

@@ -112,6 +112,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::llama::extra::KERNEL_NAMES)
         .chain(crate::select::KERNEL_NAMES)
         .chain(crate::l2::KERNEL_NAMES.iter())
+        .chain(crate::hops::KERNEL_NAMES.iter())
         .chain(crate::slices::KERNEL_NAMES.iter())
         .chain(crate::mma::KERNEL_NAMES.iter())
         .map(|s| s.to_string())

@@ -75,15 +75,7 @@ impl<'a> Launch<'a> {
     /// The arguments must have the kernel's types in its order, and the buffers must hold what
     /// the kernel reads and writes.
     pub(crate) unsafe fn go(&mut self, cfg: LaunchConfig, during: &'static str) -> Result<()> {
-        if self.pushed != self.want {
-            return Err(CudaError::Shape {
-                op: "kernel launch",
-                detail: format!(
-                    "{} takes {} arguments, {} were pushed",
-                    self.name, self.want, self.pushed
-                ),
-            });
-        }
+        self.check_count()?;
         if crate::leave_out::skipped(&self.name) {
             return Ok(());
         }
@@ -95,5 +87,33 @@ impl<'a> Launch<'a> {
             unsafe { self.args.launch(cfg) }.map_err(drv(during))?;
         }
         crate::ops::traced(self.gpu, during)
+    }
+
+    /// [`go`](Self::go) as a cooperative launch: every block resident at once, or an error.
+    ///
+    /// # Safety
+    /// As [`go`](Self::go).
+    pub(crate) unsafe fn go_cooperative(
+        &mut self,
+        cfg: LaunchConfig,
+        during: &'static str,
+    ) -> Result<()> {
+        self.check_count()?;
+        // SAFETY: the caller's contract; the count was checked above.
+        unsafe { self.args.launch_cooperative(cfg) }.map_err(drv(during))?;
+        crate::ops::traced(self.gpu, during)
+    }
+
+    fn check_count(&self) -> Result<()> {
+        if self.pushed != self.want {
+            return Err(CudaError::Shape {
+                op: "kernel launch",
+                detail: format!(
+                    "{} takes {} arguments, {} were pushed",
+                    self.name, self.want, self.pushed
+                ),
+            });
+        }
+        Ok(())
     }
 }

@@ -16,6 +16,7 @@ pub mod device;
 pub mod error;
 pub mod fused;
 pub mod graphs;
+pub mod hops;
 #[cfg(test)]
 mod host_cxx;
 pub mod kv;
