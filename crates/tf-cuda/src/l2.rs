@@ -5,8 +5,7 @@
 //!
 //! `TF_CUDA_L2` picks where Nemotron-H prefetches in one-row rounds: a comma list of `within`
 //! (a mixer's later products: Mamba's out_proj, attention's o), `next` (the next layer's first
-//! products, during its norm), `fc2` (opt-in, not yet timed: a latent MoE's fc2, during the
-//! combine of its routed experts). Unset means `within,next`, `0` none. Two more sites measured
+//! products, during its norm). Unset means `within,next`, `0` none. Two more sites measured
 //! slower and were dropped (docs/perf.md, session 29): the next layer's first products asked
 //! for before the last product of the layer before, and the routed experts' down matrices
 //! after the routing.
@@ -37,8 +36,6 @@ pub struct Sites {
     pub within: bool,
     /// The next layer's first products, during its norm.
     pub next: bool,
-    /// A latent MoE's fc2, during the combine before it.
-    pub fc2: bool,
 }
 
 impl Sites {
@@ -49,7 +46,6 @@ impl Sites {
         Sites {
             within: on("within"),
             next: on("next"),
-            fc2: on("fc2"),
         }
     }
 
@@ -61,7 +57,6 @@ impl Sites {
         Sites {
             within: s.within && n == 1,
             next: s.next && n == 1,
-            fc2: s.fc2 && n == 1,
         }
     }
 }

@@ -10,19 +10,16 @@ fn sites_parse_unset_as_both_zero_as_none_and_lists() {
     let none = Sites {
         within: false,
         next: false,
-        fc2: false,
     };
     let both = Sites {
         within: true,
         next: true,
-        fc2: false,
     };
     assert_eq!(Sites::parse(None), both);
     assert_eq!(Sites::parse(Some("within, next")), both);
     assert_eq!(Sites::parse(Some("0")), none);
     assert_eq!(Sites::parse(Some("next")), Sites { next: true, ..none });
     assert_eq!(Sites::parse(Some("within,next,early")), both);
-    assert_eq!(Sites::parse(Some("fc2")), Sites { fc2: true, ..none });
 }
 
 #[test]

@@ -194,9 +194,6 @@ pub(super) fn moe(
     moe::experts(g, &m.experts, xe, buf)?;
     match &m.latent {
         Some((_, fc2)) => {
-            if l2::Sites::for_rows(n).fc2 {
-                l2::prefetch_whole(g, &[fc2])?;
-            }
             moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;
             ops::matmul(g, fc2, &ws.combined, n, &mut ws.o)?;
         }
