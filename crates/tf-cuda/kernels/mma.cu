@@ -10,7 +10,7 @@
 // k = 16 m: register 0 is row g, columns k + 2t, k + 2t + 1; register 1 row g + 8, the same
 // columns; registers 2 and 3 the same rows, columns + 8 (the PTX ISA's m16n8k16 A layout).
 // After every tile's codes: f32 (s, b - 128 s) for (T, G, row r of the tile), at (T groups + G)
-// 16 + r; or, in the compact tiles (entries NAME_b16; opt-in, src/mma.rs), their bf16
+// 16 + r; or, in the compact tiles (entries NAME_b16; src/mma.rs), their bf16
 // pair (s in the low half, b in the high) as a u32 there, the kernel forming b - 128 s as the
 // tile maker does (tf_mma_sb): the same f32 values, 576 bytes a tile and group, as the
 // checkpoint holds them, against 640.

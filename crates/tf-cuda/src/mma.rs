@@ -7,11 +7,10 @@
 //! only [`crate::ops::matmul`] may be given such a matrix. Set `TF_CUDA_MMA=0` to load MLX
 //! 4-bit matrices in the rows layout instead (for comparisons).
 //!
-//! With `TF_CUDA_MMA_B16=1` (opt-in until a GPU has timed it and run its receipts), a matrix
-//! whose every scale and bias is a bf16 (the checkpoint's, as MLX stores them in a bf16 model)
-//! has tiles that hold them so, 576 bytes a tile and group against 640 of f32 pairs, and the
-//! entries' `_b16` twins read them: the same f32 values, so the same bits
-//! ([`Layout::MmaTilesB16`]).
+//! A matrix whose every scale and bias is a bf16 (the checkpoint's, as MLX stores them in a
+//! bf16 model) has tiles that hold them so, 576 bytes a tile and group against 640 of f32
+//! pairs, and the entries' `_b16` twins read them: the same f32 values, so the same bits
+//! ([`Layout::MmaTilesB16`]). `TF_CUDA_MMA_B16=0` keeps the f32 pairs (for comparisons).
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
@@ -149,11 +148,11 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA").map_or(true, |v| v != "0"))
 }
 
-/// Whether matrices whose scales and biases are all bf16 take the compact tiles
-/// (`TF_CUDA_MMA_B16=1`).
+/// Whether matrices whose scales and biases are all bf16 take the compact tiles (unless
+/// `TF_CUDA_MMA_B16=0`).
 fn compact_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_B16").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_B16").map_or(true, |v| v != "0"))
 }
 
 /// Bytes of the tiles of a `[rows, cols]` matrix: a tile of 16 rows and a group takes 512 of

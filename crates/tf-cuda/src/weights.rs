@@ -265,8 +265,8 @@ pub enum Layout {
     Rows,
     /// MLX 4-bit in the tensor cores' tiles ([`crate::mma`]): only `tf_mma_mlx4` reads it.
     MmaTiles,
-    /// The same tiles with each scale and bias as the checkpoint's bf16 ([`crate::mma`]: opt-in,
-    /// where every one is a bf16), read by the tiles' `_b16` entries.
+    /// The same tiles with each scale and bias as the checkpoint's bf16 ([`crate::mma`]: where
+    /// every one is a bf16), read by the tiles' `_b16` entries.
     MmaTilesB16,
 }
 

@@ -4,7 +4,7 @@
 //! bits). Planted controls: the low parts of x dropped when a call has several rows (the
 //! harness must catch the row variance), tiles made from a matrix with two rows exchanged (the
 //! reference must catch it), and x split with its group sums taken in f32 (the bits check must
-//! catch it). With `TF_CUDA_MMA_B16=1` the bf16-scale cases take the compact tiles (the f16
+//! catch it). The bf16-scale cases take the compact tiles unless `TF_CUDA_MMA_B16=0` (the f16
 //! one keeps the f32 pairs); each case's label names its layout.
 
 use super::packed::HostWeights;
