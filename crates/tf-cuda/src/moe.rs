@@ -399,19 +399,7 @@ fn sort_smem(e: usize) -> usize {
 /// Runs the routed experts of the last [`route`] on `x` (`[n, mlp.dim()]`, the rows routing saw):
 /// each slot's output row is left in the buffers for [`combine`].
 pub fn experts(gpu: &Gpu, mlp: &ExpertMlp, x: &CudaSlice<f32>, buf: &mut MoeBuffers) -> Result<()> {
-    run_experts(gpu, mlp, false, x, buf, &mut || Ok(()))
-}
-
-/// [`experts`], calling `after_up` once the up product is launched (what it launches there goes
-/// in after the up product's blocks).
-pub fn experts_then(
-    gpu: &Gpu,
-    mlp: &ExpertMlp,
-    x: &CudaSlice<f32>,
-    buf: &mut MoeBuffers,
-    mut after_up: impl FnMut() -> Result<()>,
-) -> Result<()> {
-    run_experts(gpu, mlp, false, x, buf, &mut after_up)
+    experts_with(gpu, mlp, false, x, buf)
 }
 
 /// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
@@ -421,17 +409,6 @@ pub fn experts_with(
     plant: bool,
     x: &CudaSlice<f32>,
     buf: &mut MoeBuffers,
-) -> Result<()> {
-    run_experts(gpu, mlp, plant, x, buf, &mut || Ok(()))
-}
-
-fn run_experts(
-    gpu: &Gpu,
-    mlp: &ExpertMlp,
-    plant: bool,
-    x: &CudaSlice<f32>,
-    buf: &mut MoeBuffers,
-    after_up: &mut dyn FnMut() -> Result<()>,
 ) -> Result<()> {
     const OP: &str = "moe experts";
     let (n, k, e) = buf.routed()?;
@@ -483,7 +460,6 @@ fn run_experts(
         let (up1, down1) = crate::mma::one_tile_experts();
         let (up1, down1) = (n == 1 && up1, n == 1 && down1);
         expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k, up1)?;
-        after_up()?;
         relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
         return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k, down1);
     }
@@ -506,12 +482,10 @@ fn run_experts(
         Some(g) => {
             grouped(g, &buf.xg, &mut buf.gate, &buf.offsets)?;
             grouped(&mlp.up, &buf.xg, &mut buf.up, &buf.offsets)?;
-            after_up()?;
             crate::ops::silu_mul(gpu, &buf.gate, &buf.up, &mut buf.act, slots * inter)?;
         }
         None => {
             grouped(&mlp.up, &buf.xg, &mut buf.up, &buf.offsets)?;
-            after_up()?;
             relu2(gpu, &buf.up, &mut buf.act, slots * inter)?;
         }
     }

@@ -122,25 +122,6 @@ pub(super) fn attention(
     linear(g, &a.o, b.map(|b| &b[3]), &ws.attn, None, n, &mut ws.o)
 }
 
-/// Where a MoE layer forks its shared expert onto a side stream (`TF_CUDA_SHARED_AT`, for
-/// measuring: the same bits whichever): with the layer's first kernels (`start`, the default),
-/// after its routing (`route`), or after the routed experts' up product (`up`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SharedAt {
-    Start,
-    Route,
-    Up,
-}
-
-fn shared_at() -> SharedAt {
-    static AT: std::sync::OnceLock<SharedAt> = std::sync::OnceLock::new();
-    *AT.get_or_init(|| match std::env::var("TF_CUDA_SHARED_AT").as_deref() {
-        Ok("route") => SharedAt::Route,
-        Ok("up") => SharedAt::Up,
-        _ => SharedAt::Start,
-    })
-}
-
 /// relu² MLP over `n` rows of `x` (and its split, if any): `down(relu2(up(x)))` into `out`.
 #[allow(clippy::too_many_arguments)]
 fn mlp_rows(
@@ -195,25 +176,14 @@ pub(super) fn moe(
             ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)
         })?;
     }
-    let at = shared_at();
-    let mut shared_left = m.shared.as_ref();
-    // The shared expert on its side stream (once, where `at` says).
-    let mut shared = |here: SharedAt| -> Result<()> {
-        match shared_left {
-            Some(sh) if here == at => {
-                shared_left = None;
-                g.beside(SHARED, || {
-                    let (x, s) = (&ws.h, ws.hs.as_ref());
-                    mlp_rows(g, sh, x, s, n, &mut ws.up, &mut ws.act, &mut ws.shared)
-                })
-            }
-            _ => Ok(()),
-        }
-    };
-    shared(SharedAt::Start)?;
+    if let Some(sh) = &m.shared {
+        g.beside(SHARED, || {
+            let (x, s) = (&ws.h, ws.hs.as_ref());
+            mlp_rows(g, sh, x, s, n, &mut ws.up, &mut ws.act, &mut ws.shared)
+        })?;
+    }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
-    shared(SharedAt::Route)?;
     let xe = match &m.latent {
         Some(_) => {
             g.join_side(FC1)?;
@@ -221,7 +191,7 @@ pub(super) fn moe(
         }
         None => &ws.h,
     };
-    moe::experts_then(g, &m.experts, xe, buf, || shared(SharedAt::Up))?;
+    moe::experts(g, &m.experts, xe, buf)?;
     match &m.latent {
         Some((_, fc2)) => {
             moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;
