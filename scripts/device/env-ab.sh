@@ -3,8 +3,10 @@
 # (the only comparison the device's noise allows), from the repository root on the GPU machine:
 #   bash scripts/device/env-ab.sh ROUNDS MODEL BENCH VAR=VALUE
 # e.g. `bash scripts/device/env-ab.sh 3 bolt 16 TF_CUDA_MMA_B16=1`. Per round: dist/'s
-# `tf-cuda-synthetic --model MODEL --bench BENCH --streams 1` plain, then with VAR=VALUE. Run the
-# switch's receipts first (ab-common.sh: receipts, under the same VAR=VALUE).
+# `tf-cuda-synthetic --model MODEL --bench BENCH --streams 1` plain, then with VAR=VALUE. The
+# quick form of switch-ab.sh (which also runs the receipts and three models at up to 64 streams,
+# some 4 minutes a round) for calls with little device time: run the switch's receipts first
+# (ab-common.sh: receipts, under the same VAR=VALUE).
 set -uo pipefail
 rounds=${1:?usage: env-ab.sh ROUNDS MODEL BENCH VAR=VALUE}
 model=${2:?} bench=${3:?} switch=${4:?}

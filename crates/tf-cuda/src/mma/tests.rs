@@ -354,6 +354,43 @@ fn warps_a_block_are_the_kernels() {
     assert!(src.contains(&format!("#define MMA_KW {WARPS} ")));
 }
 
+/// The entries whose `_b16` twins the sources define (the arguments' first name of each
+/// twinning macro's use in kernels/mma.cu and kernels/moe.cu), sorted.
+fn twinned_in_sources() -> Vec<String> {
+    let src = [
+        include_str!("../../kernels/mma.cu"),
+        include_str!("../../kernels/moe.cu"),
+    ];
+    let macros = [
+        "TF_MMA_ENTRY(",
+        "TF_MMA_SPLIT_ENTRY(",
+        "TF_MOE_MMA_ENTRY(",
+        "TF_MOE_MMA_SPLIT_ENTRY(",
+    ];
+    let mut names: Vec<String> = src
+        .iter()
+        .flat_map(|s| s.lines())
+        .filter_map(|l| macros.iter().find_map(|m| l.strip_prefix(m)))
+        .filter_map(|rest| rest.split(',').next())
+        .map(|n| n.trim().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every entry the sources twin is a tile reader and every tile reader is twinned, so
+/// `entry_for` never names a `_b16` entry the program lacks or leaves one unread. Planted: the
+/// list without its last reader must differ.
+#[test]
+fn tile_readers_are_the_entries_the_sources_twin() {
+    let twinned = twinned_in_sources();
+    let mut readers: Vec<String> = TILE_READERS.iter().map(|n| n.to_string()).collect();
+    readers.sort();
+    assert_eq!(twinned, readers);
+    let planted: Vec<String> = readers[..readers.len() - 1].to_vec();
+    assert_ne!(twinned, planted, "the planted short list was not caught");
+}
+
 /// The grouped expert products' host harness: reads (experts, rows each, cols, slots, staged),
 /// the stacked rows-layout bytes, the offsets and the gathered x; tiles the stack, runs
 /// `tf_moe_mma_mlx4` (or its staged twin) and writes the gathered y.
