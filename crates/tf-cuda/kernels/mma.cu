@@ -389,16 +389,19 @@ TF_MMA_ENTRY(tf_mma_mlx4_r2_staged, 2, 1, 0, 1)
 TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 2)
 
 // tf_mma_mlx4_r{RT}_split[_x4]: the same products of x split once a call (parts xp, sums
-// xsum), 8 x rows a block, or 4 (_x4); NAME_b16 the same of compact tiles.
+// xsum), 8 x rows a block, or 4 (_x4); NAME_b16 the same of compact tiles. Only the tiles
+// from .. to - 1 (from a multiple of RT; to one too, or the last tile), RT at a time, the
+// block bx taking from + RT bx, then every RT gridDim.x after: a tile's outputs the same
+// whichever block takes it, so a product may run as spans, or on fewer blocks than tiles.
 #define TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB)                                                 \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
-             int cols) {                                                                       \
+             int cols, int from, int to) {                                                     \
         tf_follow();                                                                           \
-        tf_mma_body<RT, MMA_KW, 2, 0, F>((const uint4*)W,                                      \
-                                         tf_mma_scales<SB>(W, (rows + 15) >> 4, cols), nullptr, \
-                                         y, n, blockIdx.y * 4 * F, blockIdx.x * RT, rows, cols, \
-                                         xp, xsum);                                            \
+        const SB* sb = tf_mma_scales<SB>(W, (rows + 15) >> 4, cols);                           \
+        for (int t0 = from + (int)blockIdx.x * RT; t0 < to; t0 += (int)gridDim.x * RT)         \
+            tf_mma_body<RT, MMA_KW, 2, 0, F>((const uint4*)W, sb, nullptr, y, n,               \
+                                             blockIdx.y * 4 * F, t0, rows, cols, xp, xsum);    \
     }
 #define TF_MMA_SPLIT_ENTRY(NAME, RT, F)                                                        \
     TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, float2)                                                 \

@@ -288,7 +288,7 @@ impl Choice {
 
 /// Row tiles a block of the products of x staged or split: two, but one where many rows meet at
 /// most one block of x rows.
-fn tiles_a_block(rows: usize, n: usize) -> usize {
+pub(crate) fn tiles_a_block(rows: usize, n: usize) -> usize {
     if n <= 8 && rows > 4096 {
         1
     } else {
@@ -535,6 +535,23 @@ pub fn matmul_split_with(
     n: usize,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
+    let tiles = w.rows().div_ceil(16);
+    matmul_split_span(gpu, rt, w, s, n, y, 0..tiles)
+}
+
+/// [`matmul_split_with`] of only the row tiles `span` (16 rows each; y's other rows are left
+/// as they are): the same bits as the whole product's. The span starts at a multiple of `rt`
+/// and ends at one or at the last tile. On a side stream the launch takes at most
+/// [`Gpu::side_blocks`] blocks, each then taking several tiles in turn.
+pub fn matmul_split_span(
+    gpu: &Gpu,
+    rt: usize,
+    w: &GpuMatrix,
+    s: &SplitX,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    span: std::ops::Range<usize>,
+) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
@@ -544,14 +561,25 @@ pub fn matmul_split_with(
             detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
         });
     }
-    if n == 0 || w.rows() == 0 {
+    let rt = rt.clamp(1, 2);
+    let tiles = w.rows().div_ceil(16);
+    let aligned = |t: usize| t % rt == 0 || t == tiles;
+    if span.start > span.end || span.end > tiles || !aligned(span.start) || !aligned(span.end) {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("tiles {span:?} of {tiles} at {rt} a block"),
+        });
+    }
+    if n == 0 || span.is_empty() {
         return Ok(());
     }
-    let c = Choice {
-        rt: rt.clamp(1, 2),
-        staged: false,
-    };
+    let c = Choice { rt, staged: false };
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
+    let (from, to) = (span.start as i32, span.end as i32);
+    let mut cfg = launch(c, split_rows_a_block(n), 16 * span.len(), w.cols(), n);
+    if let Some(most) = gpu.side_blocks() {
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(most.max(1) as u32);
+    }
     let mut b = gpu.launcher(&entry_for(split_kernel(c.rt, n), w.layout()))?;
     b.arg(w.bytes())
         .arg(&s.parts)
@@ -559,15 +587,13 @@ pub fn matmul_split_with(
         .arg(y)
         .arg(&n_)
         .arg(&rows)
-        .arg(&cols);
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32, i32, i32); the split holds n rows of the matrix's
-    // columns and y n rows of its rows (checked above; the tiles were made for this shape).
-    unsafe {
-        b.go(
-            launch(c, split_rows_a_block(n), w.rows(), w.cols(), n),
-            "launching mma matmul (split x)",
-        )
-    }
+        .arg(&cols)
+        .arg(&from)
+        .arg(&to);
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32 x 5); the split holds n rows of the matrix's
+    // columns and y n rows of its rows (checked above; the tiles were made for this shape), and
+    // the span lies within its tiles.
+    unsafe { b.go(cfg, "launching mma matmul (split x)") }
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ fn harness() -> String {
     };
     let product_of = |rt: usize, xr: usize, suffix: &str, tiles: &str| {
         format!(
-            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, 0, [&] {{ {k}{suffix}({tiles}.data(), parts.data(), sums.data(), y.data(), n, rows, cols); }});\n\
+            "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, 0, [&] {{ {k}{suffix}({tiles}.data(), parts.data(), sums.data(), y.data(), n, rows, cols, 0, (rows + 15) / 16); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
             t = 16 * rt,
             k = if xr == 4 { SPLIT_KERNELS_X4 } else { SPLIT_KERNELS }[rt - 1],
@@ -108,6 +108,19 @@ fn harness() -> String {
         )
     };
     let product = |rt: usize, xr: usize| product_of(rt, xr, "", "tiles");
+    // y of the split product as two spans of tiles, each launched on one block (which then
+    // takes its span's tiles in turn): [0, rt), then [rt, end) (end: the last tile, or short
+    // of it for the planted control), y emptied first.
+    let spans = |rt: usize, xr: usize, end: &str| {
+        format!(
+            "    std::fill(y.begin(), y.end(), 0.0f);\n\
+             \x20   for (int s = 0; s < 2; s++) tf_launch(D3{{1, (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, 0, [&] {{ {k}(tiles.data(), parts.data(), sums.data(), y.data(), n, rows, cols, s ? {rt} : 0, s ? {end} : {rt}); }});\n\
+             \x20   fwrite(y.data(), 4, y.size(), fo);\n",
+            k = if xr == 4 { SPLIT_KERNELS_X4 } else { SPLIT_KERNELS }[rt - 1],
+            threads = 32 * WARPS,
+        )
+    };
+    let whole = "(rows + 15) / 16";
     let compact = |rt: usize, xr: usize| product_of(rt, xr, "_b16", "tiles16");
     for part in [
         split("tf_mma_split"),
@@ -115,6 +128,9 @@ fn harness() -> String {
         product(2, 8),
         product(1, 4),
         product(2, 4),
+        spans(1, 8, whole),
+        spans(2, 4, whole),
+        spans(1, 4, "(rows + 15) / 16 - 1"),
         split(PLANT_SPLIT_SUMS),
         product(1, 8),
     ] {
@@ -175,7 +191,8 @@ fn harness() -> String {
 }
 
 /// One emulated run: the tiles, then y of each choice and of the plant, then of the split
-/// products (one and two tiles a block) and of the planted split; then, of the compact tiles,
+/// products (one and two tiles a block), of two as spans of tiles and of a planted short span,
+/// and of the planted split; then, of the compact tiles,
 /// y of each choice, of the four split products and of the planted swap; the scales' check of
 /// the matrix and of the planted bias.
 struct Run {
@@ -208,8 +225,8 @@ fn emulate(
         .map(<[f32]>::to_vec)
         .collect();
     let wide = [0, 4].map(|at| u32::from_le_bytes(wide[at..at + 4].try_into().unwrap()));
-    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 11);
-    let (ys, compact) = ys.split_at(Choice::ALL.len() + 6);
+    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 14);
+    let (ys, compact) = ys.split_at(Choice::ALL.len() + 9);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.to_vec(),
@@ -292,9 +309,21 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
             for (k, y) in kernels.zip(&run.ys[at..at + 4]) {
                 assert_eq!(host_cxx::differing(y, &base[rows_of.clone()]), 0, "{k}");
             }
+            // As spans of tiles, each on one block: the same bits; a span short of the last
+            // tile (planted) leaves its rows empty.
+            for (k, y) in ["spans r1", "spans r2 x4"]
+                .iter()
+                .zip(&run.ys[at + 4..at + 6])
+            {
+                assert_eq!(host_cxx::differing(y, &base[rows_of.clone()]), 0, "{k}");
+            }
+            assert_ne!(
+                host_cxx::differing(&run.ys[at + 6], &base[rows_of.clone()]),
+                0
+            );
             // Control: the planted split's sums (f32 from x) change the bits.
             assert_ne!(
-                host_cxx::differing(&run.ys[at + 4], &base[rows_of.clone()]),
+                host_cxx::differing(&run.ys[at + 7], &base[rows_of.clone()]),
                 0
             );
             // The compact tiles: every choice and split product the bits of the f32 pairs'.

@@ -9,7 +9,7 @@ use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::l2;
 use crate::mamba::{self, GpuMambaState};
-use crate::mma::SplitX;
+use crate::mma::{self, SplitX};
 use crate::moe::{self, MoeBuffers};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
@@ -56,15 +56,18 @@ pub(super) fn mamba(
             ),
         });
     }
-    linear(
-        g,
-        &m.in_proj,
-        m.in_bias.as_ref(),
-        &ws.h,
-        ws.hs.as_ref(),
-        n,
-        &mut ws.proj,
-    )?;
+    let z_beside = in_proj_z_beside(g, m, ws.hs.as_ref(), n, inner, &mut ws.proj)?;
+    if !z_beside {
+        linear(
+            g,
+            &m.in_proj,
+            m.in_bias.as_ref(),
+            &ws.h,
+            ws.hs.as_ref(),
+            n,
+            &mut ws.proj,
+        )?;
+    }
     if l2::Sites::for_rows(n).within {
         l2::prefetch_whole(g, &[&m.out_proj])?;
     }
@@ -82,6 +85,9 @@ pub(super) fn mamba(
         rows,
         &mut ws.y,
     )?;
+    if z_beside {
+        g.join_side(Z_SIDE)?;
+    }
     mamba::gated_norm(
         g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
     )?;
@@ -94,6 +100,45 @@ pub(super) fn mamba(
         n,
         &mut ws.o,
     )
+}
+
+/// The side stream of Mamba's z rows ([`in_proj_z_beside`]).
+const Z_SIDE: usize = 0;
+
+/// Whether Mamba's in_proj runs its z rows beside the rest (`TF_CUDA_MAMBA_Z=side`): only the
+/// gated norm reads z, so its product (side stream 0, joined before that norm) may run while
+/// the conv and the scan do. Launches both parts and returns true where it does (in the mma
+/// tiles with x split, no bias); launches nothing otherwise.
+fn in_proj_z_beside(
+    g: &Gpu,
+    m: &MambaLayer,
+    split: Option<&SplitX>,
+    n: usize,
+    inner: usize,
+    proj: &mut CudaSlice<f32>,
+) -> Result<bool> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("TF_CUDA_MAMBA_Z").is_ok_and(|v| v == "side"));
+    let w = &m.in_proj;
+    let Some(s) = split else {
+        return Ok(false);
+    };
+    let rt = mma::tiles_a_block(w.rows(), n);
+    let z = inner / 16;
+    if !on
+        || m.in_bias.is_some()
+        || !w.layout().is_mma()
+        || s.cols() != w.cols()
+        || !s.holds(n, w.cols())
+        || z % rt != 0
+    {
+        return Ok(false);
+    }
+    g.beside(Z_SIDE, || {
+        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z)
+    })?;
+    mma::matmul_split_span(g, rt, w, s, n, proj, z..w.rows().div_ceil(16))?;
+    Ok(true)
 }
 
 /// Attention without RoPE: q/k/v → append k, v at each row's slot and position → attend over
