@@ -563,7 +563,7 @@ pub fn matmul_split_span(
     }
     let rt = rt.clamp(1, 2);
     let tiles = w.rows().div_ceil(16);
-    let aligned = |t: usize| t % rt == 0 || t == tiles;
+    let aligned = |t: usize| t.is_multiple_of(rt) || t == tiles;
     if span.start > span.end || span.end > tiles || !aligned(span.start) || !aligned(span.end) {
         return Err(CudaError::Shape {
             op: OP,

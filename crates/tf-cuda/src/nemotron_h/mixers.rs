@@ -130,7 +130,7 @@ fn in_proj_z_beside(
         || !w.layout().is_mma()
         || s.cols() != w.cols()
         || !s.holds(n, w.cols())
-        || z % rt != 0
+        || !z.is_multiple_of(rt)
     {
         return Ok(false);
     }
