@@ -50,16 +50,12 @@ __device__ __forceinline__ u64 tf_now() {
     return t;
 }
 
-// tf_follow, with a launch's first thread stamping the wait into the next free record (taken
-// before the wait, so the atomic's trip back overlaps it).
-__device__ __forceinline__ void tf_follow_stamped(const char* name) {
-    const bool first = (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y |
-                        blockIdx.z) == 0;
-    const u32 i = first ? atomicAdd(&tf_timeline_n, 1u) : 0;
-    const u64 before = first ? tf_now() : 0;
-    tf_follow();
-    if (!first) return;
-    const u64 after = tf_now();
+__device__ __forceinline__ bool tf_first_thread() {
+    return (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+}
+
+// Writes record i (if the program holds it).
+__device__ __forceinline__ void tf_stamp(u32 i, u64 before, u64 after, const char* name) {
     if (i >= TF_TIMELINE_CAP) return;
     TfStamp& s = tf_timeline[i];
     s.before = before;
@@ -68,7 +64,37 @@ __device__ __forceinline__ void tf_follow_stamped(const char* name) {
     for (; k < TF_TIMELINE_NAME - 1 && name[k]; k++) s.name[k] = name[k];
     for (; k < TF_TIMELINE_NAME; k++) s.name[k] = 0;
 }
+
+// Records a launch takes past its own for its phases (tf_mark); unused ones keep no name.
+#define TF_TIMELINE_MARKS 4
+// The launch's next record for a phase (its first thread's).
+__shared__ u32 tf_mark_at;
+
+// tf_follow, with a launch's first thread stamping the wait into the next free record (taken
+// before the wait, so the atomic's trip back overlaps it), its phases' records after it.
+__device__ __forceinline__ void tf_follow_stamped(const char* name) {
+    const bool first = tf_first_thread();
+    const u32 i = first ? atomicAdd(&tf_timeline_n, 1u + TF_TIMELINE_MARKS) : 0;
+    const u64 before = first ? tf_now() : 0;
+    tf_follow();
+    if (!first) return;
+    tf_stamp(i, before, tf_now(), name);
+    for (u32 m = 1; m <= TF_TIMELINE_MARKS; m++)
+        if (i + m < TF_TIMELINE_CAP) tf_timeline[i + m].name[0] = 0;
+    tf_mark_at = i + 1;
+}
 #define tf_follow() tf_follow_stamped(__func__)
+
+// A phase inside a kernel (after its tf_follow, at most TF_TIMELINE_MARKS): the launch's first
+// thread stamps the timer under `name`, before and after alike, so the timeline splits the
+// kernel's time on the path there.
+__device__ __forceinline__ void tf_mark(const char* name) {
+    if (!tf_first_thread()) return;
+    const u64 t = tf_now();
+    tf_stamp(tf_mark_at++, t, t, name);
+}
+#else
+__device__ __forceinline__ void tf_mark(const char*) {}
 #endif
 
 // Lets the next kernel of the round's graph launch now, its blocks then waiting in tf_follow:
@@ -159,6 +185,7 @@ __device__ __forceinline__ float tf_staged_sumsq16(Stage stage, int width) {
         const int len = min(TF_SQ_CHUNK, width - c0);
         stage(c0, len, sq_chunk);
         __syncthreads();
+        if (c0 == 0) tf_mark("~sumsq:staged");
         if (threadIdx.x < 16) {
 #pragma unroll 8
             for (int k = threadIdx.x; k < len; k += 16) acc = fmaf(sq_chunk[k], sq_chunk[k], acc);
@@ -170,6 +197,7 @@ __device__ __forceinline__ float tf_staged_sumsq16(Stage stage, int width) {
         if (threadIdx.x == 0) sq_sum = ss;
     }
     __syncthreads();
+    tf_mark("~sumsq:summed");
     return sq_sum;
 }
 

@@ -172,6 +172,7 @@ __device__ __forceinline__ void tf_mamba_ssm(
         const float sum = tf_fold16_sum(acc);
         if (ok && lane == 0) y[(size_t)i * inner + hp] = sum + xi * dskip[h];
     }
+    tf_mark("~ssm:summed");
     if (held >= 0) {
         float* st = pool + (size_t)held * slot_stride + layer_off + (size_t)hp * ns;
 #pragma unroll

@@ -87,6 +87,7 @@ __device__ __forceinline__ const int* tf_moe_route_grouped(const float* __restri
         scores[e] = p + corr[e];
     }
     __syncthreads();
+    tf_mark("~route:scored");
     if (n_group > 1 && threadIdx.x == 0) {
         const int per = n_experts / n_group;
         for (int g = 0; g < n_group; g++) {
@@ -281,7 +282,9 @@ extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, cons
     const int* picks = tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k,
                                                n_group, topk_group, scaling, norm_topk, fill);
     __syncthreads();  // the picks are written, and the routing's shared memory is free
+    tf_mark("~route:picked");
     tf_moe_sort_block(picks, offsets, order, where_, top_k, n_experts, (int*)rt_keys);
+    tf_mark("~route:sorted");
 }
 
 // Dynamic shared memory: scores[n_experts], biased[n_experts], picked[top_k].

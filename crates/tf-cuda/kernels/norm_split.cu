@@ -23,8 +23,10 @@ __device__ __forceinline__ void tf_norm_split(float* __restrict__ x, const float
     } else {
         tf_rms_norm<0, ADD>(x, o, g, y, width, eps, nullptr, s);
     }
+    tf_mark("~norm:written");
     __syncthreads();  // the row, written by the block, is what its warps split
     tf_mma_split_row(row, blockIdx.x, width, parts, sums);
+    tf_mark("~norm:split");
 }
 
 extern "C" __global__ void tf_rms_norm_split(const float* x, const float* g, float* y,

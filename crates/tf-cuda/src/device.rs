@@ -374,23 +374,6 @@ impl Gpu {
         launched
     }
 
-    /// Blocks a product launched beside the main stream (side stream 0 or 1) may take, so that
-    /// the main stream's kernels find SMs free: `TF_CUDA_SIDE_BLOCKS` (unset or 0: no limit,
-    /// `None`); `None` on the main stream.
-    pub fn side_blocks(&self) -> Option<usize> {
-        static MOST: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let most = *MOST.get_or_init(|| {
-            std::env::var("TF_CUDA_SIDE_BLOCKS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        });
-        match self.on_side.load(Ordering::Relaxed) {
-            k if most > 0 && k > 0 && k - 1 != L2_STREAM => Some(most),
-            _ => None,
-        }
-    }
-
     /// [`Gpu::beside`] on [`L2_STREAM`] for launches that only warm the L2 cache
     /// ([`crate::l2`]): without side streams they are left out, not run in order.
     pub fn beside_l2(&self, launch: impl FnOnce() -> Result<()>) -> Result<()> {

@@ -536,13 +536,14 @@ pub fn matmul_split_with(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let tiles = w.rows().div_ceil(16);
-    matmul_split_span(gpu, rt, w, s, n, y, 0..tiles)
+    matmul_split_span(gpu, rt, w, s, n, y, 0..tiles, false)
 }
 
 /// [`matmul_split_with`] of only the row tiles `span` (16 rows each; y's other rows are left
 /// as they are): the same bits as the whole product's. The span starts at a multiple of `rt`
-/// and ends at one or at the last tile. On a side stream the launch takes at most
-/// [`Gpu::side_blocks`] blocks, each then taking several tiles in turn.
+/// and ends at one or at the last tile. `one_wave`: at most as many blocks as the GPU holds at
+/// once, each then taking several tiles in turn, so none waits for a slot.
+#[allow(clippy::too_many_arguments)]
 pub fn matmul_split_span(
     gpu: &Gpu,
     rt: usize,
@@ -551,6 +552,7 @@ pub fn matmul_split_span(
     n: usize,
     y: &mut CudaSlice<f32>,
     span: std::ops::Range<usize>,
+    one_wave: bool,
 ) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
@@ -576,11 +578,14 @@ pub fn matmul_split_span(
     let c = Choice { rt, staged: false };
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
     let (from, to) = (span.start as i32, span.end as i32);
+    let kernel = entry_for(split_kernel(c.rt, n), w.layout());
     let mut cfg = launch(c, split_rows_a_block(n), 16 * span.len(), w.cols(), n);
-    if let Some(most) = gpu.side_blocks() {
-        cfg.grid_dim.0 = cfg.grid_dim.0.min(most.max(1) as u32);
+    if one_wave {
+        let at_once =
+            gpu.resident_blocks(&kernel, cfg.block_dim.0, 0)? * gpu.info().multiprocessors;
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(at_once.max(1) as u32);
     }
-    let mut b = gpu.launcher(&entry_for(split_kernel(c.rt, n), w.layout()))?;
+    let mut b = gpu.launcher(&kernel)?;
     b.arg(w.bytes())
         .arg(&s.parts)
         .arg(&s.sums)

@@ -2,7 +2,9 @@
 //! built with `TF_TIMELINE` (kernels/common.cuh): the first thread of each launch stamps the
 //! GPU's global timer before and after its wait in `tf_follow`, with its kernel's name. A
 //! kernel's wait is released when the kernels before it have finished, so from one release to
-//! the next is the time a kernel held the step's path. For measuring only: the stamps cost an
+//! the next is the time a kernel held the step's path. A kernel may also mark phases inside it
+//! (`tf_mark`: its first thread stamps the timer under a name starting `~`), which split its
+//! time on the path. For measuring only: the stamps cost an
 //! atomic and a few stores a launch, and the program is another one (its own cache key).
 
 use crate::device::Gpu;
@@ -87,7 +89,8 @@ fn not_built() -> CudaError {
     }
 }
 
-/// Stamps from the program's records, sorted by release.
+/// Stamps from the program's records, sorted by release (records a launch kept for phases it
+/// did not mark have no name, and are left out).
 fn parse(bytes: &[u8]) -> Vec<Stamp> {
     let u64_at = |r: &[u8], at: usize| u64::from_le_bytes(r[at..at + 8].try_into().unwrap());
     let mut stamps: Vec<Stamp> = bytes
@@ -101,6 +104,7 @@ fn parse(bytes: &[u8]) -> Vec<Stamp> {
                 after_ns: u64_at(r, 8),
             }
         })
+        .filter(|s| !s.name.is_empty())
         .collect();
     stamps.sort_by_key(|s| s.after_ns);
     stamps

@@ -106,9 +106,10 @@ pub(super) fn mamba(
 const Z_SIDE: usize = 0;
 
 /// Whether Mamba's in_proj runs its z rows beside the rest (`TF_CUDA_MAMBA_Z=side`): only the
-/// gated norm reads z, so its product (side stream 0, joined before that norm) may run while
-/// the conv and the scan do. Launches both parts and returns true where it does (in the mma
-/// tiles with x split, no bias); launches nothing otherwise.
+/// gated norm reads z, so its product (side stream 0, joined before that norm; one wave of
+/// blocks, so the conv's and the scan's find SMs as its blocks end) may run while the conv
+/// and the scan do. Launches both parts and returns true where it does (in the mma tiles with
+/// x split, no bias); launches nothing otherwise.
 fn in_proj_z_beside(
     g: &Gpu,
     m: &MambaLayer,
@@ -135,9 +136,9 @@ fn in_proj_z_beside(
         return Ok(false);
     }
     g.beside(Z_SIDE, || {
-        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z)
+        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, true)
     })?;
-    mma::matmul_split_span(g, rt, w, s, n, proj, z..w.rows().div_ceil(16))?;
+    mma::matmul_split_span(g, rt, w, s, n, proj, z..w.rows().div_ceil(16), false)?;
     Ok(true)
 }
 
