@@ -93,6 +93,8 @@ __device__ __forceinline__ void tf_mark(const char* name) {
     const u64 t = tf_now();
     tf_stamp(tf_mark_at++, t, t, name);
 }
+#else
+__device__ __forceinline__ void tf_mark(const char*) {}
 #endif
 
 // Lets the next kernel of the round's graph launch now, its blocks then waiting in tf_follow:
@@ -106,11 +108,6 @@ __device__ __forceinline__ void tf_lead() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-#endif
-
-#if !defined(TF_TIMELINE) || defined(TF_HOST_SIMT)
-// tf_mark outside the timeline's program: nothing.
-__device__ __forceinline__ void tf_mark(const char*) {}
 #endif
 
 __device__ __forceinline__ float tf_bits(u32 b) { return __int_as_float((int)b); }
@@ -172,24 +169,16 @@ __device__ __forceinline__ float tf_inv_rms(float ss, int n, float eps) {
 }
 
 // Elements a block stages per step of tf_block_sumsq16 (a multiple of 16).
-#define TF_SQ_CHUNK 4096
-// A chunk's element k is staged at TF_SQ_SLOT(k): each lane's elements (k mod 16) in a run of
-// their own, in order, runs TF_SQ_RUN apart (4 more than a lane's share: the 16 runs start in
-// different banks, and each at a multiple of 16 bytes, so a lane reads its run 4 at a time).
-#define TF_SQ_RUN (TF_SQ_CHUNK / 16 + 4)
-#define TF_SQ_SLOT(k) (((k) & 15) * TF_SQ_RUN + ((k) >> 4))
+#define TF_SQ_CHUNK 2048
 
 // sum over k < width of a row's squares in the 16-lane order (lane l: fmaf(v, v, acc) for k = l
 // mod 16 ascending, then tf_fold16_sum), returned to every thread of the block. The block stages
 // the row into shared memory TF_SQ_CHUNK elements at a time (stage(c0, len, chunk) writes its
-// elements c0 + k, k < len, to chunk[TF_SQ_SLOT(k)]); the 16 chains then read shared memory.
-// Every thread of the block must call it.
-// The staging of tf_staged_sumsq16, one for all its instantiations in a kernel.
-__shared__ __align__(16) float tf_sq_chunk[16 * TF_SQ_RUN];
-
+// elements c0 .. c0 + len - 1 to chunk[0 ..]); the 16 chains then read shared memory. Every
+// thread of the block must call it.
 template <class Stage>
 __device__ __forceinline__ float tf_staged_sumsq16(Stage stage, int width) {
-    float* sq_chunk = tf_sq_chunk;
+    __shared__ float sq_chunk[TF_SQ_CHUNK];
     __shared__ float sq_sum;
     float acc = 0.0f;
     for (int c0 = 0; c0 < width; c0 += TF_SQ_CHUNK) {
@@ -198,22 +187,8 @@ __device__ __forceinline__ float tf_staged_sumsq16(Stage stage, int width) {
         __syncthreads();
         if (c0 == 0) tf_mark("~sumsq:staged");
         if (threadIdx.x < 16) {
-            const int l = threadIdx.x;
-            const int count = len > l ? (len - l + 15) >> 4 : 0;
-            const float* run = sq_chunk + l * TF_SQ_RUN;
-            int i = 0;
-            for (; i + 8 <= count; i += 8) {
-                const float4 a = *(const float4*)(run + i), b = *(const float4*)(run + i + 4);
-                acc = fmaf(a.x, a.x, acc);
-                acc = fmaf(a.y, a.y, acc);
-                acc = fmaf(a.z, a.z, acc);
-                acc = fmaf(a.w, a.w, acc);
-                acc = fmaf(b.x, b.x, acc);
-                acc = fmaf(b.y, b.y, acc);
-                acc = fmaf(b.z, b.z, acc);
-                acc = fmaf(b.w, b.w, acc);
-            }
-            for (; i < count; i++) acc = fmaf(run[i], run[i], acc);
+#pragma unroll 8
+            for (int k = threadIdx.x; k < len; k += 16) acc = fmaf(sq_chunk[k], sq_chunk[k], acc);
         }
         __syncthreads();
     }
@@ -233,7 +208,7 @@ __device__ __forceinline__ float tf_block_sumsq16(V v, int width) {
     return tf_staged_sumsq16(
         [&](int c0, int len, float* chunk) {
 #pragma unroll 4
-            for (int k = threadIdx.x; k < len; k += blockDim.x) chunk[TF_SQ_SLOT(k)] = v(c0 + k);
+            for (int k = threadIdx.x; k < len; k += blockDim.x) chunk[k] = v(c0 + k);
         },
         width);
 }
@@ -250,7 +225,7 @@ __device__ __forceinline__ float tf_held_sumsq16(const float (&h)[TF_HOLD], int 
 #pragma unroll
             for (int j = 0; j < TF_HOLD; j++) {
                 const int k = (int)(threadIdx.x + j * blockDim.x) - c0;
-                if (k >= 0 && k < len) chunk[TF_SQ_SLOT(k)] = h[j];
+                if (k >= 0 && k < len) chunk[k] = h[j];
             }
         },
         width);

@@ -55,7 +55,7 @@ fn add_rms_norm_emulated_on_the_host_gives_the_add_then_the_norm() {
     let (dir, exe) = crate::host_cxx::build(&cxx, "norm", &source);
     let mut rng = Rng::new(0x5eed);
     let eps = 1e-5f32;
-    // 4100 spans two of tf_block_sumsq16's staging chunks (wider than the 128 threads hold:
+    // 4100 spans three of tf_block_sumsq16's staging chunks (wider than the 128 threads hold:
     // the chunked path); 1024 is what they hold, 577 is odd (held, with idle slots).
     for (n, w) in [(3usize, 4100usize), (2, 1024), (5, 577), (1, 64)] {
         let (x, o) = (rng.vec_normal(n * w, 2.0), rng.vec_normal(n * w, 1.0));
