@@ -35,7 +35,7 @@ fn linear(
 
 /// Mamba2: in_proj → conv step → SSM step (rows in round order, each on its slot's state) →
 /// gated group norm (z read in place from the projection) → out_proj (asked of L2 during the
-/// steps between).
+/// steps between). in_proj's z rows run beside the conv and the scan ([`in_proj_z_beside`]).
 pub(super) fn mamba(
     g: &Gpu,
     m: &MambaLayer,
@@ -105,7 +105,7 @@ pub(super) fn mamba(
 /// The side stream of Mamba's z rows ([`in_proj_z_beside`]).
 const Z_SIDE: usize = 0;
 
-/// Whether Mamba's in_proj runs its z rows beside the rest (`TF_CUDA_MAMBA_Z=side`): only the
+/// Whether Mamba's in_proj runs its z rows beside the rest (unless `TF_CUDA_MAMBA_Z=0`): only the
 /// gated norm reads z, so its product (side stream 0, joined before that norm; one wave of
 /// blocks, so the conv's and the scan's find SMs as its blocks end) may run while the conv
 /// and the scan do. Launches both parts and returns true where it does (in the mma tiles with
@@ -119,7 +119,7 @@ fn in_proj_z_beside(
     proj: &mut CudaSlice<f32>,
 ) -> Result<bool> {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("TF_CUDA_MAMBA_Z").is_ok_and(|v| v == "side"));
+    let on = *ON.get_or_init(|| std::env::var("TF_CUDA_MAMBA_Z").map_or(true, |v| v != "0"));
     let w = &m.in_proj;
     let Some(s) = split else {
         return Ok(false);
