@@ -192,9 +192,8 @@ fn harness() -> String {
 
 /// One emulated run: the tiles, then y of each choice and of the plant, then of the split
 /// products (one and two tiles a block), of two as spans of tiles and of a planted short span,
-/// and of the planted split; then, of the compact tiles,
-/// y of each choice, of the four split products and of the planted swap; the scales' check of
-/// the matrix and of the planted bias.
+/// and of the planted split; then, of the compact tiles, y of each choice, of the four split
+/// products and of the planted swap; the scales' check of the matrix and of the planted bias.
 struct Run {
     tiles: Vec<u8>,
     ys: Vec<Vec<f32>>,
