@@ -93,8 +93,6 @@ __device__ __forceinline__ void tf_mark(const char* name) {
     const u64 t = tf_now();
     tf_stamp(tf_mark_at++, t, t, name);
 }
-#else
-__device__ __forceinline__ void tf_mark(const char*) {}
 #endif
 
 // Lets the next kernel of the round's graph launch now, its blocks then waiting in tf_follow:
@@ -108,6 +106,11 @@ __device__ __forceinline__ void tf_lead() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+#endif
+
+#if !defined(TF_TIMELINE) || defined(TF_HOST_SIMT)
+// tf_mark outside the timeline's program: nothing.
+__device__ __forceinline__ void tf_mark(const char*) {}
 #endif
 
 __device__ __forceinline__ float tf_bits(u32 b) { return __int_as_float((int)b); }

@@ -687,3 +687,105 @@ fn split_norms_give_the_norms_bits_and_their_split() {
         }
     }
 }
+
+/// Reads (rows, cols, cd, x_off, kernel, pos) and the rows-layout bytes, x, the conv's weights
+/// and biases and a two-slot pool; tiles the matrix (both pair forms) and splits x; then
+/// in_proj's split product and tf_mamba_conv of its one row on slot 1, against
+/// tf_mma_mlx4_r1_split_x4_conv over the same tiles (two blocks taking them in turn), of the
+/// f32 pairs and of the compact tiles, each from the same pool; then the planted reversed taps.
+/// Writes each way's y, conv output and pool, then the plant's conv output.
+const IN_PROJ_CONV_MAIN: &str = r#"
+template <class T> static std::vector<T> rd(FILE* f, size_t n) { std::vector<T> v(n); if (std::fread(v.data(), sizeof(T), n, f) != n) std::exit(3); return v; }
+template <class T> static void wr(FILE* f, const std::vector<T>& v) { std::fwrite(v.data(), sizeof(T), v.size(), f); }
+int main(int argc, char** argv) {
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
+    auto h = rd<int>(fi, 6);
+    const int rows = h[0], cols = h[1], cd = h[2], x_off = h[3], kernel = h[4];
+    const int T = (rows + 15) / 16, stride = (kernel - 1) * cd;
+    const size_t nt = (size_t)T * (cols / 64);
+    auto src = rd<u8>(fi, (size_t)rows * cols / 32 * 24);
+    auto x = rd<float>(fi, cols); auto w = rd<float>(fi, (size_t)cd * kernel);
+    auto bias = rd<float>(fi, cd); auto pool = rd<float>(fi, 2 * (size_t)stride);
+    std::vector<int> slots{1}, pos{h[5]};
+    std::vector<u8> tiles(nt * 640), tiles16(nt * 576);
+    tf_launch(D3{(unsigned)((nt * 32 + 255) / 256), 1, 1}, 256, 0, [&] { tf_mma_tile_mlx4(src.data(), tiles.data(), rows, cols); });
+    tf_launch(D3{(unsigned)((nt * 32 + 255) / 256), 1, 1}, 256, 0, [&] { tf_mma_tile_mlx4_b16(src.data(), tiles16.data(), rows, cols); });
+    std::vector<float> sums(cols / 64);
+    std::vector<uint4> parts(cols / 4);
+    tf_launch(D3{(unsigned)((cols / 64 + 3) / 4), 1, 1}, 128, 0, [&] { tf_mma_split(x.data(), parts.data(), sums.data(), 1, cols); });
+    std::vector<float> y(rows), out(cd);
+    auto pa = pool;
+    tf_launch(D3{(unsigned)T, 1, 1}, 512, 0, [&] { tf_mma_mlx4_r1_split_x4(tiles.data(), parts.data(), sums.data(), y.data(), 1, rows, cols, 0, T); });
+    tf_launch(D3{1, 1, 1}, 128, 0, [&] { tf_mamba_conv(y.data(), rows, x_off, w.data(), bias.data(), 1, pa.data(), slots.data(), pos.data(), 2, stride, 0, 1, cd, kernel, out.data()); });
+    wr(fo, y); wr(fo, out); wr(fo, pa);
+    for (int way = 0; way < 3; way++) {
+        std::vector<float> y2(rows), out2(cd);
+        auto pb = pool;
+        tf_launch(D3{2, 1, 1}, 512, 0, [&] {
+            auto f = way == 0 ? tf_mma_mlx4_r1_split_x4_conv : way == 1 ? tf_mma_mlx4_r1_split_x4_conv_b16 : tf_plant_mma_conv_reversed;
+            f(way == 1 ? tiles16.data() : tiles.data(), parts.data(), sums.data(), y2.data(), rows, cols, 0, T, w.data(), bias.data(), 1, pb.data(), slots.data(), pos.data(), 2, stride, 0, cd, kernel, x_off, out2.data());
+        });
+        if (way < 2) { wr(fo, y2); wr(fo, out2); wr(fo, pb); } else wr(fo, out2);
+    }
+    std::fclose(fo);
+    return 0;
+}
+"#;
+
+/// in_proj's product storing through the conv step gives the product's y, and the conv's output
+/// and pool that tf_mamba_conv of its row gives, bit for bit (from a slot's window and from a
+/// fresh one; f32 pairs and compact tiles); the planted reversed taps are caught.
+#[test]
+fn in_proj_with_the_conv_gives_the_product_then_the_conv() {
+    let Some(cxx) = host_cxx::compiler() else {
+        return;
+    };
+    let source = format!(
+        "{}\n{}\n{}\n{}\n{IN_PROJ_CONV_MAIN}",
+        host_cxx::SIMT_PRELUDE,
+        host_cxx::common(),
+        include_str!("../../kernels/mma.cu"),
+        include_str!("../../kernels/mamba.cu"),
+    );
+    let (dir, exe) = host_cxx::build(&cxx, "in_proj_conv", &source);
+    let mut rng = Rng::new(0x3a3a_0004);
+    // 48 rows: three tiles over two blocks; the conv's 24 channels from row 16 to 39.
+    let (rows, cols, cd, x_off, kernel) = (48usize, 128usize, 24usize, 16usize, 4usize);
+    let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, rows, cols, &mut rng);
+    let src = device_bytes(&hw.packed())
+        .expect("rows layout")
+        .into_owned();
+    let x = rng.vec_uniform(cols, -1.0, 1.0);
+    let w = rng.vec_normal(cd * kernel, 0.5);
+    let bias = rng.vec_normal(cd, 0.1);
+    let pool = rng.vec_normal(2 * (kernel - 1) * cd, 1.0);
+    for pos in [5, 0] {
+        let mut input = Vec::new();
+        for v in [rows, cols, cd, x_off, kernel, pos] {
+            input.extend((v as i32).to_le_bytes());
+        }
+        input.extend_from_slice(&src);
+        for v in x.iter().chain(&w).chain(&bias).chain(&pool) {
+            input.extend(v.to_le_bytes());
+        }
+        let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &format!("pos{pos}"), &input));
+        let one = rows + cd + pool.len();
+        assert_eq!(got.len(), 3 * one + cd);
+        let (want, fused) = got.split_at(one);
+        for (way, got) in fused[..2 * one].chunks(one).enumerate() {
+            assert_eq!(host_cxx::differing(got, want), 0, "pos {pos}, way {way}");
+        }
+        let conv = &want[rows..rows + cd];
+        assert!(
+            conv.iter().all(|v| v.is_finite() && *v != 0.0),
+            "pos {pos}: the conv"
+        );
+        let planted = &fused[2 * one..];
+        assert_ne!(
+            host_cxx::differing(planted, conv),
+            0,
+            "pos {pos}: the plant"
+        );
+    }
+}

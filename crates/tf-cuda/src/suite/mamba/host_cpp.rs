@@ -288,6 +288,7 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         "__device__ __forceinline__ float tf_silu(",
         "__device__ __forceinline__ float tf_fold16_sum(",
         "__device__ __forceinline__ float tf_inv_rms(",
+        "__device__ __forceinline__ void tf_mark(const char*)",
         "#define TF_SQ_CHUNK",
         "template <class Stage>\n__device__ __forceinline__ float tf_staged_sumsq16(",
         "template <class V>\n__device__ __forceinline__ float tf_block_sumsq16(",
