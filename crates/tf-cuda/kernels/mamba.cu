@@ -15,28 +15,6 @@
 #define MAMBA_MAX_STATE 256
 #define MAMBA_LANE_STATE (MAMBA_MAX_STATE / 16)
 
-// One row of channel c's conv: acc = 0; acc = fmaf(wc[t], win[t], acc) for t ascending, then
-// fmaf(wc[taps], x, acc); the bias; silu (returned). The window drops its oldest column and
-// appends x. PLANT = 1: the taps newest first (tf_mamba_conv's planted control).
-template <int PLANT>
-__device__ __forceinline__ float tf_mamba_conv_row(const float* __restrict__ wc, int taps,
-                                                   float (&win)[MAMBA_MAX_KERNEL - 1], float x,
-                                                   int has_bias, const float* __restrict__ bias,
-                                                   int c) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-        if (t < taps) acc = fmaf(wc[PLANT == 1 ? taps - t : t], win[t], acc);
-    acc = fmaf(wc[PLANT == 1 ? 0 : taps], x, acc);
-    if (has_bias) acc = acc + bias[c];
-#pragma unroll
-    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
-        if (t + 1 < taps) win[t] = win[t + 1];
-        else if (t + 1 == taps) win[t] = x;
-    }
-    return tf_silu(acc);
-}
-
 // Causal depthwise conv1d of every row of a round, one thread per channel c:
 // acc = 0; acc = fmaf(w[c][t], window[t], acc) for t ascending (window = state columns, then x);
 // acc + bias; silu. The state drops its oldest column and appends x.
@@ -82,7 +60,18 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
             for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) win[t] = 0.0f;
         }
         const float x = proj[(size_t)i * proj_stride + x_off + c];
-        out[(size_t)i * cd + c] = tf_mamba_conv_row<PLANT>(wc, taps, win, x, has_bias, bias, c);
+        float acc = 0.0f;
+#pragma unroll
+        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
+            if (t < taps) acc = fmaf(wc[PLANT == 1 ? taps - t : t], win[t], acc);
+        acc = fmaf(wc[PLANT == 1 ? 0 : taps], x, acc);
+        if (has_bias) acc = acc + bias[c];
+        out[(size_t)i * cd + c] = tf_silu(acc);
+#pragma unroll
+        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
+            if (t + 1 < taps) win[t] = win[t + 1];
+            else if (t + 1 == taps) win[t] = x;
+        }
     }
     if (held >= 0) {
         float* st = pool + (size_t)held * slot_stride + layer_off + c;
@@ -104,60 +93,6 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
 
 TF_MAMBA_CONV_ENTRY(tf_mamba_conv, 0)
 TF_MAMBA_CONV_ENTRY(tf_plant_mamba_conv_reversed, 1)
-
-// in_proj's conv made as its outputs are stored (tf_mma_body's store), for a round of one row:
-// output o in x_off .. x_off + cd - 1 is channel o - x_off's x, whose conv step (the slot's
-// window from the pool, tf_mamba_conv_row, the window back) goes to out; the same bits as
-// tf_mamba_conv of that row. PLANT = 1: the taps reversed (a planted control).
-template <int PLANT>
-struct TfConvStore {
-    const float* w;
-    const float* bias;
-    int has_bias;
-    float* pool;
-    const int* slots;
-    const int* pos;
-    int n_slots, slot_stride, layer_off, cd, kernel, x_off;
-    float* out;
-    __device__ __forceinline__ void operator()(float* y, int j, int rows, int o, float v) const {
-        y[(size_t)j * rows + o] = v;
-        const int c = o - x_off, s = slots[0];
-        if (c < 0 || c >= cd || s < 0 || s >= n_slots) return;
-        const int taps = kernel - 1;
-        float* st = pool + (size_t)s * slot_stride + layer_off + c;
-        float win[MAMBA_MAX_KERNEL - 1];
-        const bool fresh = pos[0] == 0;
-#pragma unroll
-        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-            win[t] = t < taps && !fresh ? st[(size_t)t * cd] : 0.0f;
-        out[c] = tf_mamba_conv_row<PLANT>(w + (size_t)c * kernel, taps, win, v, has_bias, bias, c);
-#pragma unroll
-        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-            if (t < taps) st[(size_t)t * cd] = win[t];
-    }
-};
-
-// tf_mma_mlx4_r1_split_x4 (tiles from .. to - 1 of in_proj, x split, one row) storing through
-// TfConvStore; NAME_b16 of the compact tiles.
-#define TF_MMA_CONV_ENTRY_SB(NAME, PLANT, SB)                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, 2)                                \
-        NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int rows, int cols,     \
-             int from, int to, const float* w, const float* bias, int has_bias, float* pool,    \
-             const int* slots, const int* pos, int n_slots, int slot_stride, int layer_off,     \
-             int cd, int kernel, int x_off, float* out) {                                       \
-        tf_follow();                                                                            \
-        const SB* sb = tf_mma_scales<SB>(W, (rows + 15) >> 4, cols);                            \
-        const TfConvStore<PLANT> store{w,      bias, has_bias,  pool, slots, pos, n_slots,      \
-                                       slot_stride, layer_off, cd, kernel, x_off, out};         \
-        for (int t0 = from + (int)blockIdx.x; t0 < to; t0 += (int)gridDim.x)                    \
-            tf_mma_body<1, MMA_KW, 2, 0, 1>((const uint4*)W, sb, nullptr, y, 1, 0, t0, rows,   \
-                                            cols, xp, xsum, store);                             \
-    }
-#define TF_MMA_CONV_ENTRY(NAME, PLANT)                                                          \
-    TF_MMA_CONV_ENTRY_SB(NAME, PLANT, float2)                                                   \
-    TF_MMA_CONV_ENTRY_SB(NAME##_b16, PLANT, u32)
-TF_MMA_CONV_ENTRY(tf_mma_mlx4_r1_split_x4_conv, 0)
-TF_MMA_CONV_ENTRY(tf_plant_mma_conv_reversed, 1)
 
 // softplus(v) = max(v, 0) + log1p(exp(-|v|)) in double, rounded once (tf_kernels::ops::softplus).
 __device__ __forceinline__ float tf_softplus(float v) {

@@ -264,28 +264,20 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
         }
 }
 
-// How tf_mma_body stores an output: y[j, out] = v (y of `rows` columns).
-struct TfMmaStore {
-    __device__ __forceinline__ void operator()(float* y, int j, int rows, int out, float v) const {
-        y[(size_t)j * rows + out] = v;
-    }
-};
-
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
 // of `rows` rows whose tiles' codes are at wq and scale pairs at sb; KW warps along the groups, two
 // groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused). `store` stores each output (TfMmaStore: in y).
-template <int RT, int KW, int STAGED, int PLANT, int F, class SB, class Store = TfMmaStore>
+// xp and xsum (x unused).
+template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const SB* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
                                             int n, int j0, int tile0, int rows, int cols,
                                             const uint4* __restrict__ xp = nullptr,
-                                            const float* __restrict__ xsum = nullptr,
-                                            Store store = Store()) {
+                                            const float* __restrict__ xsum = nullptr) {
     __shared__ float red[KW][32][2 * F];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -356,7 +348,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                 for (int k = 1; k < KW; k++) sum = sum + red[k][lane][o];
                 const int out = 16 * (tile0 + r) + g + 8 * (F == 1 ? o : o >> 1);
                 const int j = j0 + (F == 1 ? t : 2 * t + (o & 1));
-                if (out < rows && j < n) store(y, j, rows, out, sum);
+                if (out < rows && j < n) y[(size_t)j * rows + out] = sum;
             }
         __syncthreads();
     }

@@ -24,18 +24,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     PLANT_GATED_NORM_SHORT,
     "tf_nh_relu2",
     "tf_nh_add_bias",
-    IN_PROJ_CONV,
-    "tf_mma_mlx4_r1_split_x4_conv_b16",
-    PLANT_IN_PROJ_CONV,
-    "tf_plant_mma_conv_reversed_b16",
 ];
-
-/// in_proj's split product (one tile a block, one row) whose stores also make the conv step
-/// ([`in_proj_conv`]); its `_b16` twin reads the compact tiles.
-pub const IN_PROJ_CONV: &str = "tf_mma_mlx4_r1_split_x4_conv";
-
-/// Planted control: [`IN_PROJ_CONV`] with the conv's taps reversed.
-pub const PLANT_IN_PROJ_CONV: &str = "tf_plant_mma_conv_reversed";
 
 /// Planted control: the gated norm's sum of squares leaves out each group's last element.
 pub const PLANT_GATED_NORM_SHORT: &str = "tf_plant_mamba_gated_norm_short";
@@ -405,100 +394,6 @@ pub fn conv_step_with(
     // SAFETY: (f32*, i32, i32, f32*, f32*, i32, f32*, i32*, i32*, i32 x6, f32*) as declared;
     // lengths checked above; the kernel skips slots outside the pool.
     unsafe { b.go(grid(cd, 128), "launching mamba conv") }
-}
-
-/// in_proj's row tiles `span` of a one-row round, x split (`split`), into `proj` (`[1, rows]`),
-/// each output `x_off + c` (`c` < conv_dim) also taken through the conv step of channel `c`
-/// into `out` as it is stored: [`crate::mma::matmul_split_span`]'s bits, and the bits of
-/// [`conv_step`] of that row after it, in one launch.
-#[allow(clippy::too_many_arguments)]
-pub fn in_proj_conv(
-    gpu: &Gpu,
-    kernel: &str,
-    w: &crate::weights::GpuMatrix,
-    split: &crate::mma::SplitX,
-    span: std::ops::Range<usize>,
-    m: &GpuMambaMixer,
-    x_off: usize,
-    state: &mut GpuMambaState,
-    layer: usize,
-    rows: &GpuRows,
-    proj: &mut CudaSlice<f32>,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    const OP: &str = "mamba in_proj with the conv";
-    let sh = m.shape;
-    let cd = sh.conv_dim();
-    let tiles = w.rows().div_ceil(16);
-    let (conv_off, _) = state.layer(layer, sh)?;
-    split.check(OP, 1, w.cols())?;
-    if rows.len() != 1 || !w.layout().is_mma() || span.start > span.end || span.end > tiles {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!(
-                "{} rows ({:?}), tiles {span:?} of {tiles}: one row of the mma tiles",
-                rows.len(),
-                w.layout()
-            ),
-        });
-    }
-    if x_off + cd > w.rows() {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!("x_off {x_off} + conv_dim {cd} > {} rows", w.rows()),
-        });
-    }
-    need(OP, "proj", proj.len(), w.rows())?;
-    need(OP, "out", out.len(), cd)?;
-    if span.is_empty() {
-        return Ok(());
-    }
-    let ints = [
-        w.rows() as i32,
-        w.cols() as i32,
-        span.start as i32,
-        span.end as i32,
-        m.conv_bias.is_some() as i32,
-    ];
-    let tail = [
-        i32_of(OP, "slots", state.slots)?,
-        i32_of(OP, "slot stride", state.conv_stride)?,
-        i32_of(OP, "layer offset", conv_off)?,
-        i32_of(OP, "conv_dim", cd)?,
-        i32_of(OP, "kernel", sh.kernel)?,
-        i32_of(OP, "x_off", x_off)?,
-    ];
-    let mut b = gpu.launcher(&crate::mma::entry_for(kernel, w.layout()))?;
-    b.arg(w.bytes())
-        .arg(&split.parts)
-        .arg(&split.sums)
-        .arg(proj);
-    for v in &ints[..4] {
-        b.arg(v);
-    }
-    b.arg(&m.conv_weight);
-    // An absent bias still needs a valid pointer: the weight (never read).
-    match &m.conv_bias {
-        Some(bias) => b.arg(bias),
-        None => b.arg(&m.conv_weight),
-    };
-    b.arg(&ints[4])
-        .arg(&mut state.conv)
-        .arg(&rows.slots)
-        .arg(&rows.pos);
-    for v in &tail {
-        b.arg(v);
-    }
-    b.arg(out);
-    let cfg = LaunchConfig {
-        grid_dim: (span.len() as u32, 1, 1),
-        block_dim: (32 * crate::mma::WARPS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32 x4, f32*, f32*, i32, f32*, i32*, i32*, i32 x6,
-    // f32*) as declared; one row, the span within the tiles, lengths checked above; the kernel
-    // skips a slot outside the pool.
-    unsafe { b.go(cfg, "launching mamba in_proj with the conv") }
 }
 
 /// The SSM step of every row of `rows` (in order): reads the conv output `xbc` (`[n, conv_dim]`)

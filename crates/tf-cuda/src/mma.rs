@@ -110,7 +110,7 @@ pub const PLANT_ROW_VARIANT: &str = "tf_plant_mma_mlx4_rowvar";
 pub const GROUP: usize = 64;
 
 /// Warps a block (`MMA_KW` in kernels/mma.cu).
-pub(crate) const WARPS: u32 = 16;
+const WARPS: u32 = 16;
 
 /// Warps a block of the grouped expert products (`MMA_MOE_KW`).
 const MOE_WARPS: u32 = 4;

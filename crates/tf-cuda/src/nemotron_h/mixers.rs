@@ -35,7 +35,7 @@ fn linear(
 
 /// Mamba2: in_proj → conv step → SSM step (rows in round order, each on its slot's state) →
 /// gated group norm (z read in place from the projection) → out_proj (asked of L2 during the
-/// steps between). in_proj's z rows run beside the conv and the scan ([`in_proj_beside`]).
+/// steps between). in_proj's z rows run beside the conv and the scan ([`in_proj_z_beside`]).
 pub(super) fn mamba(
     g: &Gpu,
     m: &MambaLayer,
@@ -56,10 +56,8 @@ pub(super) fn mamba(
             ),
         });
     }
-    let (mx, si) = (&m.mixer, m.state_index);
-    let split = ws.hs.as_ref();
-    let ran = in_proj_beside(g, m, split, state, rows, inner, &mut ws.proj, &mut ws.xbc)?;
-    if ran == InProj::Whole {
+    let z_beside = in_proj_z_beside(g, m, ws.hs.as_ref(), n, inner, &mut ws.proj)?;
+    if !z_beside {
         linear(
             g,
             &m.in_proj,
@@ -73,9 +71,8 @@ pub(super) fn mamba(
     if l2::Sites::for_rows(n).within {
         l2::prefetch_whole(g, &[&m.out_proj])?;
     }
-    if ran != InProj::WithConv {
-        mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
-    }
+    let (mx, si) = (&m.mixer, m.state_index);
+    mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
     mamba::ssm_step(
         g,
         mx,
@@ -88,7 +85,7 @@ pub(super) fn mamba(
         rows,
         &mut ws.y,
     )?;
-    if ran != InProj::Whole {
+    if z_beside {
         g.join_side(Z_SIDE)?;
     }
     mamba::gated_norm(
@@ -105,48 +102,27 @@ pub(super) fn mamba(
     )
 }
 
-/// The side stream of Mamba's z rows ([`in_proj_beside`]).
+/// The side stream of Mamba's z rows ([`in_proj_z_beside`]).
 const Z_SIDE: usize = 0;
 
-/// How [`in_proj_beside`] ran in_proj.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum InProj {
-    /// Not at all: the caller runs it whole.
-    Whole,
-    /// Its z rows beside the rest.
-    ZBeside,
-    /// Its z rows beside the rest, and the rest made the conv step as it stored x.
-    WithConv,
-}
-
-/// Mamba's in_proj with its z rows beside the rest (unless `TF_CUDA_MAMBA_Z=0`): only the gated
-/// norm reads z, so its product (side stream 0, joined before that norm; one wave of blocks, so
-/// the conv's and the scan's find SMs as its blocks end) may run while the conv and the scan
-/// do. With `TF_CUDA_MAMBA_CONV=in_proj`, a one-row round's rest also makes the conv step as
-/// it stores x ([`mamba::in_proj_conv`]: the same bits). Launches nothing where in_proj is not
-/// in the mma tiles with x split and without a bias ([`InProj::Whole`]).
-#[allow(clippy::too_many_arguments)]
-fn in_proj_beside(
+/// Whether Mamba's in_proj runs its z rows beside the rest (unless `TF_CUDA_MAMBA_Z=0`): only the
+/// gated norm reads z, so its product (side stream 0, joined before that norm; one wave of
+/// blocks, so the conv's and the scan's find SMs as its blocks end) may run while the conv
+/// and the scan do. Launches both parts and returns true where it does (in the mma tiles with
+/// x split, no bias); launches nothing otherwise.
+fn in_proj_z_beside(
     g: &Gpu,
     m: &MambaLayer,
     split: Option<&SplitX>,
-    state: &mut GpuMambaState,
-    rows: &GpuRows,
+    n: usize,
     inner: usize,
     proj: &mut CudaSlice<f32>,
-    xbc: &mut CudaSlice<f32>,
-) -> Result<InProj> {
-    static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
-    let (on, conv) = *ON.get_or_init(|| {
-        let var = |k: &str| std::env::var(k).ok();
-        (
-            var("TF_CUDA_MAMBA_Z").is_none_or(|v| v != "0"),
-            var("TF_CUDA_MAMBA_CONV").is_some_and(|v| v == "in_proj"),
-        )
-    });
-    let (w, n) = (&m.in_proj, rows.len());
+) -> Result<bool> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("TF_CUDA_MAMBA_Z").map_or(true, |v| v != "0"));
+    let w = &m.in_proj;
     let Some(s) = split else {
-        return Ok(InProj::Whole);
+        return Ok(false);
     };
     let rt = mma::tiles_a_block(w.rows(), n);
     let z = inner / 16;
@@ -157,20 +133,13 @@ fn in_proj_beside(
         || !s.holds(n, w.cols())
         || !z.is_multiple_of(rt)
     {
-        return Ok(InProj::Whole);
+        return Ok(false);
     }
     g.beside(Z_SIDE, || {
         mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, true)
     })?;
-    let rest = z..w.rows().div_ceil(16);
-    if conv && n == 1 {
-        let (mx, si) = (&m.mixer, m.state_index);
-        let k = mamba::IN_PROJ_CONV;
-        mamba::in_proj_conv(g, k, w, s, rest, mx, inner, state, si, rows, proj, xbc)?;
-        return Ok(InProj::WithConv);
-    }
-    mma::matmul_split_span(g, rt, w, s, n, proj, rest, false)?;
-    Ok(InProj::ZBeside)
+    mma::matmul_split_span(g, rt, w, s, n, proj, z..w.rows().div_ceil(16), false)?;
+    Ok(true)
 }
 
 /// Attention without RoPE: q/k/v → append k, v at each row's slot and position → attend over
