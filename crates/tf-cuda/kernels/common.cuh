@@ -67,8 +67,8 @@ __device__ __forceinline__ void tf_stamp(u32 i, u64 before, u64 after, const cha
 
 // Records a launch takes past its own for its phases (tf_mark); unused ones keep no name.
 #define TF_TIMELINE_MARKS 4
-// The launch's next record for a phase (its first thread's).
-__shared__ u32 tf_mark_at;
+// The launch's next record for a phase, and the end of its records (its first thread's).
+__shared__ u32 tf_mark_at, tf_mark_end;
 
 // tf_follow, with a launch's first thread stamping the wait into the next free record (taken
 // before the wait, so the atomic's trip back overlaps it), its phases' records after it.
@@ -82,14 +82,15 @@ __device__ __forceinline__ void tf_follow_stamped(const char* name) {
     for (u32 m = 1; m <= TF_TIMELINE_MARKS; m++)
         if (i + m < TF_TIMELINE_CAP) tf_timeline[i + m].name[0] = 0;
     tf_mark_at = i + 1;
+    tf_mark_end = i + 1 + TF_TIMELINE_MARKS;
 }
 #define tf_follow() tf_follow_stamped(__func__)
 
-// A phase inside a kernel (after its tf_follow, at most TF_TIMELINE_MARKS): the launch's first
-// thread stamps the timer under `name`, before and after alike, so the timeline splits the
-// kernel's time on the path there.
+// A phase inside a kernel (after its tf_follow; marks past its first TF_TIMELINE_MARKS are
+// dropped): the launch's first thread stamps the timer under `name`, before and after alike,
+// so the timeline splits the kernel's time on the path there.
 __device__ __forceinline__ void tf_mark(const char* name) {
-    if (!tf_first_thread()) return;
+    if (!tf_first_thread() || tf_mark_at >= tf_mark_end) return;
     const u64 t = tf_now();
     tf_stamp(tf_mark_at++, t, t, name);
 }

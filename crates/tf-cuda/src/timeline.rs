@@ -4,8 +4,9 @@
 //! kernel's wait is released when the kernels before it have finished, so from one release to
 //! the next is the time a kernel held the step's path. A kernel may also mark phases inside it
 //! (`tf_mark`: its first thread stamps the timer under a name starting `~`), which split its
-//! time on the path. For measuring only: the stamps cost an
-//! atomic and a few stores a launch, and the program is another one (its own cache key).
+//! time on the path; the table counts a phase's marks as its launches. For measuring only: the
+//! stamps cost an atomic and a few stores a launch (a mark, the stores), and the program is
+//! another one (its own cache key).
 
 use crate::device::Gpu;
 use crate::error::{drv, CudaError, Result};

@@ -37,6 +37,17 @@ fn records_parse_back_sorted_by_release() {
 }
 
 #[test]
+fn records_kept_for_phases_never_marked_are_left_out() {
+    let stamps = [
+        stamp("k", 0, 1_000),
+        stamp("", 0, 0),
+        stamp("~phase", 1_500, 1_500),
+    ];
+    let parsed = parse(&records(&stamps));
+    assert_eq!(parsed, vec![stamps[0].clone(), stamps[2].clone()]);
+}
+
+#[test]
 fn the_table_gives_each_kernel_its_release_to_the_next() {
     // Two steps of norm -> product -> norm, a prefetch beside; times in ns.
     let step = |o: u64| {
