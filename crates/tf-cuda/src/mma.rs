@@ -462,6 +462,12 @@ impl SplitX {
         n <= self.rows && cols <= self.cols && cols.is_multiple_of(GROUP)
     }
 
+    /// Whether the split products of `w` may read it for `n` rows: `w` in the mma tiles, and
+    /// this the split of rows of exactly `w`'s columns.
+    pub(crate) fn serves(&self, w: &GpuMatrix, n: usize) -> bool {
+        w.layout().is_mma() && self.cols == w.cols() && self.holds(n, w.cols())
+    }
+
     /// An error unless it holds `n` rows of `cols` columns.
     pub(crate) fn check(&self, op: &'static str, n: usize, cols: usize) -> Result<()> {
         match self.holds(n, cols) {

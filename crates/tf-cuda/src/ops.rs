@@ -338,9 +338,7 @@ pub fn matmul_of(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     match split {
-        Some(s) if w.layout().is_mma() && s.cols() == w.cols() && s.holds(n, w.cols()) => {
-            crate::mma::matmul_split(gpu, w, s, n, y)
-        }
+        Some(s) if s.serves(w, n) => crate::mma::matmul_split(gpu, w, s, n, y),
         _ => matmul(gpu, w, x, n, y),
     }
 }

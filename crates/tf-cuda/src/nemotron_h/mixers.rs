@@ -126,13 +126,7 @@ fn in_proj_z_beside(
     };
     let rt = mma::tiles_a_block(w.rows(), n);
     let z = inner / 16;
-    if !on
-        || m.in_bias.is_some()
-        || !w.layout().is_mma()
-        || s.cols() != w.cols()
-        || !s.holds(n, w.cols())
-        || !z.is_multiple_of(rt)
-    {
+    if !on || m.in_bias.is_some() || !s.serves(w, n) || !z.is_multiple_of(rt) {
         return Ok(false);
     }
     g.beside(Z_SIDE, || {
