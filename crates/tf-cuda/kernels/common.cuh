@@ -109,14 +109,6 @@ __device__ __forceinline__ void tf_lead() {
 }
 #endif
 
-// An experiment (TF_CUDA_LEAD_EARLY=1): the Mamba steps between in_proj and out_proj let the
-// next kernel launch before their own wait, so out_proj's blocks are resident from the conv on.
-#if defined(TF_LEAD_EARLY) && !defined(TF_HOST_SIMT)
-#define tf_lead_early() tf_lead()
-#else
-#define tf_lead_early()
-#endif
-
 #if !defined(TF_TIMELINE) || defined(TF_HOST_SIMT)
 // tf_mark outside the timeline's program: nothing.
 __device__ __forceinline__ void tf_mark(const char*) {}

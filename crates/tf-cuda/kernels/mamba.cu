@@ -86,9 +86,7 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
                                     const float* bias, int has_bias, float* pool,                \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int cd, int kernel,   \
-                                    float* out) {                                                \
-        tf_lead_early();                                                                         \
-        tf_follow();                                                                             \
+                                    float* out) { tf_follow();                                   \
         tf_mamba_conv<PLANT>(proj, proj_stride, x_off, w, bias, has_bias, pool, slots, pos,     \
                              n_slots, slot_stride, layer_off, n, cd, kernel, out);               \
     }
@@ -189,9 +187,7 @@ __device__ __forceinline__ void tf_mamba_ssm(
                                     const float* dt_bias, float dt_lo, float dt_hi, float* pool, \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int heads,            \
-                                    int head_dim, int groups, int ns, float* y) {                \
-        tf_lead_early();                                                                         \
-        tf_follow();                                                                             \
+                                    int head_dim, int groups, int ns, float* y) { tf_follow();   \
         tf_mamba_ssm<PLANT>(xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo, dt_hi, \
                             pool, slots, pos, n_slots, slot_stride, layer_off, n, heads,         \
                             head_dim, groups, ns, y);                                            \
@@ -248,7 +244,6 @@ __device__ __forceinline__ void tf_mamba_gated_norm(const float* y, const float*
     extern "C" __global__ void NAME(const float* y, const float* z, int z_stride,                \
                                     const float* gain, float eps, int width, int groups,         \
                                     float* out) {                                                \
-        tf_lead_early();                                                                         \
         tf_follow();                                                                             \
         tf_lead();                                                                               \
         tf_mamba_gated_norm<PLANT>(y, z, z_stride, gain, eps, width, groups, out);               \

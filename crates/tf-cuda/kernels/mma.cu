@@ -471,13 +471,6 @@ __device__ __forceinline__ uint4 tf_ld_cg(const uint4* p) { return __ldcg(p); }
 __device__ __forceinline__ float2 tf_ld_cg(const float2* p) { return __ldcg(p); }
 #endif
 
-// tf_mark on the device (the host harnesses of this file lack it).
-#ifdef TF_HOST_SIMT
-#define tf_held_mark(name)
-#else
-#define tf_held_mark(name) tf_mark(name)
-#endif
-
 // Most tiles a block of tf_mma_mlx4_held holds at once.
 #define MMA_HELD_SLOTS 8
 
@@ -517,38 +510,23 @@ __device__ __forceinline__ void tf_mma_held(const u8* __restrict__ W, const uint
         for (int k = 0; k < min(slots, mine); k++) ask(k);
     }
     tf_follow();
-    // Four items a thread at a time, all their loads before any store.
-    const int items = live * groups * 16, stride = (int)blockDim.x;
-    for (int i0 = threadIdx.x; i0 < items; i0 += 4 * stride) {
-        float2 a[4], b[4];
-        uint4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int i = min(i0 + u * stride, items - 1);
-            if (xp) {
-                v[u] = tf_ld_cg(xp + i);
-            } else {
-                const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
-                const float2* p = (const float2*)(x + (size_t)(rg / groups) * cols +
-                                                  64 * (rg % groups) + 16 * m + 2 * tt);
-                a[u] = tf_ld_cg(p);
-                b[u] = tf_ld_cg(p + 4);
-            }
+    for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
+        if (xp) {
+            st[i] = tf_ld_cg(xp + i);
+        } else {
+            const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
+            const float2* p = (const float2*)(x + (size_t)(rg / groups) * cols + 64 * (rg % groups) +
+                                              16 * m + 2 * tt);
+            st[i] = tf_mma_parts_of(tf_ld_cg(p), tf_ld_cg(p + 4));
         }
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (i0 + u * stride < items) st[i0 + u * stride] = xp ? v[u] : tf_mma_parts_of(a[u], b[u]);
     }
     __syncthreads();
-    tf_held_mark("~held:staged");
     for (int k = 0; k < mine; k++) {
         const int s = k % slots;
         tf_bulk_wait(bars + s, (u32)(k / slots) & 1u);
-        if (k == 0) tf_held_mark("~held:landed");
         const u8* at = held + (size_t)s * (codes + pairs);
         tf_mma_body<1, MMA_KW, 1, 0, 1, SB, 1>((const uint4*)at, (const SB*)(at + codes), x, y, n,
                                                0, first + k * step, rows, cols);
-        if (k == 0) tf_held_mark("~held:tile");
         // tf_mma_body ends on a barrier: the slot is read.
         if (threadIdx.x == 0 && k + slots < mine) {
             tf_bulk_reuse();

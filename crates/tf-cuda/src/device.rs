@@ -296,34 +296,16 @@ impl Gpu {
             .max(48 * 1024) as usize;
         let smem_per_block = optin - 1024;
         for (name, (f, _)) in &functions {
-            // The held products keep 4 KB of static shared memory beside it.
-            let limit = match name.starts_with(crate::mma::HELD_KERNEL) {
-                true => Some(optin - 8 * 1024),
-                false => (name.starts_with("tf_mmf_")
-                    || name.contains("attend")
-                    || name.contains("slices_"))
-                .then_some(smem_per_block),
-            };
-            if let Some(limit) = limit {
+            if name.starts_with("tf_mmf_")
+                || name.contains("attend")
+                || name.contains("slices_")
+                || name.starts_with(crate::mma::HELD_KERNEL)
+            {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    limit as i32,
+                    smem_per_block as i32,
                 )
                 .map_err(drv("raising a kernel's shared memory limit"))?;
-            }
-        }
-        // `TF_CUDA_CARVEOUT=P` (an experiment): every kernel prefers P% of the SM's unified
-        // memory as shared memory, so blocks of kernels with different needs may share an SM.
-        if let Some(p) = std::env::var("TF_CUDA_CARVEOUT")
-            .ok()
-            .and_then(|v| v.parse::<i32>().ok())
-        {
-            for (f, _) in functions.values() {
-                f.set_attribute(
-                    cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                    p,
-                )
-                .map_err(drv("setting a kernel's shared memory carveout"))?;
             }
         }
         // The tensor cores' product stages x beside its static reduction buffer.

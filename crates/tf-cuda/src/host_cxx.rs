@@ -68,7 +68,6 @@ pub(crate) const SIMT_PRELUDE: &str = r#"
 #define TF_HOST_SIMT 1
 static inline void tf_follow() {}
 static inline void tf_lead() {}
-#define tf_lead_early()
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;

@@ -726,14 +726,6 @@ pub fn matmul_held(
             ),
         });
     }
-    if std::env::var_os("TF_CUDA_HELD_SAY").is_some() {
-        let at_once = gpu.resident_blocks(&kernel, threads, smem as u32)?;
-        eprintln!(
-            "held [{}, {}] tiles {span:?}: {blocks} blocks, {slots} slots, {smem} bytes, {at_once} an SM",
-            w.rows(),
-            w.cols()
-        );
-    }
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
     let (from, to, slots_) = (span.start as i32, span.end as i32, slots as i32);
     crate::slices::count_launch();
