@@ -146,22 +146,15 @@ struct TfMmaGroup {
     float X[F];
 };
 
-// The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on;
-// HELD: the tiles are in shared memory (tf_mma_mlx4_held), read by plain loads.
-template <int RT, int KW, int F, int SPLIT, class SB, int HELD = 0>
+// The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
+template <int RT, int KW, int F, int SPLIT, class SB>
 __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint4** wp,
                                             const SB** sp, const float** xs) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        if (HELD) {
-            d.q[r] = *wp[r];
-            d.lo[r] = *sp[r];
-            d.hi[r] = *(sp[r] + 8);
-        } else {
-            d.q[r] = __ldg(wp[r]);
-            d.lo[r] = __ldg(sp[r]);
-            d.hi[r] = __ldg(sp[r] + 8);
-        }
+        d.q[r] = __ldg(wp[r]);
+        d.lo[r] = __ldg(sp[r]);
+        d.hi[r] = __ldg(sp[r] + 8);
         wp[r] += 32 * KW, sp[r] += 16 * KW;
     }
     if (SPLIT) {
@@ -277,9 +270,8 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused). HELD (one tile, x staged): the block has staged x already, and wq, sb
-// are the tile's codes and scale pairs in shared memory.
-template <int RT, int KW, int STAGED, int PLANT, int F, class SB, int HELD = 0>
+// xp and xsum (x unused).
+template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const SB* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
@@ -294,7 +286,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const SB* sp[RT];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        const size_t tg = HELD ? (size_t)r * groups + w : (size_t)min(tile0 + r, tiles - 1) * groups + w;
+        const size_t tg = (size_t)min(tile0 + r, tiles - 1) * groups + w;
         wp[r] = wq + tg * 32 + lane;
         sp[r] = sb + tg * 16 + g;
     }
@@ -316,14 +308,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
 #else
         extern __shared__ uint4 st[];
 #endif
-        if (!HELD) {
-            for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
-                const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
-                st[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
-                                     16 * m + 2 * tt);
-            }
-            __syncthreads();
+        for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
+            const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
+            st[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
+                                 16 * m + 2 * tt);
         }
+        __syncthreads();
         xr.p = st + ((size_t)row * groups + w) * 16 + t;
         xr.odd = g & 1;
     } else {
@@ -337,12 +327,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT, F, SB> a, b;
-    if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2, SB, HELD>(a, wp, sp, xs);
+    if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
     for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2, SB, HELD>(b, wp, sp, xs);
+        if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
         tf_mma_group<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
-        if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2, SB, HELD>(a, wp, sp, xs);
+        if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
         tf_mma_group<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
@@ -420,131 +410,6 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
-
-// Bulk copies into shared memory, each landing on an mbarrier (sm_90's cp.async.bulk). On
-// the host: a copy at once, and the wait a barrier of the block.
-#ifdef TF_HOST_SIMT
-static inline void tf_bulk_init(u64*, int) {}
-static inline void tf_bulk_copy(void* dst, const void* src, u32 bytes, u64*) {
-    std::memcpy(dst, src, bytes);
-}
-static inline void tf_bulk_expect(u64*, u32) {}
-static inline void tf_bulk_reuse() {}
-static inline void tf_bulk_wait(u64*, u32) { __syncthreads(); }
-static inline uint4 tf_ld_cg(const uint4* p) { return *p; }
-static inline float2 tf_ld_cg(const float2* p) { return *p; }
-#else
-__device__ __forceinline__ u32 tf_smem_at(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-// `n` barriers, one arrival each (a thread's; the block syncs before any use).
-__device__ __forceinline__ void tf_bulk_init(u64* bars, int n) {
-    for (int i = 0; i < n; i++)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(tf_smem_at(bars + i)) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// The arrival at `bar` of a phase that `bytes` of copies complete.
-__device__ __forceinline__ void tf_bulk_expect(u64* bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(tf_smem_at(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void tf_bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            tf_smem_at(dst)),
-        "l"(src), "r"(bytes), "r"(tf_smem_at(bar))
-        : "memory");
-}
-// Before a copy into shared memory the block has read (after the barrier that ends the reads).
-__device__ __forceinline__ void tf_bulk_reuse() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-// Until `bar`'s phase of parity `parity` has completed (its copies landed).
-__device__ __forceinline__ void tf_bulk_wait(u64* bar, u32 parity) {
-    u32 done = 0;
-    while (!done)
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, "
-            "1, 0, p;\n}" : "=r"(done) : "r"(tf_smem_at(bar)), "r"(parity) : "memory");
-}
-// Coherent loads (L2): what the kernel before this one wrote, read after the wait.
-__device__ __forceinline__ uint4 tf_ld_cg(const uint4* p) { return __ldcg(p); }
-__device__ __forceinline__ float2 tf_ld_cg(const float2* p) { return __ldcg(p); }
-#endif
-
-// Most tiles a block of tf_mma_mlx4_held holds at once.
-#define MMA_HELD_SLOTS 8
-
-// tf_mma_mlx4_held[_b16]: tf_mma_mlx4_r1_staged's product (the same bits) for calls of at most
-// four x rows, its tiles held in shared memory. A block takes tiles from + bx, then every
-// gridDim.x after, `slots` of them at a time in shared memory after x's staging. It asks for
-// its first tiles by bulk copies before its wait: weights are never written, so they land
-// while the kernel before it (a norm or the gated norm, which lets it launch early) runs.
-// After the wait it stages x as the staged products do, from x's split (xp, if not null) or
-// from x, then multiplies each tile as it lands and asks for the one `slots` on into its slot.
-template <class SB>
-__device__ __forceinline__ void tf_mma_held(const u8* __restrict__ W, const uint4* xp,
-                                            const float* x, float* __restrict__ y, int n, int rows,
-                                            int cols, int from, int to, int slots) {
-#ifdef TF_HOST_SIMT
-    uint4* st = (uint4*)tf_dyn_smem;
-#else
-    extern __shared__ uint4 st[];
-#endif
-    __shared__ u64 bars[MMA_HELD_SLOTS];
-    const int groups = cols >> 6, tiles = (rows + 15) >> 4, live = min(4, n);
-    const u32 codes = 512u * groups, pairs = 16u * sizeof(SB) * groups;
-    const SB* sb = tf_mma_scales<SB>(W, tiles, cols);
-    u8* held = (u8*)(st + live * groups * 16);
-    const int first = from + (int)blockIdx.x, step = (int)gridDim.x;
-    const int mine = first < to ? (to - 1 - first) / step + 1 : 0;
-    // Slot k % slots takes the block's tile k.
-    auto ask = [&](int k) {
-        const int tile = first + k * step, s = k % slots;
-        u8* dst = held + (size_t)s * (codes + pairs);
-        tf_bulk_expect(bars + s, codes + pairs);
-        tf_bulk_copy(dst, W + (size_t)tile * codes, codes, bars + s);
-        tf_bulk_copy(dst + codes, sb + (size_t)tile * groups * 16, pairs, bars + s);
-    };
-    if (threadIdx.x == 0) {
-        tf_bulk_init(bars, slots);
-        for (int k = 0; k < min(slots, mine); k++) ask(k);
-    }
-    tf_follow();
-    for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
-        if (xp) {
-            st[i] = tf_ld_cg(xp + i);
-        } else {
-            const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
-            const float2* p = (const float2*)(x + (size_t)(rg / groups) * cols + 64 * (rg % groups) +
-                                              16 * m + 2 * tt);
-            st[i] = tf_mma_parts_of(tf_ld_cg(p), tf_ld_cg(p + 4));
-        }
-    }
-    __syncthreads();
-    for (int k = 0; k < mine; k++) {
-        const int s = k % slots;
-        tf_bulk_wait(bars + s, (u32)(k / slots) & 1u);
-        const u8* at = held + (size_t)s * (codes + pairs);
-        tf_mma_body<1, MMA_KW, 1, 0, 1, SB, 1>((const uint4*)at, (const SB*)(at + codes), x, y, n,
-                                               0, first + k * step, rows, cols);
-        // tf_mma_body ends on a barrier: the slot is read.
-        if (threadIdx.x == 0 && k + slots < mine) {
-            tf_bulk_reuse();
-            ask(k + slots);
-        }
-    }
-}
-
-#define TF_MMA_HELD_ENTRY_SB(NAME, SB)                                                         \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, 2)                               \
-        NAME(const u8* W, const uint4* xp, const float* x, float* y, int n, int rows, int cols, \
-             int from, int to, int slots) {                                                    \
-        tf_mma_held<SB>(W, xp, x, y, n, rows, cols, from, to, slots);                          \
-    }
-#define TF_MMA_HELD_ENTRY(NAME)                                                                \
-    TF_MMA_HELD_ENTRY_SB(NAME, float2)                                                         \
-    TF_MMA_HELD_ENTRY_SB(NAME##_b16, u32)
-TF_MMA_HELD_ENTRY(tf_mma_mlx4_held)
 
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)

@@ -20,7 +20,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 18] = [
+pub const KERNEL_NAMES: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -33,7 +33,6 @@ pub const KERNEL_NAMES: [&str; 18] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
-    HELD_KERNEL,
     "tf_mma_split",
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
@@ -43,7 +42,7 @@ pub const KERNEL_NAMES: [&str; 18] = [
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 16] = [
+pub const TILE_READERS: [&str; 15] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -53,7 +52,6 @@ pub const TILE_READERS: [&str; 16] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
-    HELD_KERNEL,
     "tf_moe_mma_mlx4",
     "tf_moe_mma_mlx4_staged",
     "tf_moe_mma_mlx4_split",
@@ -607,153 +605,6 @@ pub fn matmul_split_span(
     // columns and y n rows of its rows (checked above; the tiles were made for this shape), and
     // the span lies within its tiles.
     unsafe { b.go(cfg, "launching mma matmul (split x)") }
-}
-
-/// The product whose tiles a block holds in shared memory ([`matmul_held`]).
-pub const HELD_KERNEL: &str = "tf_mma_mlx4_held";
-
-/// Most tiles a block of [`HELD_KERNEL`] holds at once (`MMA_HELD_SLOTS`).
-const HELD_SLOTS: usize = 8;
-
-/// x of a held product: split once (its parts staged as they are), or rows of f32 (split as
-/// they are staged): the same staging.
-#[derive(Clone, Copy)]
-pub enum HeldX<'a> {
-    Split(&'a SplitX),
-    Rows(&'a CudaSlice<f32>),
-}
-
-/// Where Mamba's products hold their tiles ([`matmul_held`]; the same bits), by
-/// `TF_CUDA_HELD`: `in` (in_proj, the part on the path), `out` (out_proj), `in,out`; off
-/// otherwise. `TF_CUDA_HELD_PER_SM` (1 or 2, default 2): blocks an SM.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct HeldSites {
-    pub in_proj: bool,
-    pub out_proj: bool,
-    pub per_sm: usize,
-}
-
-/// The sites `TF_CUDA_HELD` names (read once).
-pub fn held_sites() -> HeldSites {
-    static ON: std::sync::OnceLock<HeldSites> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let v = std::env::var("TF_CUDA_HELD").unwrap_or_default();
-        let has = |s: &str| v.split(',').any(|p| p.trim() == s);
-        let per_sm = std::env::var("TF_CUDA_HELD_PER_SM")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&k| k == 1 || k == 2)
-            .unwrap_or(2);
-        HeldSites {
-            in_proj: has("in"),
-            out_proj: has("out"),
-            per_sm,
-        }
-    })
-}
-
-/// [`matmul_split_span`]'s product of the row tiles `span` for at most four x rows, each
-/// block holding up to [`HELD_SLOTS`] of its tiles in shared memory: asked for before its
-/// wait, so they land while the kernel before it runs (the same bits as
-/// `tf_mma_mlx4_r1_staged`'s). `per_sm` blocks an SM, one wave.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_held(
-    gpu: &Gpu,
-    w: &GpuMatrix,
-    x: HeldX,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-    span: std::ops::Range<usize>,
-    per_sm: usize,
-) -> Result<()> {
-    const OP: &str = "mma matmul (tiles held)";
-    need(OP, "y", y.len(), n * w.rows())?;
-    match x {
-        HeldX::Split(s) if !s.serves(w, n) => {
-            return Err(CudaError::Shape {
-                op: OP,
-                detail: format!(
-                    "a split of {} columns for [{}, {}]",
-                    s.cols,
-                    w.rows(),
-                    w.cols()
-                ),
-            })
-        }
-        HeldX::Rows(x) => need(OP, "x", x.len(), n * w.cols())?,
-        HeldX::Split(_) => {}
-    }
-    let tiles = w.rows().div_ceil(16);
-    if !w.layout().is_mma() || n > 4 || span.start > span.end || span.end > tiles {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!(
-                "{:?} [{}, {}], {n} rows, tiles {span:?}: the held product takes mma tiles, at most four rows",
-                w.layout(),
-                w.rows(),
-                w.cols()
-            ),
-        });
-    }
-    if n == 0 || span.is_empty() {
-        return Ok(());
-    }
-    let kernel = entry_for(HELD_KERNEL, w.layout());
-    let groups = w.cols() / GROUP;
-    let staging = staging_bytes(n, w.cols());
-    let pairs = if w.layout() == Layout::MmaTilesB16 {
-        4
-    } else {
-        8
-    };
-    let slot = groups * (512 + 16 * pairs);
-    let blocks = span.len().min(per_sm.max(1) * gpu.info().multiprocessors);
-    let wanted = span.len().div_ceil(blocks).min(HELD_SLOTS);
-    let threads = 32 * WARPS;
-    let mut slots = wanted;
-    while slots > 1
-        && gpu.resident_blocks(&kernel, threads, (staging + slots * slot) as u32)? < per_sm
-    {
-        slots -= 1;
-    }
-    let smem = staging + slots * slot;
-    if gpu.resident_blocks(&kernel, threads, smem as u32)? == 0 {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!(
-                "{smem} bytes of shared memory for one tile of {} columns",
-                w.cols()
-            ),
-        });
-    }
-    let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
-    let (from, to, slots_) = (span.start as i32, span.end as i32, slots as i32);
-    crate::slices::count_launch();
-    let cfg = LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
-    let null = 0u64;
-    let mut b = gpu.launcher(&kernel)?;
-    b.arg(w.bytes());
-    match x {
-        HeldX::Split(s) => b.arg(&s.parts).arg(&null),
-        HeldX::Rows(x) => b.arg(&null).arg(x),
-    };
-    b.arg(y)
-        .arg(&n_)
-        .arg(&rows)
-        .arg(&cols)
-        .arg(&from)
-        .arg(&to)
-        .arg(&slots_);
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32 x 6); x (its split, or rows of the matrix's
-    // columns; the other pointer null) holds n rows and y n rows of the matrix's rows (checked
-    // above; the tiles were made for this shape); the span lies within its tiles, and the
-    // block's dynamic shared memory holds x's staging and `slots` (at most MMA_HELD_SLOTS)
-    // tiles.
-    unsafe { b.go(cfg, "launching mma matmul (tiles held)") }
 }
 
 #[cfg(test)]

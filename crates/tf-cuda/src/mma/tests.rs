@@ -120,22 +120,6 @@ fn harness() -> String {
             threads = 32 * WARPS,
         )
     };
-    // y of the held product (calls of at most four rows; zeros otherwise) on `blocks` blocks
-    // holding `slots` tiles each, x from its split or from its rows, y emptied first.
-    let held = |suffix: &str,
-                tiles: &str,
-                pair: usize,
-                split: bool,
-                blocks: usize,
-                slots: usize| {
-        format!(
-            "    std::fill(y.begin(), y.end(), 0.0f);\n\
-             \x20   if (n <= 4) tf_launch(D3{{{blocks}, 1, 1}}, {threads}, (size_t)n * (cols / 64) * 256 + {slots} * (cols / 64) * (512 + 16 * {pair}), [&] {{ {HELD_KERNEL}{suffix}({tiles}.data(), {xp}, x.data(), y.data(), n, rows, cols, 0, (rows + 15) / 16, {slots}); }});\n\
-             \x20   fwrite(y.data(), 4, y.size(), fo);\n",
-            threads = 32 * WARPS,
-            xp = if split { "parts.data()" } else { "nullptr" },
-        )
-    };
     let whole = "(rows + 15) / 16";
     let compact = |rt: usize, xr: usize| product_of(rt, xr, "_b16", "tiles16");
     for part in [
@@ -147,8 +131,6 @@ fn harness() -> String {
         spans(1, 8, whole),
         spans(2, 4, whole),
         spans(1, 4, "(rows + 15) / 16 - 1"),
-        held("", "tiles", 8, true, 1, 1),
-        held("", "tiles", 8, false, 2, 2),
         split(PLANT_SPLIT_SUMS),
         product(1, 8),
     ] {
@@ -167,7 +149,6 @@ fn harness() -> String {
         compact(2, 8),
         compact(1, 4),
         compact(2, 4),
-        held("_b16", "tiles16", 4, true, 2, 1),
     ] {
         calls.push_str(&part);
     }
@@ -243,8 +224,8 @@ fn emulate(
         .map(<[f32]>::to_vec)
         .collect();
     let wide = [0, 4].map(|at| u32::from_le_bytes(wide[at..at + 4].try_into().unwrap()));
-    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 17);
-    let (ys, compact) = ys.split_at(Choice::ALL.len() + 11);
+    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 14);
+    let (ys, compact) = ys.split_at(Choice::ALL.len() + 9);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.to_vec(),
@@ -341,7 +322,7 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
             );
             // Control: the planted split's sums (f32 from x) change the bits.
             assert_ne!(
-                host_cxx::differing(&run.ys[at + 9], &base[rows_of.clone()]),
+                host_cxx::differing(&run.ys[at + 7], &base[rows_of.clone()]),
                 0
             );
             // The compact tiles: every choice and split product the bits of the f32 pairs'.
@@ -358,31 +339,9 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
             }
             // Control: the pairs' halves swapped change the bits.
             assert_ne!(
-                host_cxx::differing(&compact[Choice::ALL.len() + 5], &base[rows_of]),
+                host_cxx::differing(&compact[Choice::ALL.len() + 4], &base[rows_of]),
                 0
             );
-        }
-        // Tiles held in shared memory (calls of at most four rows): the same bits, through
-        // one slot on one block, two slots on two blocks (x from its rows), and of the compact
-        // tiles, in a call of three rows and alone.
-        let three = emulate(&dir, &exe, &src, rows, cols, &x[13 * cols..16 * cols], 3);
-        for (run, rows_of) in [
-            (&three, 13 * rows..16 * rows),
-            (&solo, 13 * rows..14 * rows),
-        ] {
-            let at = Choice::ALL.len() + 8;
-            let ys = run.ys[at..at + 2]
-                .iter()
-                .chain(&run.compact[Choice::ALL.len() + 4..][..1]);
-            for (k, y) in ["one slot", "x from rows", "compact"].iter().zip(ys) {
-                let d = host_cxx::differing(y, &base[rows_of.clone()]);
-                assert_eq!(
-                    d,
-                    0,
-                    "{rows}x{cols}: held, {k}, {} rows",
-                    rows_of.len() / rows
-                );
-            }
         }
         // The check finds the bf16 scales, and the planted bias that is not one.
         assert_eq!(all.wide, [0, 1], "{rows}x{cols}: the scales' check");
@@ -433,7 +392,6 @@ fn twinned_in_sources() -> Vec<String> {
     let macros = [
         "TF_MMA_ENTRY(",
         "TF_MMA_SPLIT_ENTRY(",
-        "TF_MMA_HELD_ENTRY(",
         "TF_MOE_MMA_ENTRY(",
         "TF_MOE_MMA_SPLIT_ENTRY(",
     ];
@@ -441,7 +399,7 @@ fn twinned_in_sources() -> Vec<String> {
         .iter()
         .flat_map(|s| s.lines())
         .filter_map(|l| macros.iter().find_map(|m| l.strip_prefix(m)))
-        .filter_map(|rest| rest.split([',', ')']).next())
+        .filter_map(|rest| rest.split(',').next())
         .map(|n| n.trim().to_string())
         .collect();
     names.sort();

@@ -57,22 +57,7 @@ pub(super) fn mamba(
         });
     }
     let z_beside = in_proj_z_beside(g, m, ws.hs.as_ref(), n, inner, &mut ws.proj)?;
-    let held = mma::held_sites();
-    let whole_held = match ws.hs.as_ref() {
-        Some(s)
-            if !z_beside
-                && held.in_proj
-                && held_serves(&m.in_proj, m.in_bias.is_some(), n)
-                && s.serves(&m.in_proj, n) =>
-        {
-            let tiles = m.in_proj.rows().div_ceil(16);
-            let x = mma::HeldX::Split(s);
-            mma::matmul_held(g, &m.in_proj, x, n, &mut ws.proj, 0..tiles, held.per_sm)?;
-            true
-        }
-        _ => false,
-    };
-    if !z_beside && !whole_held {
+    if !z_beside {
         linear(
             g,
             &m.in_proj,
@@ -106,18 +91,6 @@ pub(super) fn mamba(
     mamba::gated_norm(
         g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
     )?;
-    if held.out_proj && held_serves(&m.out_proj, m.out_bias.is_some(), n) {
-        let tiles = m.out_proj.rows().div_ceil(16);
-        return mma::matmul_held(
-            g,
-            &m.out_proj,
-            mma::HeldX::Rows(&ws.yn),
-            n,
-            &mut ws.o,
-            0..tiles,
-            held.per_sm,
-        );
-    }
     linear(
         g,
         &m.out_proj,
@@ -127,12 +100,6 @@ pub(super) fn mamba(
         n,
         &mut ws.o,
     )
-}
-
-/// Whether a held product ([`mma::matmul_held`]) may take `w` for `n` rows: mma tiles, at most
-/// four rows, no bias.
-fn held_serves(w: &GpuMatrix, bias: bool, n: usize) -> bool {
-    w.layout().is_mma() && n <= 4 && !bias
 }
 
 /// The side stream of Mamba's z rows ([`in_proj_z_beside`]).
@@ -165,11 +132,7 @@ fn in_proj_z_beside(
     g.beside(Z_SIDE, || {
         mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, true)
     })?;
-    let (rest, held) = (z..w.rows().div_ceil(16), mma::held_sites());
-    match held.in_proj && held_serves(w, false, n) {
-        true => mma::matmul_held(g, w, mma::HeldX::Split(s), n, proj, rest, held.per_sm)?,
-        false => mma::matmul_split_span(g, rt, w, s, n, proj, rest, false)?,
-    }
+    mma::matmul_split_span(g, rt, w, s, n, proj, z..w.rows().div_ceil(16), false)?;
     Ok(true)
 }
 
