@@ -268,29 +268,9 @@ __device__ __forceinline__ void tf_moe_sort_block(const int* experts, int* offse
     }
 }
 
-// tf_moe_sort_block's lists for one row's k picks of distinct experts (0 <= pick < n_experts),
-// without its counts and scan: an expert's offset is the number of picks of lower ids, and a
-// slot's place in `order` its pick's offset.
-__device__ __forceinline__ void tf_moe_sort_distinct(const int* picks, int k, int* offsets,
-                                                     int* order, int* where_, int n_experts) {
-    for (int e = threadIdx.x; e <= n_experts; e += blockDim.x) {
-        int below = 0;
-        for (int j = 0; j < k; j++) below += picks[j] < e ? 1 : 0;
-        offsets[e] = below;
-    }
-    for (int s = threadIdx.x; s < k; s += blockDim.x) {
-        int p = 0;
-        for (int j = 0; j < k; j++) p += picks[j] < picks[s] ? 1 : 0;
-        order[p] = s;
-        where_[s] = p;
-    }
-}
-
-// A round of one row: tf_moe_route_grouped, then its picks' lists (tf_moe_sort's), in one
-// block and one launch (the same picks, weights and lists). A row's picks are distinct experts
-// where there are at least k of them (every expert's key is distinct and above the padding's),
-// so the lists come from tf_moe_sort_distinct; otherwise from tf_moe_sort_block. Dynamic
-// shared memory: the larger of the two's; the sort reuses the routing's after a barrier.
+// A round of one row: tf_moe_route_grouped, then tf_moe_sort on its picks, in one block and
+// one launch (the same code, so the same picks, weights and lists). Dynamic shared memory: the
+// larger of the two's; the sort reuses the routing's after a barrier.
 extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, const float* corr,
                                                        int* experts, float* weights,
                                                        int n_experts, int top_k, int n_group,
@@ -303,10 +283,7 @@ extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, cons
                                                n_group, topk_group, scaling, norm_topk, fill);
     __syncthreads();  // the picks are written, and the routing's shared memory is free
     tf_mark("~route:picked");
-    if (n_experts >= top_k)
-        tf_moe_sort_distinct(picks, top_k, offsets, order, where_, n_experts);
-    else
-        tf_moe_sort_block(picks, offsets, order, where_, top_k, n_experts, (int*)rt_keys);
+    tf_moe_sort_block(picks, offsets, order, where_, top_k, n_experts, (int*)rt_keys);
     tf_mark("~route:sorted");
 }
 
