@@ -17,9 +17,8 @@
 //
 // x (f32, n rows), 4 or 8 rows a block. Each value is split into bf16 parts hi = bf16(v) and
 // lo = bf16(v - hi); per 16 columns the tensor cores sum 128 + q (exact in bf16) against each
-// part, the high and the low sums each carried through the group's four k-steps in two chains
-// (k-steps 0 and 2, 1 and 3: the mma's latency paid twice, not four times), the chains added,
-// then the high and the low sums added; X, the group's sum of the parts, comes the same way from the same fragments times a
+// part, the high and the low sums each carried through the group's four k-steps and added
+// once; X, the group's sum of the parts, comes the same way from the same fragments times a
 // matrix of ones. A group adds s Σ (128 + q) x + (b - 128 s) X to its outputs (two FMAs; the
 // tiles hold b - 128 s); warp w takes groups w, w + MMA_KW, ... and the warps' sums are added
 // in warp order. 8 rows a block (F = 2): lane (g, t) feeds row g, its high and low parts in two
@@ -200,7 +199,7 @@ struct TfMmaX<2, KW> {
 // (STAGED 2) or summed here. F = 1, four x rows: B column g is row g / 2's high (g even) or
 // low (g odd) parts, so one mma a k-step; F = 2, eight x rows: column g is row g, its high and
 // low parts in two mmas with sums of their own. Either way an output's high and low sums are
-// carried through the group's four k-steps in two chains, then added. PLANT (a planted control): the low
+// carried through the group's four k-steps and added once. PLANT (a planted control): the low
 // parts dropped when the call has several rows.
 template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfMmaX<STAGED, KW>& xr,
@@ -213,52 +212,40 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
         for (int m = 0; m < 4; m++) tf_mma_codes(words[m], a[r][m], mask);
     }
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
-    // acc[h][r][0] the high parts' sums, acc[h][r][1] the low parts' (F = 2); X the same against
-    // ones. Two chains a sum: k-steps 0 and 2 (h = 0), 1 and 3 (h = 1), added after the group.
-    float acc[2][RT][F][4], X[2][F][4];
+    // acc[r][0] the high parts' sums, acc[r][1] the low parts' (F = 2); X the same against ones.
+    float acc[RT][F][4], X[F][4];
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+    for (int c = 0; c < F; c++)
 #pragma unroll
-        for (int c = 0; c < F; c++)
+        for (int v = 0; v < 4; v++) {
+            X[c][v] = 0.0f;
 #pragma unroll
-            for (int v = 0; v < 4; v++) {
-                X[h][c][v] = 0.0f;
-#pragma unroll
-                for (int r = 0; r < RT; r++) acc[h][r][c][v] = 0.0f;
-            }
+            for (int r = 0; r < RT; r++) acc[r][c][v] = 0.0f;
+        }
     static_assert(F == 2 || STAGED != 0, "four-row products read x staged or split");
 #pragma unroll
     for (int m = 0; m < 4; m++) {
-        const int h = m & 1;
         if constexpr (F == 1) {
             uint2 b = xr.half(m);
             if (PLANT && n > 1 && xr.odd) b.x = 0u, b.y = 0u;
 #pragma unroll
-            for (int r = 0; r < RT; r++) tf_mma_16816(acc[h][r][0], a[r][m], b.x, b.y);
-            if (STAGED != 2) tf_mma_16816(X[h][0], ones, b.x, b.y);
+            for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][0], a[r][m], b.x, b.y);
+            if (STAGED != 2) tf_mma_16816(X[0], ones, b.x, b.y);
         } else {
             const uint4 v = xr.at(m);
             const bool drop = PLANT && n > 1;
             const u32 l0 = drop ? 0u : v.z, l1 = drop ? 0u : v.w;
 #pragma unroll
             for (int r = 0; r < RT; r++) {
-                tf_mma_16816(acc[h][r][0], a[r][m], v.x, v.y);
-                tf_mma_16816(acc[h][r][1], a[r][m], l0, l1);
+                tf_mma_16816(acc[r][0], a[r][m], v.x, v.y);
+                tf_mma_16816(acc[r][1], a[r][m], l0, l1);
             }
             if (STAGED != 2) {
-                tf_mma_16816(X[h][0], ones, v.x, v.y);
-                tf_mma_16816(X[h][1], ones, l0, l1);
+                tf_mma_16816(X[0], ones, v.x, v.y);
+                tf_mma_16816(X[1], ones, l0, l1);
             }
         }
     }
-#pragma unroll
-    for (int c = 0; c < F; c++)
-#pragma unroll
-        for (int v = 0; v < 4; v++) {
-            X[0][c][v] = X[0][c][v] + X[1][c][v];
-#pragma unroll
-            for (int r = 0; r < RT; r++) acc[0][r][c][v] = acc[0][r][c][v] + acc[1][r][c][v];
-        }
     xr.next();
     // D entry v of a lane: tile row g + 8 (v / 2), column 2t + v % 2. F = 1: columns 2t and
     // 2t + 1 are x row t's high and low sums, so yacc[r][h] is (tile row g + 8h, x row t);
@@ -269,11 +256,10 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
         for (int o = 0; o < 2 * F; o++) {
             const float2 sc = tf_mma_sb((F == 1 ? o : o >> 1) ? d.hi[r] : d.lo[r]);
             const int c = F == 1 ? 0 : o & 1;  // the x row's X among the lane's
-            const float s = F == 1 ? acc[0][r][0][2 * o] + acc[0][r][0][2 * o + 1]
-                                   : acc[0][r][0][o] + acc[0][r][1][o];
+            const float s = F == 1 ? acc[r][0][2 * o] + acc[r][0][2 * o + 1]
+                                   : acc[r][0][o] + acc[r][1][o];
             const float xv = STAGED == 2 ? d.X[c]
-                                         : (F == 1 ? X[0][0][0] + X[0][0][1]
-                                                   : X[0][0][c] + X[0][1][c]);
+                                         : (F == 1 ? X[0][0] + X[0][1] : X[0][c] + X[1][c]);
             yacc[r][o] = fmaf(sc.x, s, fmaf(sc.y, xv, yacc[r][o]));
         }
 }
@@ -439,21 +425,20 @@ __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, 
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const float* p = x + min(g, live - 1) * stride + 2 * t;
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
-    // Two chains a sum, as tf_mma_group: k-steps 0 and 2, 1 and 3, added after the group.
-    float hi[2][4] = {}, lo[2][4] = {};
+    float hi[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lo[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int m = 0; m < 4; m++) {
         // Plain loads: a norm's block reads back the row it has just written.
         const float* q = p + 16 * m;
         const uint4 v = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
         if (g < live) parts[((size_t)g * groups + G) * 16 + 4 * m + t] = v;
-        tf_mma_16816(hi[m & 1], ones, v.x, v.y);
-        tf_mma_16816(lo[m & 1], ones, v.z, v.w);
+        tf_mma_16816(hi, ones, v.x, v.y);
+        tf_mma_16816(lo, ones, v.z, v.w);
     }
 #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int row = 2 * t + c;
-        float s = (hi[0][c] + hi[1][c]) + (lo[0][c] + lo[1][c]);
+        float s = hi[c] + lo[c];
         if (PLANT) {
             const float* q = x + min(row, live - 1) * stride;
             s = 0.0f;
