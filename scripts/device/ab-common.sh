@@ -6,6 +6,7 @@
 # base build's tree): a fresh machine then skips about 105 s of kernel compile.
 . scripts/device/env.sh >/dev/null
 out="${OUT:-/tmp}"
+mkdir -p "$out"
 fails=0
 step() {
   local name=$1; shift

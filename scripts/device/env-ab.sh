@@ -16,7 +16,7 @@ shift 3
 . scripts/device/ab-common.sh
 for r in $(seq 1 "$rounds"); do
   for with in plain "$@"; do
-    name="$model-$(echo "$with" | tr -c 'A-Za-z0-9=\n' '_')-$r"
+    name="$model-$(echo "$with" | tr -c 'A-Za-z0-9\n' '_')-$r"
     case "$with" in
       plain) cmd=(./dist/tf-cuda-synthetic) ;;
       base) cmd=(./dist-base/tf-cuda-synthetic) ;;
