@@ -160,6 +160,9 @@ pub struct DeviceInfo {
     pub smem_per_block: usize,
 }
 
+/// Blocks an SM holds at once, by kernel name, then (block size, shared memory).
+type ResidentBlocks = HashMap<String, HashMap<(u32, u32), usize>>;
+
 /// A CUDA device with the program loaded: the context, the stream every launch goes to, and
 /// the kernels by name. Dropping it releases everything (RAII).
 pub struct Gpu {
@@ -173,8 +176,8 @@ pub struct Gpu {
     forked: AtomicUsize,
     functions: HashMap<String, (CudaFunction, usize)>,
     /// [`Gpu::resident_blocks`] answers, asked of the driver once per (kernel, block size, shared
-    /// memory).
-    resident: Mutex<HashMap<(String, u32, u32), usize>>,
+    /// memory), by kernel name so a lookup needs no owned key.
+    resident: Mutex<ResidentBlocks>,
     info: DeviceInfo,
     /// The loaded program (its globals: [`crate::timeline`]).
     pub(crate) module: Arc<CudaModule>,
@@ -418,8 +421,9 @@ impl Gpu {
     /// an SM holds at once, as the driver's occupancy calculator says (asked once, then
     /// remembered).
     pub fn resident_blocks(&self, name: &str, threads: u32, smem: u32) -> Result<usize> {
-        let key = (name.to_string(), threads, smem);
-        if let Some(&n) = self.lock_resident().get(&key) {
+        let asked =
+            |map: &ResidentBlocks| map.get(name).and_then(|m| m.get(&(threads, smem))).copied();
+        if let Some(n) = asked(&self.lock_resident()) {
             return Ok(n);
         }
         let n = self
@@ -427,11 +431,14 @@ impl Gpu {
             .0
             .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)
             .map_err(drv("reading a kernel's occupancy"))? as usize;
-        self.lock_resident().insert(key, n);
+        self.lock_resident()
+            .entry(name.to_string())
+            .or_default()
+            .insert((threads, smem), n);
         Ok(n)
     }
 
-    fn lock_resident(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32, u32), usize>> {
+    fn lock_resident(&self) -> std::sync::MutexGuard<'_, ResidentBlocks> {
         // A poisoned map still holds only correct answers.
         self.resident.lock().unwrap_or_else(|e| e.into_inner())
     }
