@@ -12,8 +12,8 @@
 //! 2. Decode rounds on the synthetic weights at 1 / 4 / 16 / 64 streams (or `--streams`;
 //!    graphed; each step as serving runs it: the logits stay on the device, the candidate
 //!    selection picks each row's and only those come back, the greedy token the first), the
-//!    last step's logits finite, aggregate tok/s and the fraction of the memory roofline: bytes
-//!    one step must read / 3.97e12 B/s: the checkpoint's bytes (MLX at its own packing, not the
+//!    last step's logits finite (and their bits' digest), aggregate tok/s and the fraction of
+//!    the memory roofline: bytes one step must read / 3.97e12 B/s: the checkpoint's bytes (MLX at its own packing, not the
 //!    device's wider layouts), a MoE layer's routed experts by the expected share touched by n
 //!    tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random weights route near
 //!    uniformly).
@@ -53,6 +53,16 @@ const ROOFLINE_BYTES_PER_S: f64 = 3.97e12;
 const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314];
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// FNV-1a over the values' bits: two runs whose last logits differ in any bit print other
+/// digests (a settings A/B's same-bits check).
+fn fnv1a(v: &[f32]) -> u64 {
+    v.iter()
+        .flat_map(|x| x.to_bits().to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        })
+}
 
 fn split(spec: &str) -> (&str, Option<&str>) {
     match spec.split_once(':') {
@@ -402,8 +412,8 @@ fn run_model(spec: &str, bench: usize, streams_list: &[usize], probes: &Probes) 
         total as f64 / 1e9
     );
     let vocab = g.vocab_size();
-    println!("| streams | tok/s (aggregate) | us per step | bytes per step | roofline us | roofline fraction | logits finite |");
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    println!("| streams | tok/s (aggregate) | us per step | bytes per step | roofline us | roofline fraction | logits finite | last logits' bits (FNV-1a) |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |");
     let mut logits = Vec::new();
     for &streams in streams_list {
         for s in 0..streams {
@@ -454,11 +464,12 @@ fn run_model(spec: &str, bench: usize, streams_list: &[usize], probes: &Probes) 
         let sb = step_bytes(&plan, streams);
         let roofline_s = sb / ROOFLINE_BYTES_PER_S;
         println!(
-            "| {streams} | {:.0} | {:.1} | {sb:.3e} | {:.1} | {:.3} | {finite} |",
+            "| {streams} | {:.0} | {:.1} | {sb:.3e} | {:.1} | {:.3} | {finite} | {:016x} |",
             streams as f64 / dt,
             dt * 1e6,
             roofline_s * 1e6,
-            roofline_s / dt
+            roofline_s / dt,
+            fnv1a(&last)
         );
     }
     let (programmatic, edges) = g.graph_edges();

@@ -42,7 +42,7 @@ pub const KERNEL_NAMES: [&str; 17] = [
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 15] = [
+pub const TILE_READERS: [&str; 16] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -58,6 +58,7 @@ pub const TILE_READERS: [&str; 15] = [
     "tf_moe_mma_mlx4_split_r1",
     "tf_moe_mma_mlx4_split_x4",
     "tf_moe_mma_mlx4_split_r1_x4",
+    "tf_moe_mma_mlx4_split_x4_one",
 ];
 
 /// The `_b16` twins' names.

@@ -394,12 +394,13 @@ fn twinned_in_sources() -> Vec<String> {
         "TF_MMA_SPLIT_ENTRY(",
         "TF_MOE_MMA_ENTRY(",
         "TF_MOE_MMA_SPLIT_ENTRY(",
+        "TF_MOE_MMA_ONE_ENTRY(",
     ];
     let mut names: Vec<String> = src
         .iter()
         .flat_map(|s| s.lines())
         .filter_map(|l| macros.iter().find_map(|m| l.strip_prefix(m)))
-        .filter_map(|rest| rest.split(',').next())
+        .filter_map(|rest| rest.split([',', ')']).next())
         .map(|n| n.trim().to_string())
         .collect();
     names.sort();
@@ -427,7 +428,7 @@ fn moe_harness() -> String {
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
     let body = host_cxx::extract(
         moe,
-        "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma(",
+        "template <int RT, int STAGED, int F, class SB, int ONE = 0>\n__device__ __forceinline__ void tf_moe_mma(",
     );
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
@@ -474,7 +475,10 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
-         \x20   if (staged == 2 || staged >= 4) {{\n\
+         \x20   if (staged == 8) {{\n\
+         \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), 1, 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), 1, cols); }});\n\
+         \x20       tf_launch(grid, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_x4_one_b16 : tf_moe_mma_mlx4_split_x4_one)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20   }} else if (staged == 2 || staged >= 4) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
          \x20       if (staged == 5) tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_plant_mma_split_sums(xg.data(), parts.data(), sums.data(), slots, cols); }});\n\
          \x20       const D3 grid1{{(unsigned)((rows + 15) / 16), grid.y, 1}};\n\
@@ -495,7 +499,7 @@ fn moe_harness() -> String {
 }
 
 /// moe.cu's last grouped product entry (the harness takes the entries up to it).
-const LAST_ENTRY: &str = "TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)";
+const LAST_ENTRY: &str = "TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one)";
 
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
@@ -513,7 +517,8 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
     // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4: 2 with
     // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows); 6 and
-    // 7: 2 and 4 with 4 x rows at a time (_x4); 10 and up: that mode of the compact tiles.
+    // 7: 2 and 4 with 4 x rows at a time (_x4); 8: row 0 alone split (tf_mma_split), read by
+    // every pick (_x4_one); 10 and up: that mode of the compact tiles.
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
@@ -597,6 +602,27 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     // Control: the same row under another expert gives other values.
     let y2 = run(&[0, 0, 1, 2, 3], &one, 1);
     assert_ne!(host_cxx::differing(&y2[..rows], &y[..rows]), 0);
+    // A one-token round: its row split once and read by each of its three picks gives the
+    // bits of the gathered copies split (mode 6), in both tile forms; only row 0 is split, so
+    // a pick reading its own row of the split would read zeros.
+    let token = &x[13 * cols..14 * cols];
+    let copies: Vec<f32> = (0..3).flat_map(|_| token.to_vec()).collect();
+    let gathered = run(&[0, 1, 1, 2, 3], &copies, 6);
+    assert_eq!(
+        &gathered[2 * rows..],
+        &y[13 * rows..],
+        "the token's pick of expert 3"
+    );
+    for mode in [8, 18] {
+        let d = host_cxx::differing(&run(&[0, 1, 1, 2, 3], &copies, mode), &gathered);
+        assert_eq!(d, 0, "mode {mode}: the token's row split once");
+    }
+    // Control: another row split once gives other products.
+    let other: Vec<f32> = x[..3 * cols].to_vec();
+    assert_ne!(
+        host_cxx::differing(&run(&[0, 1, 1, 2, 3], &other, 8), &gathered),
+        0
+    );
 }
 
 /// Reads (n, width, add; eps; x, o, s, gain), add 0: no residual, 1: x + o, 2: x + (o + s);

@@ -155,7 +155,7 @@ impl GpuMuseSpark {
             moe::route(g, &self.routing, &ws.router, &l.router_bias, n, &mut ws.moe)?;
             ops::matmul(g, &l.pre_expert_proj, &ws.a, n, &mut ws.comp)?;
             ops::rms_norm(g, &ws.comp, &l.pre_expert_gain, d.eps, n, &mut ws.normed)?;
-            moe::experts(g, &l.experts, &ws.normed, &mut ws.moe)?;
+            moe::experts(g, &l.experts, &ws.normed, None, &mut ws.moe)?;
             let norm = ExpertNorm {
                 gain: &l.post_expert_gain,
                 eps: d.post_eps,

@@ -211,9 +211,16 @@ pub(super) fn moe(
 ) -> Result<()> {
     const FC1: usize = 0;
     const SHARED: usize = 1;
+    // A one-token round's experts read its row split once: the norm's split of h, or the
+    // latent row's, made beside fc1.
+    let one = n == 1 && moe::one_token();
     if let Some((fc1, _)) = &m.latent {
         g.beside(FC1, || {
-            ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)
+            ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)?;
+            match ws.latent_split.as_mut() {
+                Some(s) if one => mma::split(g, &ws.latent, 1, s),
+                _ => Ok(()),
+            }
         })?;
     }
     if let Some(sh) = &m.shared {
@@ -224,18 +231,17 @@ pub(super) fn moe(
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
-    let xe = match &m.latent {
+    let (xe, xe_split) = match &m.latent {
         Some(_) => {
             g.join_side(FC1)?;
-            &ws.latent
+            (&ws.latent, ws.latent_split.as_ref())
         }
-        None => &ws.h,
+        None => (&ws.h, ws.hs.as_ref()),
     };
-    moe::experts(g, &m.experts, xe, buf)?;
+    moe::experts(g, &m.experts, xe, xe_split.filter(|_| one), buf)?;
     match &m.latent {
         Some((_, fc2)) => {
-            moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;
-            ops::matmul(g, fc2, &ws.combined, n, &mut ws.o)?;
+            moe::combine_matmul(g, buf, m.expert_dim, fc2, &mut ws.combined, &mut ws.o)?
         }
         None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
     }

@@ -58,6 +58,9 @@ struct Workspace {
     /// Latent rows (fc1 output) and the combined expert rows.
     latent: CudaSlice<f32>,
     combined: CudaSlice<f32>,
+    /// A one-token round's latent row split, beside fc1, for the experts' up product
+    /// ([`moe::experts`]); `None` as `hs` is, or without routed experts.
+    latent_split: Option<SplitX>,
     /// Shared expert output.
     shared: CudaSlice<f32>,
     logits: CudaSlice<f32>,
@@ -277,6 +280,13 @@ impl GpuNemotronH {
             gates: gpu.zeros(n * w.experts)?,
             latent: gpu.zeros(n * w.expert_dim)?,
             combined: gpu.zeros(n * w.expert_dim)?,
+            latent_split: match mma::split_enabled()
+                && w.experts > 0
+                && w.expert_dim.is_multiple_of(mma::GROUP)
+            {
+                true => Some(SplitX::new(&gpu, 1, w.expert_dim)?),
+                false => None,
+            },
             shared: gpu.zeros(n * hidden)?,
             logits: gpu.zeros(n * vocab)?,
         };

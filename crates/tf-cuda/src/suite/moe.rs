@@ -135,7 +135,7 @@ impl<'g> MoeRig<'g> {
             }
             _ => x,
         };
-        moe::experts_with(g, &self.mlp, plant == Plant::RowVar, input, mb)?;
+        moe::experts_with(g, &self.mlp, plant == Plant::RowVar, input, None, mb)?;
         let kernel = if plant == Plant::Order {
             "tf_plant_moe_combine_reversed"
         } else {
