@@ -449,8 +449,7 @@ __device__ __forceinline__ void tf_moe_slices(const u8* __restrict__ W, const fl
     const int off = offsets[e];
     const u8* we = W + (size_t)e * rows * ((cols >> 5) * 4 * tf_slice_words(FMT));
     if (ONE)
-        tf_slices_one<FMT, 0>(we, TfRow4{xg + (size_t)off * cols}, yg + (size_t)off * rows, rows,
-                              cols, 1);
+        tf_slices_one<FMT, 0>(we, xg + (size_t)off * cols, yg + (size_t)off * rows, rows, cols, 1);
     else
         tf_slices<FMT, 0>(we, xg + (size_t)off * cols, yg + (size_t)off * rows,
                           offsets[e + 1] - off, rows, cols);
@@ -551,45 +550,6 @@ extern "C" __global__ void tf_plant_moe_combine_reversed(const float* yg, const 
     tf_moe_combine<1>(yg, where_, weights, gain, out, top_k, width, norm, eps);
 }
 
-// A latent MoE's fc2 in a one-token round: tf_slices_one (FMT) whose row is tf_moe_combine's
-// (no norm) of row 0's picks, made as the product stages it: each column 0, then + w_j yg[p_j]
-// for the picks in order (the combine's additions, so its bits), so the combined row needs no
-// launch of its own. Reads yg after the wait (the experts' down product just before writes it).
-template <int FMT>
-__device__ __forceinline__ void tf_moe_combine_slices_one(const u8* __restrict__ W,
-                                                          const float* __restrict__ yg,
-                                                          const int* __restrict__ where_,
-                                                          const float* __restrict__ weights,
-                                                          float* __restrict__ y, int rows,
-                                                          int cols, int top_k, int per) {
-    const float4* ys = (const float4*)yg;
-    const int stride = cols >> 2;
-    tf_slices_one<FMT, 0>(
-        W,
-        [&](int f) {
-            float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int j = 0; j < top_k; j++) {
-                const int p = where_[j];
-                if (p < 0) continue;
-                const float w = weights[j];
-                const float4 v = ys[(size_t)p * stride + f];
-                acc.x = acc.x + w * v.x, acc.y = acc.y + w * v.y;
-                acc.z = acc.z + w * v.z, acc.w = acc.w + w * v.w;
-            }
-            return acc;
-        },
-        y, rows, cols, per);
-}
-
-#define TF_MOE_COMBINE_SLICES_ENTRY(NAME, FMT)                                                 \
-    extern "C" __global__ void NAME(const u8* W, const float* yg, const int* where_,           \
-                                    const float* weights, float* y, int rows, int cols,        \
-                                    int top_k, int per) {                                      \
-        tf_moe_combine_slices_one<FMT>(W, yg, where_, weights, y, rows, cols, top_k, per);     \
-    }
-TF_MOE_COMBINE_SLICES_ENTRY(tf_moe_combine_slices_mlx4_one, FMT_MLX4)
-TF_MOE_COMBINE_SLICES_ENTRY(tf_moe_combine_slices_bf16_one, FMT_BF16)
-
 // ---- row operators of the Muse Spark forward ----
 
 // dst[i, c] = src[i * src_stride + offset + c] for c < width. One block per row.
@@ -648,32 +608,40 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 // block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
 // stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 4F at
 // a time. STAGED: x staged in shared memory (one-row rounds: every group one row). SB: the tiles'
-// scale pairs (mma.cu: float2, or u32 in the compact tiles of the NAME_b16 entries). ONE (split
-// x, one-token rounds): every group is the token's one row, read from the split's row 0 instead
-// of a gathered copy.
-template <int RT, int STAGED, int F, class SB, int ONE = 0>
+// scale pairs (mma.cu: float2, or u32 in the compact tiles of the NAME_b16 entries).
+template <int RT, int STAGED, int F, class SB>
+__device__ __forceinline__ void tf_moe_mma_group(const u8* __restrict__ W, int e, int cnt,
+                                                 int rows, int cols, int n_experts,
+                                                 const float* __restrict__ xg,
+                                                 float* __restrict__ yg,
+                                                 const uint4* __restrict__ xp,
+                                                 const float* __restrict__ xsum) {
+    const int tiles = rows >> 4;
+    const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
+    const uint4* wq = (const uint4*)W + first * 32;
+    const SB* sb = tf_mma_scales<SB>(W, (size_t)n_experts * tiles, cols) + first * 16;
+    for (int j0 = 0; j0 < cnt; j0 += 4 * F)
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F>(wq, sb, xg, yg, cnt, j0, blockIdx.x * RT, rows,
+                                                  cols, xp, xsum);
+}
+
+// The group's rows (x at xg, or split at xp, xsum; y at yg) from the first at offsets[e].
+template <int RT, int STAGED, int F, class SB>
 __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float* __restrict__ xg,
                                            float* __restrict__ yg, const int* __restrict__ offsets,
                                            int rows, int cols, int n_experts,
                                            const uint4* __restrict__ xp = nullptr,
                                            const float* __restrict__ xsum = nullptr) {
     // offsets were written two kernels back or earlier (a gather, relu² or product between), so
-    // the block finds its expert before the wait, while the kernel before it runs; with ONE the
-    // kernel before is the routing that wrote them, so after the wait.
-    int e = ONE ? -1 : tf_moe_block_expert(offsets, n_experts, blockIdx.y);
+    // the block finds its expert before the wait, while the kernel before it runs.
+    const int e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
     tf_follow();
-    if (ONE) e = tf_moe_block_expert(offsets, n_experts, blockIdx.y);
     if (e < 0) return;  // the whole block
-    const int off = offsets[e], cnt = offsets[e + 1] - off, tiles = rows >> 4;
-    const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
-    const uint4* wq = (const uint4*)W + first * 32;
-    const SB* sb = tf_mma_scales<SB>(W, (size_t)n_experts * tiles, cols) + first * 16;
-    const size_t groups = cols >> 6, xrow = ONE ? 0 : off;
-    for (int j0 = 0; j0 < cnt; j0 += 4 * F)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F>(
-            wq, sb, xg + (size_t)off * cols, yg + (size_t)off * rows, cnt, j0, blockIdx.x * RT,
-            rows, cols, STAGED == 2 ? xp + xrow * groups * 16 : nullptr,
-            STAGED == 2 ? xsum + xrow * groups : nullptr);
+    const int off = offsets[e], cnt = offsets[e + 1] - off;
+    const size_t groups = cols >> 6;
+    tf_moe_mma_group<RT, STAGED, F, SB>(
+        W, e, cnt, rows, cols, n_experts, xg + (size_t)off * cols, yg + (size_t)off * rows,
+        STAGED == 2 ? xp + off * groups * 16 : nullptr, STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
 #define TF_MOE_MMA_ENTRY_SB(NAME, RT, STAGED, F, SB)                                           \
@@ -705,13 +673,19 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_x4, 2, 1)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
 
-// tf_moe_mma_mlx4_split_x4 of a one-token round whose row is split once at xp, xsum (its row 0:
-// the norm's split, or the latent's): no gather, each pick reads that row (the same values).
+// tf_moe_mma_mlx4_split_x4 of a one-token round whose row is split once at xp, xsum (the
+// norm's split, or the latent's): block row y takes pick y (its expert picks[y], its one row at
+// where_[y]) and reads that row, not a gathered copy; the same outputs where they were. The
+// routing just before wrote the picks, so they are read after the wait.
 #define TF_MOE_MMA_ONE_ENTRY_SB(NAME, SB)                                                      \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
-        NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
-             int rows, int cols, int n_experts) {                                              \
-        tf_moe_mma<2, 2, 1, SB, 1>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);  \
+        NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* picks,      \
+             const int* where_, int rows, int cols, int n_experts) {                           \
+        tf_follow();                                                                           \
+        const int e = picks[blockIdx.y], p = where_[blockIdx.y];                               \
+        if (e < 0) return; /* the whole block */                                               \
+        tf_moe_mma_group<2, 2, 1, SB>(W, e, 1, rows, cols, n_experts, nullptr,                 \
+                                      yg + (size_t)p * rows, xp, xsum);                        \
     }
 #define TF_MOE_MMA_ONE_ENTRY(NAME)                                                             \
     TF_MOE_MMA_ONE_ENTRY_SB(NAME, float2)                                                      \

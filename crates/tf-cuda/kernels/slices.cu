@@ -215,9 +215,10 @@ __device__ __forceinline__ void tf_slices(const u8* __restrict__ W, const float*
 // in turn (RJ = tf_slice_one_rows), one unit of a lane a step, the next step's loads (of the
 // same group or the next) in flight while a step is multiplied, so a warp waits on memory once,
 // not once a group. The same sums as tf_slices_tile at NT = 1. Dynamic shared memory: 4 KiB a
-// 32 units (cols / 1024 rounded up). x4(f): the row's f-th four values (read after the wait).
-template <int FMT, int PLANT, class X4>
-__device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W, X4 x4,
+// 32 units (cols / 1024 rounded up).
+template <int FMT, int PLANT>
+__device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
+                                              const float* __restrict__ x,
                                               float* __restrict__ y, int rows, int cols,
                                               int per) {
     extern __shared__ __align__(16) u8 tf_smem[];
@@ -246,7 +247,7 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W, X4 x4,
     tf_follow();  // after the first loads: weights are never written; x is the kernels' before
     for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
         const int u = f >> 3;
-        xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = x4(f);
+        xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
     }
     __syncthreads();
     if (g >= gend) return;  // the whole warp
@@ -270,12 +271,6 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W, X4 x4,
     }
 }
 
-// tf_slices_one's x4 of a row in global memory.
-struct TfRow4 {
-    const float* x;
-    __device__ __forceinline__ float4 operator()(int f) const { return __ldg((const float4*)x + f); }
-};
-
 // NAME (any n) and NAME_one (n = 1; `per` row groups a warp).
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
@@ -284,7 +279,7 @@ struct TfRow4 {
     }                                                                                         \
     extern "C" __global__ void NAME##_one(const u8* W, const float* x, float* y, int rows,    \
                                           int cols, int per) {                                \
-        tf_slices_one<FMT, PLANT>(W, TfRow4{x}, y, rows, cols, per);                          \
+        tf_slices_one<FMT, PLANT>(W, x, y, rows, cols, per);                                  \
     }
 
 TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)

@@ -20,7 +20,7 @@ use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use crate::mma::{SplitX, GROUP};
 use crate::ops::{grid, i32_of, need};
-use crate::weights::{geometry_kernel, GpuFormat, GpuMatrix};
+use crate::weights::geometry_kernel;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::{DroppedGroups, RouteParams};
 
@@ -37,8 +37,6 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_x4",
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
-    "tf_moe_combine_slices_mlx4_one",
-    "tf_moe_combine_slices_bf16_one",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -413,10 +411,8 @@ pub fn experts(
     experts_with(gpu, mlp, false, x, x_row, buf)
 }
 
-/// Whether one-token rounds of relu² experts in the mma tiles skip two launches (unless
-/// `TF_CUDA_MOE_ONE=0`): the up product reads the token's row split once (no gather), and a
-/// latent fc2 in `tf_slices` makes the combined row as it stages its x ([`combine_matmul`]).
-/// The same bits either way.
+/// Whether one-token rounds of relu² experts in the mma tiles skip the gather (unless
+/// `TF_CUDA_MOE_ONE=0`): the up product reads the token's row split once. The same bits.
 pub fn one_token() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_ONE").map_or(true, |v| v != "0"))
@@ -472,7 +468,14 @@ pub fn experts_with(
     // One token: its row split once serves every pick; no gather.
     let split = match (split, x_row) {
         (Some((_, acts)), Some(row)) if n == 1 && !up1 && one_token() && row.holds(1, dim) => {
-            expert_matmul_one(gpu, &mlp.up, row, &mut buf.up, &buf.offsets, k)?;
+            expert_matmul_one(
+                gpu,
+                &mlp.up,
+                row,
+                &mut buf.up,
+                (&buf.experts, &buf.where_),
+                k,
+            )?;
             relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
             return expert_matmul_split(
                 gpu,
@@ -663,25 +666,25 @@ pub(crate) fn expert_matmul_split(
 }
 
 /// [`expert_matmul_split`] of a one-token round's `k` picks (two tiles a block, 4 x rows a
-/// block) that each read the token's row split once, row 0 of `x` (no gathered copies):
-/// `tf_moe_mma_mlx4_split_x4_one`, the same bits.
+/// block), each reading the token's row split once, row 0 of `x` (no gathered copies): block
+/// row j takes pick j, its expert and row from `picks` (the routing's experts and where_), as
+/// `tf_moe_mma_mlx4_split_x4_one`; the same bits.
 fn expert_matmul_one(
     gpu: &Gpu,
     w: &GpuExperts,
     x: &SplitX,
     y: &mut CudaSlice<f32>,
-    offsets: &CudaSlice<i32>,
+    picks: (&CudaSlice<i32>, &CudaSlice<i32>),
     k: usize,
 ) -> Result<()> {
     const OP: &str = "moe expert matmul (one token)";
     x.check(OP, 1, w.cols())?;
     need(OP, "y", y.len(), k * w.rows())?;
-    need(OP, "offsets", offsets.len(), w.n_experts() + 1)?;
+    need(OP, "picks", picks.0.len().min(picks.1.len()), k)?;
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
     let n_experts = i32_of(OP, "experts", w.n_experts())?;
-    let groups = w.n_experts().min(k).max(1);
     let tiles = crate::mma::MOE_TILES;
-    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), 1, groups, tiles)?;
+    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), 1, k.max(1), tiles)?;
     cfg.shared_mem_bytes = 0;
     let name = crate::mma::entry_for("tf_moe_mma_mlx4_split_x4_one", w.matrix.layout());
     let mut b = gpu.launcher(&name)?;
@@ -689,13 +692,14 @@ fn expert_matmul_one(
         .arg(&x.parts)
         .arg(&x.sums)
         .arg(y)
-        .arg(offsets)
+        .arg(picks.0)
+        .arg(picks.1)
         .arg(&rows)
         .arg(&cols)
         .arg(&n_experts);
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32, i32, i32); the tiles hold n_experts * rows /
-    // 16 tiles made for this shape; x holds the one row every group reads, and each group's one
-    // row of y lies within the round's slots (offsets[e] < top_k).
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32*, i32, i32, i32); the tiles hold n_experts *
+    // rows / 16 tiles made for this shape; x holds the one row every pick reads; a pick's
+    // expert is < n_experts (or -1: none) and its row of y < k (checked above).
     unsafe { b.go(cfg, "launching moe mma matmul (one token)") }
 }
 
@@ -742,58 +746,6 @@ pub fn combine(
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     combine_with(gpu, "tf_moe_combine", buf, width, norm, out)
-}
-
-/// [`combine`] (no norm) of the `width`-wide expert rows into `combined`, then `w`'s product of
-/// it into `out`. In a one-token round whose `w` takes `tf_slices` ([`one_token`]), one launch
-/// that makes the combined row as the product stages its x (`combined` is then not written):
-/// the combine's additions in its order, so the same bits.
-pub fn combine_matmul(
-    gpu: &Gpu,
-    buf: &MoeBuffers,
-    width: usize,
-    w: &GpuMatrix,
-    combined: &mut CudaSlice<f32>,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    const OP: &str = "moe combine and matmul";
-    let (n, k, _) = buf.routed()?;
-    let entry = match w.format() {
-        GpuFormat::Bf16 => "tf_moe_combine_slices_bf16_one",
-        _ => "tf_moe_combine_slices_mlx4_one",
-    };
-    let fused = n == 1
-        && one_token()
-        && w.cols() == width
-        && !w.layout().is_mma()
-        && crate::slices::kernel(w.format(), w.cols()).is_some();
-    if !fused {
-        combine(gpu, buf, width, None, combined)?;
-        return crate::ops::matmul(gpu, w, combined, n, out);
-    }
-    w.need_rows(OP)?;
-    need(OP, "out", out.len(), w.rows())?;
-    need(OP, "expert rows", buf.yg.len(), k * width)?;
-    let (cfg, per) = crate::slices::one_row_launch(gpu, entry, w)?;
-    let (rows, cols, k_) = (
-        i32_of(OP, "rows", w.rows())?,
-        i32_of(OP, "cols", width)?,
-        k as i32,
-    );
-    let mut b = gpu.launcher(entry)?;
-    b.arg(w.bytes())
-        .arg(&buf.yg)
-        .arg(&buf.where_)
-        .arg(&buf.weights)
-        .arg(out)
-        .arg(&rows)
-        .arg(&cols)
-        .arg(&k_)
-        .arg(&per);
-    // SAFETY: (u8*, f32*, i32*, f32*, f32*, i32 x4); where_ and weights hold the round's k picks,
-    // each position < k a row of yg (k * width checked above); w's rows are whole 32-element
-    // units of `width` columns (validated at upload, `need_rows`), out holds its rows.
-    unsafe { b.go(cfg, "launching moe combine and matmul") }
 }
 
 /// [`combine`] through a named kernel (the planted control adds the picks in reverse).

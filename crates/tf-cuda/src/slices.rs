@@ -99,23 +99,10 @@ pub fn matmul_with(
 /// the fewest that let all its warps be resident at once, so a warp waits on memory once and
 /// not once a group, and no second partial wave of warps follows the first.
 pub fn groups_per_warp(gpu: &Gpu, kernel: &str, w: &GpuMatrix) -> Result<usize> {
-    one_row_groups(gpu, &format!("{kernel}_one"), w)
-}
-
-/// [`groups_per_warp`] of a one-row entry named in full.
-fn one_row_groups(gpu: &Gpu, entry: &str, w: &GpuMatrix) -> Result<usize> {
     let smem = one_row_smem(w.cols());
-    let blocks = gpu.resident_blocks(entry, BLOCK, smem)?;
+    let blocks = gpu.resident_blocks(&format!("{kernel}_one"), BLOCK, smem)?;
     let warps = gpu.info().multiprocessors * blocks.max(1) * BLOCK as usize / 32;
     Ok(w.rows().div_ceil(one_row_rows(w.format())).div_ceil(warps))
-}
-
-/// The launch of `entry`, a `tf_slices_one` body (kernels/slices.cu) over `w` at one activation
-/// row, with [`groups_per_warp`]'s row groups a warp: its config and that count.
-pub(crate) fn one_row_launch(gpu: &Gpu, entry: &str, w: &GpuMatrix) -> Result<(LaunchConfig, i32)> {
-    let per = one_row_groups(gpu, entry, w)?.clamp(1, w.rows().div_ceil(one_row_rows(w.format())));
-    let cfg = launch_config(w.format(), w.rows(), w.cols(), 1, per);
-    Ok((cfg, i32_of("slices matmul", "groups a warp", per)?))
 }
 
 /// Dynamic shared memory of a one-row launch: the activation row, lane-major (in whole

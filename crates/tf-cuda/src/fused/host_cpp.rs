@@ -20,7 +20,6 @@ use tf_kernels::pool::Pool;
 mod packed;
 use packed::HostWeights;
 
-mod combine;
 mod harness;
 mod rope;
 use harness::{host_source, FORMATS};

@@ -426,10 +426,12 @@ fn tile_readers_are_the_entries_the_sources_twin() {
 fn moe_harness() -> String {
     let moe = include_str!("../../kernels/moe.cu");
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
-    let body = host_cxx::extract(
-        moe,
-        "template <int RT, int STAGED, int F, class SB, int ONE = 0>\n__device__ __forceinline__ void tf_moe_mma(",
-    );
+    let body = [
+        "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma_group(",
+        "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma(",
+    ]
+    .map(|head| host_cxx::extract(moe, head))
+    .join("\n");
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
             .expect("moe.cu's mma entries"),
@@ -477,7 +479,9 @@ fn moe_harness() -> String {
          \x20   }}\n\
          \x20   if (staged == 8) {{\n\
          \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), 1, 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), 1, cols); }});\n\
-         \x20       tf_launch(grid, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_x4_one_b16 : tf_moe_mma_mlx4_split_x4_one)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       std::vector<int> picks(slots), where(slots);\n\
+         \x20       for (int e = 0; e < ne; e++) for (int p = offsets[e]; p < offsets[e + 1]; p++) picks[p] = e, where[p] = p;\n\
+         \x20       tf_launch(D3{{grid.x, (unsigned)slots, 1}}, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_x4_one_b16 : tf_moe_mma_mlx4_split_x4_one)(W, parts.data(), sums.data(), y.data(), picks.data(), where.data(), rows, cols, ne); }});\n\
          \x20   }} else if (staged == 2 || staged >= 4) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
          \x20       if (staged == 5) tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_plant_mma_split_sums(xg.data(), parts.data(), sums.data(), slots, cols); }});\n\
@@ -518,7 +522,7 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4: 2 with
     // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows); 6 and
     // 7: 2 and 4 with 4 x rows at a time (_x4); 8: row 0 alone split (tf_mma_split), read by
-    // every pick (_x4_one); 10 and up: that mode of the compact tiles.
+    // every pick, a block row a pick (_x4_one); 10 and up: that mode of the compact tiles.
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();

@@ -241,7 +241,8 @@ pub(super) fn moe(
     moe::experts(g, &m.experts, xe, xe_split.filter(|_| one), buf)?;
     match &m.latent {
         Some((_, fc2)) => {
-            moe::combine_matmul(g, buf, m.expert_dim, fc2, &mut ws.combined, &mut ws.o)?
+            moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;
+            ops::matmul(g, fc2, &ws.combined, n, &mut ws.o)?;
         }
         None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
     }
