@@ -271,13 +271,11 @@ __device__ __forceinline__ void tf_moe_sort_block(const int* experts, int* offse
 // A round of one row: tf_moe_route_grouped, then tf_moe_sort on its picks, in one block and
 // one launch (the same code, so the same picks, weights and lists). Dynamic shared memory: the
 // larger of the two's; the sort reuses the routing's after a barrier.
-extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, const float* corr,
-                                                       int* experts, float* weights,
-                                                       int n_experts, int top_k, int n_group,
-                                                       int topk_group, float scaling,
-                                                       int norm_topk, float fill, int* offsets,
-                                                       int* order, int* where_) {
-    tf_follow();
+__device__ __forceinline__ void tf_moe_route_sorted(const float* logits, const float* corr,
+                                                    int* experts, float* weights, int n_experts,
+                                                    int top_k, int n_group, int topk_group,
+                                                    float scaling, int norm_topk, float fill,
+                                                    int* offsets, int* order, int* where_) {
     extern __shared__ unsigned long long rt_keys[];
     const int* picks = tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k,
                                                n_group, topk_group, scaling, norm_topk, fill);
@@ -285,6 +283,26 @@ extern "C" __global__ void tf_moe_route_grouped_sorted(const float* logits, cons
     tf_mark("~route:picked");
     tf_moe_sort_block(picks, offsets, order, where_, top_k, n_experts, (int*)rt_keys);
     tf_mark("~route:sorted");
+}
+
+#define TF_MOE_ROUTE_SORTED_ARGS                                                               \
+    const float *logits, const float *corr, int *experts, float *weights, int n_experts,       \
+        int top_k, int n_group, int topk_group, float scaling, int norm_topk, float fill,      \
+        int *offsets, int *order, int *where_
+#define TF_MOE_ROUTE_SORTED_CALL                                                               \
+    tf_moe_route_sorted(logits, corr, experts, weights, n_experts, top_k, n_group, topk_group, \
+                        scaling, norm_topk, fill, offsets, order, where_)
+extern "C" __global__ void tf_moe_route_grouped_sorted(TF_MOE_ROUTE_SORTED_ARGS) {
+    tf_follow();
+    TF_MOE_ROUTE_SORTED_CALL;
+}
+
+// The same, letting the experts' first launch (which reads nothing before its wait) launch now,
+// so its blocks are resident when the routing ends (TF_CUDA_ROUTE_LEAD=1).
+extern "C" __global__ void tf_moe_route_grouped_sorted_lead(TF_MOE_ROUTE_SORTED_ARGS) {
+    tf_follow();
+    tf_lead();
+    TF_MOE_ROUTE_SORTED_CALL;
 }
 
 // Dynamic shared memory: scores[n_experts], biased[n_experts], picked[top_k].

@@ -41,6 +41,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
     "tf_moe_route_grouped_sorted",
+    "tf_moe_route_grouped_sorted_lead",
     "tf_plant_moe_route_tie_high",
     "tf_moe_route_muse",
     "tf_moe_sort",
@@ -307,6 +308,7 @@ pub fn route_with(
             let sorted = n == 1 && !plant;
             let kernel = match (plant, sorted) {
                 (true, _) => "tf_plant_moe_route_tie_high",
+                (false, true) if route_lead() => "tf_moe_route_grouped_sorted_lead",
                 (false, true) => "tf_moe_route_grouped_sorted",
                 (false, false) => "tf_moe_route_grouped",
             };
@@ -416,6 +418,13 @@ pub fn experts(
 pub fn one_token() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_ONE").map_or(true, |v| v != "0"))
+}
+
+/// Whether a one-row round's routing lets the experts' first launch launch at its start
+/// (`TF_CUDA_ROUTE_LEAD=1`; off otherwise): the same bits.
+fn route_lead() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_ROUTE_LEAD").is_ok_and(|v| v == "1"))
 }
 
 /// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
