@@ -298,7 +298,7 @@ extern "C" __global__ void tf_moe_route_grouped_sorted(TF_MOE_ROUTE_SORTED_ARGS)
 }
 
 // The same, letting the experts' first launch (which reads nothing before its wait) launch now,
-// so its blocks are resident when the routing ends (TF_CUDA_ROUTE_LEAD=1).
+// so its blocks are resident when the routing ends (unless TF_CUDA_ROUTE_LEAD=0).
 extern "C" __global__ void tf_moe_route_grouped_sorted_lead(TF_MOE_ROUTE_SORTED_ARGS) {
     tf_follow();
     tf_lead();

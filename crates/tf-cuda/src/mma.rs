@@ -133,14 +133,15 @@ pub fn split_enabled() -> bool {
 }
 
 /// Whether one-token rounds' split expert products take one tile a block (the same bits), for
-/// the up and the down matrices: `TF_CUDA_MOE_R1=1` both, `=up` or `=down` one; off otherwise.
+/// the up and the down matrices: the down one by default (twice the blocks for its long K);
+/// `TF_CUDA_MOE_R1=1` both, `=up` the up one, `=0` neither.
 pub fn one_tile_experts() -> (bool, bool) {
     static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
     *ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_R1").as_deref() {
         Ok("1") => (true, true),
         Ok("up") => (true, false),
-        Ok("down") => (false, true),
-        _ => (false, false),
+        Ok("0") => (false, false),
+        _ => (false, true),
     })
 }
 

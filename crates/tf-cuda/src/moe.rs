@@ -421,10 +421,10 @@ pub fn one_token() -> bool {
 }
 
 /// Whether a one-row round's routing lets the experts' first launch launch at its start
-/// (`TF_CUDA_ROUTE_LEAD=1`; off otherwise): the same bits.
+/// (unless `TF_CUDA_ROUTE_LEAD=0`): the same bits.
 fn route_lead() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_ROUTE_LEAD").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("TF_CUDA_ROUTE_LEAD").map_or(true, |v| v != "0"))
 }
 
 /// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
