@@ -13,10 +13,10 @@
 //!    graphed; each step as serving runs it: the logits stay on the device, the candidate
 //!    selection picks each row's and only those come back, the greedy token the first), the
 //!    last step's logits finite (and their bits' digest), aggregate tok/s and the fraction of
-//!    the memory roofline: bytes one step must read / 3.97e12 B/s: the checkpoint's bytes (MLX at its own packing, not the
-//!    device's wider layouts), a MoE layer's routed experts by the expected share touched by n
-//!    tokens of top-k picks among E experts, `1 - (1 - k/E)^n` (random weights route near
-//!    uniformly).
+//!    the memory roofline: bytes one step must read / 3.97e12 B/s: the checkpoint's bytes (MLX
+//!    at its own packing, not the device's wider layouts), a MoE layer's routed experts by the
+//!    expected share touched by n tokens of top-k picks among E experts, `1 - (1 - k/E)^n`
+//!    (random weights route near uniformly).
 //!
 //! 3. With `--leave-out N`: at one stream (or S, `--leave-out-streams`), the launches of a step
 //!    by kernel, and what each kernel costs inside the graphed step: N replays of the whole

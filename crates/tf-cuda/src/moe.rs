@@ -457,13 +457,10 @@ pub fn experts_with(
     }
     let slots = n * k;
     // relu² experts in the mma tiles read their rows split once (the same bits).
-    let tiled = |w: &GpuExperts| w.matrix.layout().is_mma();
     let split = match &mut buf.split {
         Some((xs, acts))
-            if mlp.gate.is_none()
+            if mlp.reads_split_rows()
                 && !plant
-                && tiled(&mlp.up)
-                && tiled(&mlp.down)
                 && xs.holds(slots, dim)
                 && acts.holds(slots, inter) =>
         {

@@ -158,6 +158,13 @@ impl ExpertMlp {
         self.up.rows()
     }
 
+    /// Whether the products read their rows split once ([`crate::mma::SplitX`]): relu² experts
+    /// whose up and down matrices are in the mma tiles.
+    pub fn reads_split_rows(&self) -> bool {
+        let tiled = |w: &GpuExperts| w.matrix.layout().is_mma();
+        self.gate.is_none() && tiled(&self.up) && tiled(&self.down)
+    }
+
     /// Bytes held on the device.
     pub fn storage_bytes(&self) -> usize {
         self.gate.as_ref().map_or(0, |g| g.storage_bytes())
