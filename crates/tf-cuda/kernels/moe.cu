@@ -691,24 +691,25 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_x4, 2, 1)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
 
-// tf_moe_mma_mlx4_split_x4 of a one-token round whose row is split once at xp, xsum (the
+// tf_moe_mma_mlx4_split[_r1]_x4 of a one-token round whose row is split once at xp, xsum (the
 // norm's split, or the latent's): block row y takes pick y (its expert picks[y], its one row at
 // where_[y]) and reads that row, not a gathered copy; the same outputs where they were. The
 // routing just before wrote the picks, so they are read after the wait.
-#define TF_MOE_MMA_ONE_ENTRY_SB(NAME, SB)                                                      \
+#define TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, SB)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* picks,      \
              const int* where_, int rows, int cols, int n_experts) {                           \
         tf_follow();                                                                           \
         const int e = picks[blockIdx.y], p = where_[blockIdx.y];                               \
         if (e < 0) return; /* the whole block */                                               \
-        tf_moe_mma_group<2, 2, 1, SB>(W, e, 1, rows, cols, n_experts, nullptr,                 \
-                                      yg + (size_t)p * rows, xp, xsum);                        \
+        tf_moe_mma_group<RT, 2, 1, SB>(W, e, 1, rows, cols, n_experts, nullptr,                \
+                                       yg + (size_t)p * rows, xp, xsum);                       \
     }
-#define TF_MOE_MMA_ONE_ENTRY(NAME)                                                             \
-    TF_MOE_MMA_ONE_ENTRY_SB(NAME, float2)                                                      \
-    TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, u32)
-TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one)
+#define TF_MOE_MMA_ONE_ENTRY(NAME, RT)                                                         \
+    TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, float2)                                                  \
+    TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, RT, u32)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one, 1)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

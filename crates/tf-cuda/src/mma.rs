@@ -42,7 +42,7 @@ pub const KERNEL_NAMES: [&str; 17] = [
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 16] = [
+pub const TILE_READERS: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -59,6 +59,7 @@ pub const TILE_READERS: [&str; 16] = [
     "tf_moe_mma_mlx4_split_x4",
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
+    "tf_moe_mma_mlx4_split_r1_x4_one",
 ];
 
 /// The `_b16` twins' names.
@@ -288,10 +289,17 @@ impl Choice {
     }
 }
 
-/// Row tiles a block of the products of x staged or split: two, but one where many rows meet at
-/// most one block of x rows.
+/// Row tiles a block of the products of x staged or split: two, but one where more than 4096
+/// rows (`TF_CUDA_MMA_R1_ROWS`, to try others) meet at most one block of x rows.
 pub(crate) fn tiles_a_block(rows: usize, n: usize) -> usize {
-    if n <= 8 && rows > 4096 {
+    static ONE_TILE_ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let above = *ONE_TILE_ROWS.get_or_init(|| {
+        std::env::var("TF_CUDA_MMA_R1_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4096)
+    });
+    if n <= 8 && rows > above {
         1
     } else {
         2

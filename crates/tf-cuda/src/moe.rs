@@ -37,6 +37,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_x4",
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
+    "tf_moe_mma_mlx4_split_r1_x4_one",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -473,15 +474,9 @@ pub fn experts_with(
     let (up1, down1) = (n == 1 && up1, n == 1 && down1);
     // One token: its row split once serves every pick; no gather.
     let split = match (split, x_row) {
-        (Some((_, acts)), Some(row)) if n == 1 && !up1 && one_token() && row.holds(1, dim) => {
-            expert_matmul_one(
-                gpu,
-                &mlp.up,
-                row,
-                &mut buf.up,
-                (&buf.experts, &buf.where_),
-                k,
-            )?;
+        (Some((_, acts)), Some(row)) if n == 1 && one_token() && row.holds(1, dim) => {
+            let picks = (&buf.experts, &buf.where_);
+            expert_matmul_one(gpu, &mlp.up, row, &mut buf.up, picks, k, up1)?;
             relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
             return expert_matmul_split(
                 gpu,
@@ -671,10 +666,10 @@ pub(crate) fn expert_matmul_split(
     unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
 }
 
-/// [`expert_matmul_split`] of a one-token round's `k` picks (two tiles a block, 4 x rows a
-/// block), each reading the token's row split once, row 0 of `x` (no gathered copies): block
-/// row j takes pick j, its expert and row from `picks` (the routing's experts and where_), as
-/// `tf_moe_mma_mlx4_split_x4_one`; the same bits.
+/// [`expert_matmul_split`] of a one-token round's `k` picks (two tiles a block, or one with
+/// `one_tile`; 4 x rows a block), each reading the token's row split once, row 0 of `x` (no
+/// gathered copies): block row j takes pick j, its expert and row from `picks` (the routing's
+/// experts and where_), as `tf_moe_mma_mlx4_split[_r1]_x4_one`; the same bits.
 fn expert_matmul_one(
     gpu: &Gpu,
     w: &GpuExperts,
@@ -682,6 +677,7 @@ fn expert_matmul_one(
     y: &mut CudaSlice<f32>,
     picks: (&CudaSlice<i32>, &CudaSlice<i32>),
     k: usize,
+    one_tile: bool,
 ) -> Result<()> {
     const OP: &str = "moe expert matmul (one token)";
     x.check(OP, 1, w.cols())?;
@@ -689,10 +685,13 @@ fn expert_matmul_one(
     need(OP, "picks", picks.0.len().min(picks.1.len()), k)?;
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
     let n_experts = i32_of(OP, "experts", w.n_experts())?;
-    let tiles = crate::mma::MOE_TILES;
+    let (tiles, kernel) = match one_tile {
+        true => (1, "tf_moe_mma_mlx4_split_r1_x4_one"),
+        false => (crate::mma::MOE_TILES, "tf_moe_mma_mlx4_split_x4_one"),
+    };
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), 1, k.max(1), tiles)?;
     cfg.shared_mem_bytes = 0;
-    let name = crate::mma::entry_for("tf_moe_mma_mlx4_split_x4_one", w.matrix.layout());
+    let name = crate::mma::entry_for(kernel, w.matrix.layout());
     let mut b = gpu.launcher(&name)?;
     b.arg(w.matrix.bytes())
         .arg(&x.parts)

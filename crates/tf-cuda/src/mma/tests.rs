@@ -477,11 +477,12 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
-         \x20   if (staged == 8) {{\n\
+         \x20   if (staged >= 8) {{\n\
          \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), 1, 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), 1, cols); }});\n\
          \x20       std::vector<int> picks(slots), where(slots);\n\
          \x20       for (int e = 0; e < ne; e++) for (int p = offsets[e]; p < offsets[e + 1]; p++) picks[p] = e, where[p] = p;\n\
-         \x20       tf_launch(D3{{grid.x, (unsigned)slots, 1}}, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_x4_one_b16 : tf_moe_mma_mlx4_split_x4_one)(W, parts.data(), sums.data(), y.data(), picks.data(), where.data(), rows, cols, ne); }});\n\
+         \x20       if (staged == 8) tf_launch(D3{{grid.x, (unsigned)slots, 1}}, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_x4_one_b16 : tf_moe_mma_mlx4_split_x4_one)(W, parts.data(), sums.data(), y.data(), picks.data(), where.data(), rows, cols, ne); }});\n\
+         \x20       else tf_launch(D3{{(unsigned)((rows + 15) / 16), (unsigned)slots, 1}}, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_r1_x4_one_b16 : tf_moe_mma_mlx4_split_r1_x4_one)(W, parts.data(), sums.data(), y.data(), picks.data(), where.data(), rows, cols, ne); }});\n\
          \x20   }} else if (staged == 2 || staged >= 4) {{\n\
          \x20       tf_launch(D3{{(unsigned)slots, (unsigned)((cols / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_gather_split(x.data(), order.data(), offsets.data(), xg.data(), parts.data(), sums.data(), 1, cols, ne); }});\n\
          \x20       if (staged == 5) tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_plant_mma_split_sums(xg.data(), parts.data(), sums.data(), slots, cols); }});\n\
@@ -503,7 +504,7 @@ fn moe_harness() -> String {
 }
 
 /// moe.cu's last grouped product entry (the harness takes the entries up to it).
-const LAST_ENTRY: &str = "TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one)";
+const LAST_ENTRY: &str = "TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2)";
 
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
@@ -521,8 +522,9 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
     // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4: 2 with
     // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows); 6 and
-    // 7: 2 and 4 with 4 x rows at a time (_x4); 8: row 0 alone split (tf_mma_split), read by
-    // every pick, a block row a pick (_x4_one); 10 and up: that mode of the compact tiles.
+    // 7: 2 and 4 with 4 x rows at a time (_x4); 8 and 9: row 0 alone split (tf_mma_split),
+    // read by every pick, a block row a pick, two tiles a block and one (_x4_one,
+    // _r1_x4_one); 10 and up: that mode of the compact tiles.
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
@@ -617,7 +619,7 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         &y[13 * rows..],
         "the token's pick of expert 3"
     );
-    for mode in [8, 18] {
+    for mode in [8, 9, 18, 19] {
         let d = host_cxx::differing(&run(&[0, 1, 1, 2, 3], &copies, mode), &gathered);
         assert_eq!(d, 0, "mode {mode}: the token's row split once");
     }
