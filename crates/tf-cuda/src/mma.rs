@@ -133,16 +133,16 @@ pub fn split_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SPLIT").map_or(true, |v| v != "0"))
 }
 
-/// Whether one-token rounds' split expert products take one tile a block (the same bits), for
-/// the up and the down matrices: the down one by default (twice the blocks for its long K);
-/// `TF_CUDA_MOE_R1=1` both, `=up` the up one, `=0` neither.
+/// Whether one-token rounds' split expert products take one tile a block (the same bits; twice
+/// the blocks of two), for the up and the down matrices: both by default; `TF_CUDA_MOE_R1=up`
+/// or `=down` one, `=0` neither.
 pub fn one_tile_experts() -> (bool, bool) {
     static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
     *ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_R1").as_deref() {
-        Ok("1") => (true, true),
-        Ok("up") => (true, false),
         Ok("0") => (false, false),
-        _ => (false, true),
+        Ok("up") => (true, false),
+        Ok("down") => (false, true),
+        _ => (true, true),
     })
 }
 
@@ -289,17 +289,10 @@ impl Choice {
     }
 }
 
-/// Row tiles a block of the products of x staged or split: two, but one where more than 4096
-/// rows (`TF_CUDA_MMA_R1_ROWS`, to try others) meet at most one block of x rows.
+/// Row tiles a block of the products of x staged or split: two, but one where many rows meet at
+/// most one block of x rows.
 pub(crate) fn tiles_a_block(rows: usize, n: usize) -> usize {
-    static ONE_TILE_ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let above = *ONE_TILE_ROWS.get_or_init(|| {
-        std::env::var("TF_CUDA_MMA_R1_ROWS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4096)
-    });
-    if n <= 8 && rows > above {
+    if n <= 8 && rows > 4096 {
         1
     } else {
         2
