@@ -403,7 +403,8 @@ fn sort_smem(e: usize) -> usize {
 /// Runs the routed experts of the last [`route`] on `x` (`[n, mlp.dim()]`, the rows routing saw):
 /// each slot's output row is left in the buffers for [`combine`].
 /// `x_row`: x's row already split ([`SplitX`], row 0), which a one-token round's up product reads
-/// for every pick instead of gathering and splitting copies (the same bits; see [`one_token`]).
+/// for every pick instead of gathering and splitting copies (the same bits; see
+/// [`reads_one_row`]).
 pub fn experts(
     gpu: &Gpu,
     mlp: &ExpertMlp,
@@ -414,11 +415,13 @@ pub fn experts(
     experts_with(gpu, mlp, false, x, x_row, buf)
 }
 
-/// Whether one-token rounds of relu² experts in the mma tiles skip the gather (unless
-/// `TF_CUDA_MOE_ONE=0`): the up product reads the token's row split once. The same bits.
-pub fn one_token() -> bool {
+/// Whether a round of `n` rows through `mlp` reads its one row split once for every pick, with
+/// no gather: one-token rounds of relu² experts in the mma tiles (unless `TF_CUDA_MOE_ONE=0`).
+/// The same bits.
+pub fn reads_one_row(mlp: &ExpertMlp, n: usize) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_ONE").map_or(true, |v| v != "0"))
+    let on = *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_ONE").map_or(true, |v| v != "0"));
+    on && n == 1 && mlp.reads_split_rows()
 }
 
 /// Whether a one-row round's routing lets the experts' first launch launch at its start
@@ -470,42 +473,33 @@ pub fn experts_with(
         _ => None,
     };
     let (k_, dim_, e_) = (k as i32, i32_of(OP, "dim", dim)?, e as i32);
-    let (up1, down1) = crate::mma::one_tile_experts();
-    let (up1, down1) = (n == 1 && up1, n == 1 && down1);
-    // One token: its row split once serves every pick; no gather.
-    let split = match (split, x_row) {
-        (Some((_, acts)), Some(row)) if n == 1 && one_token() && row.holds(1, dim) => {
-            let picks = (&buf.experts, &buf.where_);
-            expert_matmul_one(gpu, &mlp.up, row, &mut buf.up, picks, k, up1)?;
-            relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
-            return expert_matmul_split(
-                gpu,
-                &mlp.down,
-                acts,
-                &mut buf.yg,
-                &buf.offsets,
-                n,
-                k,
-                down1,
-            );
-        }
-        (split, _) => split,
-    };
-    let mut b = gpu.launcher(match split {
-        Some(_) => "tf_moe_gather_split",
-        None => "tf_moe_gather",
-    })?;
-    b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
     if let Some((xs, acts)) = split {
-        b.arg(&mut xs.parts).arg(&mut xs.sums);
-        b.arg(&k_).arg(&dim_).arg(&e_);
-        // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions < offsets[e] <=
-        // n * k rows of xg and of the split (checked above).
-        unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
-        expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, &buf.offsets, n, k, up1)?;
+        let (up1, down1) = crate::mma::one_tile_experts();
+        let (up1, down1) = (n == 1 && up1, n == 1 && down1);
+        match x_row.filter(|r| reads_one_row(mlp, n) && r.holds(1, dim)) {
+            // One token: its row split once serves every pick; no gather.
+            Some(row) => {
+                let picks = Groups::Picks(&buf.experts, &buf.where_);
+                expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1)?;
+            }
+            None => {
+                let mut b = gpu.launcher("tf_moe_gather_split")?;
+                b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
+                b.arg(&mut xs.parts).arg(&mut xs.sums);
+                b.arg(&k_).arg(&dim_).arg(&e_);
+                // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions <
+                // offsets[e] <= n * k rows of xg and of the split (checked above).
+                unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
+                let gathered = Groups::Gathered(&buf.offsets);
+                expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, gathered, n, k, up1)?;
+            }
+        }
         relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
-        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, &buf.offsets, n, k, down1);
+        let gathered = Groups::Gathered(&buf.offsets);
+        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, gathered, n, k, down1);
     }
+    let mut b = gpu.launcher("tf_moe_gather")?;
+    b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
     b.arg(&k_).arg(&dim_).arg(&e_);
     // SAFETY: (f32*, i32*, i32*, f32*, i32 x3); positions < offsets[e] <= n * k rows of xg.
     unsafe { b.go(gather_config(slots), "launching moe gather") }?;
@@ -619,93 +613,66 @@ fn gather_config(slots: usize) -> LaunchConfig {
     }
 }
 
-/// [`expert_matmul`] of the gathered rows split once (`x`: their [`SplitX`]), `w` in the mma
-/// tiles, two tiles a block or (`one_tile`: more blocks for few rows an expert) one: the same
-/// bits.
+/// Where a split expert product finds each block row's expert and rows.
+pub(crate) enum Groups<'a> {
+    /// Each non-empty expert's group of gathered rows, from the offsets (the split's rows are
+    /// the gathered ones).
+    Gathered(&'a CudaSlice<i32>),
+    /// A one-token round: block row j takes pick j (the routing's experts and where_), and every
+    /// pick reads the split's row 0, the token's.
+    Picks(&'a CudaSlice<i32>, &'a CudaSlice<i32>),
+}
+
+/// [`expert_matmul`] of rows split once (`x`: their [`SplitX`]), `w` in the mma tiles, two
+/// tiles a block or (`one_tile`: more blocks for few rows an expert) one: the same bits.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn expert_matmul_split(
     gpu: &Gpu,
     w: &GpuExperts,
     x: &SplitX,
     y: &mut CudaSlice<f32>,
-    offsets: &CudaSlice<i32>,
+    groups: Groups,
     n: usize,
     k: usize,
     one_tile: bool,
 ) -> Result<()> {
     const OP: &str = "moe expert matmul (split x)";
     let slots = n * k;
-    x.check(OP, slots, w.cols())?;
+    let one = matches!(groups, Groups::Picks(..));
+    x.check(OP, if one { 1 } else { slots }, w.cols())?;
     need(OP, "y", y.len(), slots * w.rows())?;
-    need(OP, "offsets", offsets.len(), w.n_experts() + 1)?;
+    match groups {
+        Groups::Gathered(offsets) => need(OP, "offsets", offsets.len(), w.n_experts() + 1)?,
+        Groups::Picks(experts, where_) => need(OP, "picks", experts.len().min(where_.len()), k)?,
+    }
     let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
     let n_experts = i32_of(OP, "experts", w.n_experts())?;
-    let groups = w.n_experts().min(slots).max(1);
+    // Block rows: a pick each, or as many as a round can have non-empty experts.
+    let block_rows = if one { k } else { w.n_experts().min(slots) }.max(1);
     let tiles = if one_tile { 1 } else { crate::mma::MOE_TILES };
-    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, groups, tiles)?;
+    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, block_rows, tiles)?;
     cfg.shared_mem_bytes = 0;
     // An expert takes at most n rows of a round: its rows 4 at a time where n is at most 4.
-    let kernel = match (one_tile, crate::mma::split_rows_a_block(n)) {
-        (true, 4) => "tf_moe_mma_mlx4_split_r1_x4",
-        (true, _) => "tf_moe_mma_mlx4_split_r1",
-        (false, 4) => "tf_moe_mma_mlx4_split_x4",
-        (false, _) => "tf_moe_mma_mlx4_split",
+    let kernel = match (one, one_tile, crate::mma::split_rows_a_block(n)) {
+        (true, true, _) => "tf_moe_mma_mlx4_split_r1_x4_one",
+        (true, false, _) => "tf_moe_mma_mlx4_split_x4_one",
+        (false, true, 4) => "tf_moe_mma_mlx4_split_r1_x4",
+        (false, true, _) => "tf_moe_mma_mlx4_split_r1",
+        (false, false, 4) => "tf_moe_mma_mlx4_split_x4",
+        (false, false, _) => "tf_moe_mma_mlx4_split",
     };
     let mut b = gpu.launcher(&crate::mma::entry_for(kernel, w.matrix.layout()))?;
-    b.arg(w.matrix.bytes())
-        .arg(&x.parts)
-        .arg(&x.sums)
-        .arg(y)
-        .arg(offsets)
-        .arg(&rows)
-        .arg(&cols)
-        .arg(&n_experts);
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32, i32, i32); the tiles hold n_experts * rows /
-    // 16 tiles made for this shape; every group lies within the `slots` rows of the split and
-    // of y checked above.
-    unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
-}
-
-/// [`expert_matmul_split`] of a one-token round's `k` picks (two tiles a block, or one with
-/// `one_tile`; 4 x rows a block), each reading the token's row split once, row 0 of `x` (no
-/// gathered copies): block row j takes pick j, its expert and row from `picks` (the routing's
-/// experts and where_), as `tf_moe_mma_mlx4_split[_r1]_x4_one`; the same bits.
-fn expert_matmul_one(
-    gpu: &Gpu,
-    w: &GpuExperts,
-    x: &SplitX,
-    y: &mut CudaSlice<f32>,
-    picks: (&CudaSlice<i32>, &CudaSlice<i32>),
-    k: usize,
-    one_tile: bool,
-) -> Result<()> {
-    const OP: &str = "moe expert matmul (one token)";
-    x.check(OP, 1, w.cols())?;
-    need(OP, "y", y.len(), k * w.rows())?;
-    need(OP, "picks", picks.0.len().min(picks.1.len()), k)?;
-    let (rows, cols) = (i32_of(OP, "rows", w.rows())?, i32_of(OP, "cols", w.cols())?);
-    let n_experts = i32_of(OP, "experts", w.n_experts())?;
-    let (tiles, kernel) = match one_tile {
-        true => (1, "tf_moe_mma_mlx4_split_r1_x4_one"),
-        false => (crate::mma::MOE_TILES, "tf_moe_mma_mlx4_split_x4_one"),
+    b.arg(w.matrix.bytes()).arg(&x.parts).arg(&x.sums).arg(y);
+    match groups {
+        Groups::Gathered(offsets) => b.arg(offsets),
+        Groups::Picks(experts, where_) => b.arg(experts).arg(where_),
     };
-    let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), 1, k.max(1), tiles)?;
-    cfg.shared_mem_bytes = 0;
-    let name = crate::mma::entry_for(kernel, w.matrix.layout());
-    let mut b = gpu.launcher(&name)?;
-    b.arg(w.matrix.bytes())
-        .arg(&x.parts)
-        .arg(&x.sums)
-        .arg(y)
-        .arg(picks.0)
-        .arg(picks.1)
-        .arg(&rows)
-        .arg(&cols)
-        .arg(&n_experts);
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32*, i32, i32, i32); the tiles hold n_experts *
-    // rows / 16 tiles made for this shape; x holds the one row every pick reads; a pick's
-    // expert is < n_experts (or -1: none) and its row of y < k (checked above).
-    unsafe { b.go(cfg, "launching moe mma matmul (one token)") }
+    b.arg(&rows).arg(&cols).arg(&n_experts);
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32, i32, i32), or with the picks (i32*, i32*) in
+    // place of the offsets (the `_one` entries, n = 1); the tiles hold n_experts * rows / 16
+    // tiles made for this shape; every group lies within the `slots` rows of the split (its
+    // row 0 for the picks) and of y checked above, and a pick's expert is < n_experts or -1.
+    unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
 }
 
 /// [`relu2`] of `slots` rows of `width`, the rows also split into `s`.

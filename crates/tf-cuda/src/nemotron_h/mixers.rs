@@ -213,7 +213,7 @@ pub(super) fn moe(
     const SHARED: usize = 1;
     // A one-token round's experts read its row split once: the norm's split of h, or the
     // latent row's, made beside fc1.
-    let one = n == 1 && moe::one_token() && m.experts.reads_split_rows();
+    let one = moe::reads_one_row(&m.experts, n);
     if let Some((fc1, _)) = &m.latent {
         g.beside(FC1, || {
             ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)?;

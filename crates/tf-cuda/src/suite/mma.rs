@@ -296,7 +296,8 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
                     mma::split(gpu, x, n, &mut s)?;
                     // Odd row counts take one tile a block, even two.
                     let one_tile = n % 2 == 1;
-                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, &offs, n, 1, one_tile)?;
+                    let groups = crate::moe::Groups::Gathered(&offs);
+                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, groups, n, 1, one_tile)?;
                 }
                 false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
             }
