@@ -51,3 +51,111 @@ extern "C" __global__ void tf_add2_rms_norm_split(float* x, const float* o, cons
     tf_lead();
     tf_norm_split<2>(x, o, g, y, parts, sums, width, eps, s);
 }
+
+// The split norm of row blockIdx.y over gridDim.x blocks, for rounds of few rows: every block
+// loads the whole row (width <= TF_HOLD blockDim.x) and sums its squares in the same 16 chains
+// (tf_held_sumsq16's bits, each chain's elements staged as one run so a lane reads four at a
+// time), then writes x, y and the split of its own share of the row's groups. x is read from
+// `x` and written to `xo`, another buffer, since one block may still be reading the row when
+// another writes it. Dynamic shared memory: the runs (16 (width / 16 + 4) floats), then the
+// share of the row (64 ceil(groups / gridDim.x) floats).
+template <int ADD>
+__device__ __forceinline__ void tf_norm_split_wide(const float* __restrict__ x,
+                                                   float* __restrict__ xo,
+                                                   const float* __restrict__ o,
+                                                   const float* __restrict__ s,
+                                                   const float* __restrict__ g,
+                                                   float* __restrict__ y, uint4* __restrict__ parts,
+                                                   float* __restrict__ sums, int width, float eps) {
+#ifdef TF_HOST_SIMT
+    float* runs = (float*)tf_dyn_smem;
+#else
+    extern __shared__ float runs[];
+#endif
+    __shared__ float sq_sum;
+    const int row = blockIdx.y, groups = width >> 6, run = (width >> 4) + 4;
+    const int G0 = (int)(blockIdx.x * groups / gridDim.x);
+    const int G1 = (int)((blockIdx.x + 1) * groups / gridDim.x);
+    const int lo = 64 * G0, hi = 64 * G1;
+    float* share = runs + 16 * run;
+    const size_t at = (size_t)row * width;
+    float e[TF_HOLD], gv[TF_HOLD];
+#pragma unroll
+    for (int j = 0; j < TF_HOLD; j++) {
+        const int k = threadIdx.x + j * blockDim.x;
+        const size_t i = at + k;
+        e[j] = k >= width ? 0.0f
+               : ADD == 2 ? x[i] + (o[i] + s[i])
+               : ADD      ? x[i] + o[i]
+                          : x[i];
+        gv[j] = k >= lo && k < hi ? g[k] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < TF_HOLD; j++) {
+        const int k = threadIdx.x + j * blockDim.x;
+        if (k < width) runs[(k & 15) * run + (k >> 4)] = e[j];
+    }
+    __syncthreads();
+    tf_mark("~sumsq:staged");
+    if (threadIdx.x < 32) {
+        // Lane l's chain: elements l, l + 16, .. ascending, as tf_staged_sumsq16 sums them.
+        float acc = 0.0f;
+        if (threadIdx.x < 16) {
+            const float4* p = (const float4*)(runs + threadIdx.x * run);
+#pragma unroll 4
+            for (int q = 0; q < width >> 6; q++) {
+                const float4 v = p[q];
+                acc = fmaf(v.x, v.x, acc);
+                acc = fmaf(v.y, v.y, acc);
+                acc = fmaf(v.z, v.z, acc);
+                acc = fmaf(v.w, v.w, acc);
+            }
+        }
+        const float ss = tf_fold16_sum(acc);
+        if (threadIdx.x == 0) sq_sum = ss;
+    }
+    __syncthreads();
+    tf_mark("~sumsq:summed");
+    const float r = tf_inv_rms(sq_sum, width, eps);
+#pragma unroll
+    for (int j = 0; j < TF_HOLD; j++) {
+        const int k = threadIdx.x + j * blockDim.x;
+        if (k >= lo && k < hi) {
+            if (ADD) xo[at + k] = e[j];
+            const float v = gv[j] * (e[j] * r);
+            y[at + k] = v;
+            share[k - lo] = v;
+        }
+    }
+    __syncthreads();  // the share, written by the block, is what its warps split
+    tf_mark("~norm:written");
+    for (int G = G0 + (int)(threadIdx.x >> 5); G < G1; G += (int)(blockDim.x >> 5))
+        tf_mma_split_group<0>(share + 64 * (G - G0), width, 1, G, groups,
+                              parts + (size_t)row * groups * 16, sums + (size_t)row * groups);
+    tf_mark("~norm:split");
+}
+
+extern "C" __global__ void tf_rms_norm_split_wide(const float* x, const float* g, float* y,
+                                                  uint4* parts, float* sums, int width,
+                                                  float eps) {
+    tf_follow();
+    tf_lead();
+    tf_norm_split_wide<0>(x, nullptr, nullptr, nullptr, g, y, parts, sums, width, eps);
+}
+
+extern "C" __global__ void tf_add_rms_norm_split_wide(const float* x, float* xo, const float* o,
+                                                      const float* g, float* y, uint4* parts,
+                                                      float* sums, int width, float eps) {
+    tf_follow();
+    tf_lead();
+    tf_norm_split_wide<1>(x, xo, o, nullptr, g, y, parts, sums, width, eps);
+}
+
+extern "C" __global__ void tf_add2_rms_norm_split_wide(const float* x, float* xo, const float* o,
+                                                       const float* s, const float* g, float* y,
+                                                       uint4* parts, float* sums, int width,
+                                                       float eps) {
+    tf_follow();
+    tf_lead();
+    tf_norm_split_wide<2>(x, xo, o, s, g, y, parts, sums, width, eps);
+}

@@ -20,7 +20,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 17] = [
+pub const KERNEL_NAMES: [&str; 20] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -38,6 +38,9 @@ pub const KERNEL_NAMES: [&str; 17] = [
     "tf_rms_norm_split",
     "tf_add_rms_norm_split",
     "tf_add2_rms_norm_split",
+    "tf_rms_norm_split_wide",
+    "tf_add_rms_norm_split_wide",
+    "tf_add2_rms_norm_split_wide",
 ];
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]

@@ -327,6 +327,97 @@ pub fn residual_rms_norm_with(
     norm(gpu, kernel, x, res, gain, eps, n, y, split)
 }
 
+/// Blocks a row for [`residual_rms_norm_wide`] in a round of `n` rows of `width` elements split
+/// by their norm, or `None` for the one-block norm: 16 (`TF_CUDA_NORM_WIDE=B` sets it, 0 turns
+/// it off) in rounds of at most [`WIDE_NORM_ROWS`] rows whose row the kernel holds.
+pub fn wide_norm_blocks(width: usize, n: usize) -> Option<usize> {
+    static BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let blocks = *BLOCKS
+        .get_or_init(|| std::env::var("TF_CUDA_NORM_WIDE").map_or(16, |v| v.parse().unwrap_or(16)));
+    let groups = width / crate::mma::GROUP;
+    let fits = width.is_multiple_of(crate::mma::GROUP) && width <= WIDE_NORM_WIDTH;
+    (blocks > 0 && n <= WIDE_NORM_ROWS && fits).then(|| blocks.min(groups))
+}
+
+/// Most rows a round takes the wide norm for ([`wide_norm_blocks`]).
+pub const WIDE_NORM_ROWS: usize = 4;
+
+/// Widest row the wide norm holds: `TF_HOLD` (kernels/common.cuh) elements a thread, at most
+/// 1024 threads.
+pub(crate) const WIDE_NORM_WIDTH: usize = 8 * 1024;
+
+/// [`residual_rms_norm`] with `split`, each row over `blocks` blocks (kernels/norm_split.cu's
+/// `_wide` entries; `blocks` at most its 64-column groups): every block sums the whole row's
+/// squares in the same order and writes its share of y and the split, so the bits are the same
+/// and the chain after the sum is shorter. x is read from `x` and, where there is a residual
+/// add, its sum written to `x_out` (another buffer: a block may read a row another is writing).
+#[allow(clippy::too_many_arguments)]
+pub fn residual_rms_norm_wide(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    x_out: &mut CudaSlice<f32>,
+    res: Residual,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    split: &mut crate::mma::SplitX,
+    blocks: usize,
+) -> Result<()> {
+    const OP: &str = "rms_norm (wide)";
+    let width = gain.len();
+    let groups = width / crate::mma::GROUP;
+    split.check(OP, n, width)?;
+    if width > WIDE_NORM_WIDTH || blocks == 0 || blocks > groups {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "{blocks} blocks a row of {width}: one to a block a group, rows of at most \
+                 {WIDE_NORM_WIDTH}"
+            ),
+        });
+    }
+    need(OP, "x", x.len(), n * width)?;
+    need(OP, "x out", x_out.len(), n * width)?;
+    for o in res.addends() {
+        need(OP, "o", o.len(), n * width)?;
+    }
+    need(OP, "y", y.len(), n * width)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = match res {
+        Residual::None => "tf_rms_norm_split_wide",
+        Residual::Add(_) => "tf_add_rms_norm_split_wide",
+        Residual::AddSum(..) => "tf_add2_rms_norm_split_wide",
+    };
+    let w = i32_of(OP, "width", width)?;
+    let mut b = gpu.launcher(kernel)?;
+    b.arg(x);
+    if !matches!(res, Residual::None) {
+        b.arg(x_out);
+    }
+    for o in res.addends() {
+        b.arg(o);
+    }
+    b.arg(gain)
+        .arg(y)
+        .arg(&mut split.parts)
+        .arg(&mut split.sums);
+    b.arg(&w).arg(&eps);
+    let threads = width.div_ceil(WIDE_NORM_WIDTH / 1024).div_ceil(32) * 32;
+    let floats = 16 * (width / 16 + 4) + crate::mma::GROUP * groups.div_ceil(blocks);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, n as u32, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 4 * floats as u32,
+    };
+    // SAFETY: (f32*, [f32*, f32*, [f32*,]] f32*, f32*, uint4*, f32*, i32, f32); lengths
+    // checked above, the row held by the block's threads.
+    unsafe { b.go(cfg, "launching rms_norm (wide)") }?;
+    Ok(())
+}
+
 /// [`matmul`] of x, reading `split` (x split by the norm that wrote it) where the tensor
 /// cores' product takes `w` and the split holds the call: the same bits either way.
 pub fn matmul_of(

@@ -367,12 +367,15 @@ fn the_launcher_picks_a_choice_that_fits() {
 }
 
 /// The split norms' launch gives the copy of the row the kernels take (a mismatch would
-/// overrun their shared memory).
+/// overrun their shared memory), and the wide norms' the row their threads hold.
 #[test]
 fn the_split_norms_stash_is_the_kernels() {
     let src = include_str!("../../kernels/norm_split.cu");
     let want = format!("#define TF_NORM_STASH {}\n", crate::ops::NORM_STASH);
     assert!(src.contains(&want));
+    // And the wide norms' widest row is what their threads hold.
+    let hold = crate::ops::WIDE_NORM_WIDTH / 1024;
+    assert!(host_cxx::common().contains(&format!("#define TF_HOLD {hold}\n")));
 }
 
 /// The launcher's warps a block are the kernels' (a mismatch would leave groups unsummed).
@@ -634,7 +637,8 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
 /// Reads (n, width, add; eps; x, o, s, gain), add 0: no residual, 1: x + o, 2: x + (o + s);
 /// writes the split norm's x, y, parts and sums, then the plain norm's x and y and
 /// tf_mma_split's parts and sums of that y, then the planted split's sums of that y (f32 from
-/// y: tf_plant_mma_split_sums).
+/// y: tf_plant_mma_split_sums), then the wide norm's x, y, parts and sums over three blocks a
+/// row and over a block a group.
 const NORM_SPLIT_MAIN: &str = r#"
 static std::vector<float> vf(FILE* f, size_t n) { std::vector<float> v(n); if (std::fread(v.data(), 4, n, f) != n) std::exit(3); return v; }
 int main(int argc, char** argv) {
@@ -669,13 +673,29 @@ int main(int argc, char** argv) {
     std::fwrite(xb.data(), 4, len, fo); std::fwrite(yb.data(), 4, len, fo);
     std::fwrite(pb.data(), 4, len, fo); std::fwrite(sb.data(), 4, len / 64, fo);
     std::fwrite(sp.data(), 4, len / 64, fo);
+    // The wide norms: three blocks a row (uneven shares), then one a group.
+    const unsigned threads = (unsigned)((w / 8 + 31) / 32 * 32), groups = (unsigned)(w / 64);
+    for (unsigned blocks : {3u, groups}) {
+        std::vector<float> xw(len), yw(len), sw(len / 64);
+        std::vector<uint4> pw(len / 4);
+        const size_t smem = 4 * (16 * ((size_t)w / 16 + 4) + 64 * ((groups + blocks - 1) / blocks));
+        if (!add) xw = x;  // x is neither read back nor written
+        tf_launch(D3{blocks, (unsigned)n, 1}, threads, smem, [&] {
+            if (add == 2) tf_add2_rms_norm_split_wide(x.data(), xw.data(), o.data(), s.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
+            else if (add) tf_add_rms_norm_split_wide(x.data(), xw.data(), o.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
+            else tf_rms_norm_split_wide(x.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
+        });
+        std::fwrite(xw.data(), 4, len, fo); std::fwrite(yw.data(), 4, len, fo);
+        std::fwrite(pw.data(), 4, len, fo); std::fwrite(sw.data(), 4, len / 64, fo);
+    }
     std::fclose(fo);
     return 0;
 }
 "#;
 
 /// The norms that split their rows (kernels/norm_split.cu) give the plain norms' x and y, and
-/// the split tf_mma_split makes of that y, bit for bit; the planted split's sums differ.
+/// the split tf_mma_split makes of that y, bit for bit, over one block a row or several (the
+/// wide norms); the planted split's sums differ.
 #[test]
 fn split_norms_give_the_norms_bits_and_their_split() {
     let Some(cxx) = host_cxx::compiler() else {
@@ -709,10 +729,14 @@ fn split_norms_give_the_norms_bits_and_their_split() {
             let label = format!("n{n}w{w}a{add}");
             let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
             let one = 3 * n * w + n * w / 64;
-            assert_eq!(got.len(), 2 * one + n * w / 64, "{label}");
+            assert_eq!(got.len(), 4 * one + n * w / 64, "{label}");
             let (split, rest) = got.split_at(one);
-            let (plain, planted) = rest.split_at(one);
+            let (plain, rest) = rest.split_at(one);
+            let (planted, wide) = rest.split_at(n * w / 64);
             assert_eq!(host_cxx::differing(split, plain), 0, "{label}");
+            for (i, blocks) in wide.chunks(one).zip(["three blocks", "a block a group"]) {
+                assert_eq!(host_cxx::differing(i, split), 0, "{label}: wide, {blocks}");
+            }
             // Control: sums taken another way (f32 from y) are told apart.
             let sums = &split[3 * n * w..];
             assert_ne!(host_cxx::differing(sums, planted), 0, "{label}: the plant");

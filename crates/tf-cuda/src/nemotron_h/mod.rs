@@ -36,6 +36,8 @@ use tf_formats::checkpoint::Checkpoint;
 struct Workspace {
     tokens: CudaSlice<i32>,
     x: CudaSlice<f32>,
+    /// Where a wide norm writes x's sum (then swapped with `x`: [`norm_into_h`]).
+    x_next: CudaSlice<f32>,
     h: CudaSlice<f32>,
     /// `h` split for the tensor cores' products by the norm that writes it (`None`:
     /// with `TF_CUDA_MMA_SPLIT=0`, or a hidden size the split does not take).
@@ -121,7 +123,8 @@ enum Pending {
     OutputAndShared,
 }
 
-/// `h = rms_norm(x)`, first adding to `x` what the last mixer left (`pending`).
+/// `h = rms_norm(x)`, first adding to `x` what the last mixer left (`pending`); a wide norm
+/// ([`ops::residual_rms_norm_wide`]) writes that sum to `x_next`, which then becomes `x`.
 fn norm_into_h(
     g: &Gpu,
     pending: Pending,
@@ -135,7 +138,16 @@ fn norm_into_h(
         Pending::Output => ops::Residual::Add(&ws.o),
         Pending::OutputAndShared => ops::Residual::AddSum(&ws.o, &ws.shared),
     };
-    ops::residual_rms_norm(g, &mut ws.x, res, gain, eps, n, &mut ws.h, ws.hs.as_mut())
+    let wide = ops::wide_norm_blocks(gain.len(), n);
+    let (Some(split), Some(blocks)) = (ws.hs.as_mut(), wide) else {
+        return ops::residual_rms_norm(g, &mut ws.x, res, gain, eps, n, &mut ws.h, ws.hs.as_mut());
+    };
+    let (x, next) = (&ws.x, &mut ws.x_next);
+    ops::residual_rms_norm_wide(g, x, next, res, gain, eps, n, &mut ws.h, split, blocks)?;
+    if !matches!(res, ops::Residual::None) {
+        std::mem::swap(&mut ws.x, &mut ws.x_next);
+    }
+    Ok(())
 }
 
 fn mamba_shape(s: &tf_families::nemotron_h::MambaSpec) -> MambaShape {
@@ -261,6 +273,7 @@ impl GpuNemotronH {
         let ws = Workspace {
             tokens: gpu.zeros(n)?,
             x: gpu.zeros(n * hidden)?,
+            x_next: gpu.zeros(n * hidden)?,
             h: gpu.zeros(n * hidden)?,
             hs: match mma::split_enabled() && hidden.is_multiple_of(mma::GROUP) {
                 true => Some(SplitX::new(&gpu, n, hidden)?),

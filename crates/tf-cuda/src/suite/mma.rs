@@ -41,6 +41,15 @@ pub(super) fn run(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<()> 
     Ok(())
 }
 
+/// What splits x for the split products in [`case`]: a split kernel by name, or the norm (over
+/// one block a row, or wide over that many).
+#[derive(Clone, Copy)]
+enum Splitter {
+    Kernel(&'static str),
+    Norm,
+    WideNorm(usize),
+}
+
 /// The tiles of `hw`, with weight rows `swap` exchanged first (a planted control) if given.
 fn tiles(gpu: &Gpu, hw: &HostWeights, swap: Option<(usize, usize)>) -> Result<GpuMatrix> {
     let mut bytes = device_bytes(&hw.packed())?.into_owned();
@@ -135,23 +144,30 @@ fn case(
     let gain = gpu.upload(&r2.vec_uniform(cols, 0.5, 1.5))?;
     let mut sx = mma::SplitX::new(gpu, MAX_ROWS, cols)?;
     let mut h = gpu.zeros::<f32>(MAX_ROWS * cols)?;
-    // y of the split product of the first n rows split by `splitter` (or, None, of their norm
-    // split by the norm), then (None) the launcher's product of that norm unsplit.
-    let mut split_run = |splitter: Option<&str>, rt: usize, n: usize| -> Result<Vec<f32>> {
+    let mut x_next = gpu.zeros::<f32>(MAX_ROWS * cols)?;
+    // y of the split product of the first n rows split by `splitter` (or, by a norm, of their
+    // norm split by the norm), then (a norm) the launcher's product of that norm unsplit.
+    let mut split_run = |splitter: Splitter, rt: usize, n: usize| -> Result<Vec<f32>> {
         let mut b = bufs.borrow_mut();
         let (x, y) = &mut *b;
         let flat: Vec<f32> = xs[..n].iter().flatten().copied().collect();
         gpu.write(&flat, x)?;
+        let res = ops::Residual::None;
         match splitter {
-            Some(k) => mma::split_with(gpu, k, x, n, &mut sx)?,
-            None => {
-                let res = ops::Residual::None;
+            Splitter::Kernel(k) => mma::split_with(gpu, k, x, n, &mut sx)?,
+            Splitter::Norm => {
                 ops::residual_rms_norm(gpu, x, res, &gain, 1e-5, n, &mut h, Some(&mut sx))?
+            }
+            Splitter::WideNorm(blocks) => {
+                let next = &mut x_next;
+                ops::residual_rms_norm_wide(
+                    gpu, x, next, res, &gain, 1e-5, n, &mut h, &mut sx, blocks,
+                )?
             }
         }
         mma::matmul_split_with(gpu, rt, &w, &sx, n, y)?;
         let mut out = gpu.download(y, n * rows)?;
-        if splitter.is_none() {
+        if !matches!(splitter, Splitter::Kernel(_)) {
             ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h)?;
             mma::matmul(gpu, &w, &h, n, y)?;
             out.extend(gpu.download(y, n * rows)?);
@@ -160,14 +176,21 @@ fn case(
     };
     for rt in [1, 2] {
         for n in [40, 1] {
-            let got = split_run(Some("tf_mma_split"), rt, n)?;
+            let got = split_run(Splitter::Kernel("tf_mma_split"), rt, n)?;
             bits.add(compare_bits(&got, &want[..n * rows]));
-            let normed = split_run(None, rt, n)?;
-            let (split, unsplit) = normed.split_at(n * rows);
-            bits.add(compare_bits(split, unsplit));
+            // The norm over one block a row, over three (uneven shares), and a block a group.
+            for norm in [
+                Splitter::Norm,
+                Splitter::WideNorm(3),
+                Splitter::WideNorm(cols / 64),
+            ] {
+                let normed = split_run(norm, rt, n)?;
+                let (split, unsplit) = normed.split_at(n * rows);
+                bits.add(compare_bits(split, unsplit));
+            }
         }
     }
-    let planted = split_run(Some(mma::PLANT_SPLIT_SUMS), 1, 40)?;
+    let planted = split_run(Splitter::Kernel(mma::PLANT_SPLIT_SUMS), 1, 40)?;
     let planted = compare_bits(&planted, &want[..40 * rows]);
     let verdict = bits.gate(v, "the launcher's bits").and_then(|r| {
         let taken = rows_kernels_taking(gpu, &w, &mut bufs.borrow_mut());
@@ -180,7 +203,8 @@ fn case(
         op: name.clone(),
         case: format!(
             "{label}, {:?} (bits: each choice and x split once, by tf_mma_split and by the \
-             norm, against the launcher's; rows kernels refuse the tiles)",
+             norm over one block a row and over several, against the launcher's; rows kernels \
+             refuse the tiles)",
             w.layout()
         ),
         verdict,
