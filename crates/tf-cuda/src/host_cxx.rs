@@ -194,12 +194,13 @@ template <class F> static void tf_launch(D3 grid, unsigned threads, size_t smem,
     for (unsigned t = 0; t < threads; t++)
         ts.emplace_back([=, &bar] {
             threadIdx = D3{t, 0, 0};
-            for (unsigned by = 0; by < grid.y; by++)
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    blockIdx = D3{bx, by, 0};
-                    f();
-                    bar.arrive_and_wait();
-                }
+            for (unsigned bz = 0; bz < std::max(grid.z, 1u); bz++)
+                for (unsigned by = 0; by < grid.y; by++)
+                    for (unsigned bx = 0; bx < grid.x; bx++) {
+                        blockIdx = D3{bx, by, bz};
+                        f();
+                        bar.arrive_and_wait();
+                    }
         });
     for (auto& t : ts) t.join();
 }

@@ -9,6 +9,7 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
+use crate::mma::SplitX;
 use crate::ops::{grid, i32_of, need, GpuRows};
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::MambaParams;
@@ -580,6 +581,94 @@ pub fn gated_norm_with(
     };
     // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*) as declared; lengths checked above.
     unsafe { b.go(cfg, "launching gated rms_norm") }
+}
+
+/// Blocks a group for [`gated_norm_wide`] in a round of `n` rows of `width` in `groups`
+/// groups, or `None` for the plain gated norm: `TF_CUDA_GATED_WIDE=B` (unset or 0: none) in
+/// rounds of at most [`crate::ops::WIDE_NORM_ROWS`] rows whose groups the kernel holds and
+/// splits (whole 64-column groups).
+pub fn gated_wide_blocks(width: usize, groups: usize, n: usize) -> Option<usize> {
+    static BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let blocks = *BLOCKS
+        .get_or_init(|| std::env::var("TF_CUDA_GATED_WIDE").map_or(0, |v| v.parse().unwrap_or(0)));
+    let gs = width.checked_div(groups).unwrap_or(0);
+    let fits = groups > 0
+        && width.is_multiple_of(groups)
+        && gs.is_multiple_of(crate::mma::GROUP)
+        && gs > 0
+        && gs <= crate::ops::WIDE_NORM_WIDTH;
+    let rows = n <= crate::ops::WIDE_NORM_ROWS;
+    (blocks > 0 && rows && fits).then(|| blocks.min(gs / crate::mma::GROUP))
+}
+
+/// [`gated_norm`] with the rows of out also split for the tensor cores' products (the bits
+/// `crate::mma::split` gives from `out`), each group over `blocks` blocks
+/// (`tf_mamba_gated_norm_split_wide`, kernels/norm_split.cu): every block sums the whole
+/// group's squares in the same order and writes and splits its share of the group.
+#[allow(clippy::too_many_arguments)]
+pub fn gated_norm_wide(
+    gpu: &Gpu,
+    y: &CudaSlice<f32>,
+    z: &CudaSlice<f32>,
+    z_stride: usize,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    groups: usize,
+    n: usize,
+    out: &mut CudaSlice<f32>,
+    split: &mut SplitX,
+    blocks: usize,
+) -> Result<()> {
+    const OP: &str = "gated rms_norm (wide)";
+    let width = gain.len();
+    let gs = width.checked_div(groups).unwrap_or(0);
+    let splits = gs > 0 && width.is_multiple_of(groups) && gs.is_multiple_of(crate::mma::GROUP);
+    if !splits || gs > crate::ops::WIDE_NORM_WIDTH || blocks == 0 || blocks > gs / 64 {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{blocks} blocks a group of {width} in {groups} groups"),
+        });
+    }
+    if z_stride < width || !(eps.is_finite() && eps >= 0.0) {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("z_stride {z_stride} for width {width}, eps {eps}"),
+        });
+    }
+    split.check(OP, n, width)?;
+    need(OP, "y", y.len(), n * width)?;
+    need(OP, "z", z.len(), n.saturating_sub(1) * z_stride + width)?;
+    need(OP, "out", out.len(), n * width)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let (zs, w, g) = (
+        i32_of(OP, "z_stride", z_stride)?,
+        i32_of(OP, "width", width)?,
+        i32_of(OP, "groups", groups)?,
+    );
+    let mut b = gpu.launcher("tf_mamba_gated_norm_split_wide")?;
+    b.arg(y)
+        .arg(z)
+        .arg(&zs)
+        .arg(gain)
+        .arg(&eps)
+        .arg(&w)
+        .arg(&g)
+        .arg(out);
+    b.arg(&mut split.parts).arg(&mut split.sums);
+    // As many threads as the plain gated norm (each its own exp and division), more where a
+    // group needs them to be held.
+    let threads = (GATED_NORM_THREADS as usize).max(gs.div_ceil(8).div_ceil(32) * 32);
+    let floats = 16 * (gs / 16 + 4) + crate::mma::GROUP * (gs / 64).div_ceil(blocks);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, g as u32, i32_of(OP, "n", n)? as u32),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 4 * floats as u32,
+    };
+    // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*, uint4*, f32*) as declared; lengths
+    // checked above, a group held by the block's threads.
+    unsafe { b.go(cfg, "launching gated rms_norm (wide)") }
 }
 
 /// relu²: `out[e] = max(x[e], 0)²` (as `tf_kernels::ops::relu2`) for the first `len` elements.

@@ -743,3 +743,96 @@ fn split_norms_give_the_norms_bits_and_their_split() {
         }
     }
 }
+
+/// Reads (n, width, groups, z_stride, blocks; eps; y, z, gain); writes the gated norm's out and
+/// tf_mma_split's parts and sums of it, then the wide gated norm's out, parts and sums over
+/// `blocks` blocks a group, then the planted gated norm's out (a group's last element left out
+/// of its sum of squares).
+const GATED_SPLIT_MAIN: &str = r#"
+static std::vector<float> vf(FILE* f, size_t n) { std::vector<float> v(n); if (std::fread(v.data(), 4, n, f) != n) std::exit(3); return v; }
+int main(int argc, char** argv) {
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
+    int h[5];
+    float eps;
+    if (std::fread(h, 4, 5, fi) != 5 || std::fread(&eps, 4, 1, fi) != 1) return 3;
+    const int n = h[0], w = h[1], groups = h[2], zs = h[3];
+    const unsigned blocks = (unsigned)h[4];
+    const size_t len = (size_t)n * w;
+    auto y = vf(fi, len); auto z = vf(fi, (size_t)n * zs); auto g = vf(fi, w);
+    std::vector<float> oa(len), sa(len / 64), ob(len), sb(len / 64), op(len);
+    std::vector<uint4> pa(len / 4), pb(len / 4);
+    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 512, 0, [&] {
+        tf_mamba_gated_norm(y.data(), z.data(), zs, g.data(), eps, w, groups, oa.data());
+    });
+    const D3 grid{(unsigned)((w / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1};
+    tf_launch(grid, 128, 0, [&] { tf_mma_split(oa.data(), pa.data(), sa.data(), n, w); });
+    const int gs = w / groups;
+    const size_t smem = 4 * (16 * ((size_t)gs / 16 + 4) + 64 * ((gs / 64 + blocks - 1) / blocks));
+    tf_launch(D3{blocks, (unsigned)groups, (unsigned)n}, 512, smem, [&] {
+        tf_mamba_gated_norm_split_wide(y.data(), z.data(), zs, g.data(), eps, w, groups, ob.data(), pb.data(), sb.data());
+    });
+    tf_launch(D3{(unsigned)n, (unsigned)groups, 1}, 512, 0, [&] {
+        tf_plant_mamba_gated_norm_short(y.data(), z.data(), zs, g.data(), eps, w, groups, op.data());
+    });
+    std::fwrite(oa.data(), 4, len, fo); std::fwrite(pa.data(), 4, len, fo); std::fwrite(sa.data(), 4, len / 64, fo);
+    std::fwrite(ob.data(), 4, len, fo); std::fwrite(pb.data(), 4, len, fo); std::fwrite(sb.data(), 4, len / 64, fo);
+    std::fwrite(op.data(), 4, len, fo);
+    std::fclose(fo);
+    return 0;
+}
+"#;
+
+/// The wide gated norm (kernels/norm_split.cu) gives the gated norm's bits and the split
+/// tf_mma_split makes of them, over uneven shares and over a block a 64-column group; the
+/// planted gated norm's differ.
+#[test]
+fn the_wide_gated_norm_gives_the_gated_norms_bits_and_their_split() {
+    let Some(cxx) = host_cxx::compiler() else {
+        return;
+    };
+    let source = format!(
+        "{}\n{}\n{}\n{}\n{}\n{}\n{GATED_SPLIT_MAIN}",
+        host_cxx::SIMT_PRELUDE,
+        host_cxx::common(),
+        include_str!("../../kernels/mma.cu"),
+        include_str!("../../kernels/ops.cu"),
+        include_str!("../../kernels/norm_split.cu"),
+        include_str!("../../kernels/mamba.cu"),
+    );
+    let (dir, exe) = host_cxx::build(&cxx, "gated_split", &source);
+    let mut rng = Rng::new(0x3a3a_0004);
+    // (rows, width, groups, blocks a group): 3 blocks of a group's 4 split groups, one block a
+    // split group, and a group of 2048 (two 64-groups a lane's run of 128).
+    for (n, w, groups, blocks) in [
+        (2usize, 1024usize, 4usize, 3usize),
+        (1, 1024, 2, 8),
+        (1, 4096, 2, 5),
+    ] {
+        let zs = w + 192;
+        let y = rng.vec_normal(n * w, 1.0);
+        let z = rng.vec_normal(n * zs, 2.0);
+        let g = rng.vec_uniform(w, 0.5, 1.5);
+        let mut input = Vec::new();
+        for v in [n, w, groups, zs, blocks] {
+            input.extend((v as i32).to_le_bytes());
+        }
+        input.extend(1e-5f32.to_le_bytes());
+        for v in y.iter().chain(&z).chain(&g) {
+            input.extend(v.to_le_bytes());
+        }
+        let label = format!("n{n}w{w}g{groups}b{blocks}");
+        let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
+        let one = 2 * n * w + n * w / 64;
+        assert_eq!(got.len(), 2 * one + n * w, "{label}");
+        let (plain, rest) = got.split_at(one);
+        let (wide, planted) = rest.split_at(one);
+        assert_eq!(host_cxx::differing(wide, plain), 0, "{label}");
+        // Control: the planted norm's out is told apart.
+        assert_ne!(
+            host_cxx::differing(planted, &plain[..n * w]),
+            0,
+            "{label}: the plant"
+        );
+    }
+}

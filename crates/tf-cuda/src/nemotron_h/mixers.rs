@@ -88,18 +88,23 @@ pub(super) fn mamba(
     if z_beside {
         g.join_side(Z_SIDE)?;
     }
-    mamba::gated_norm(
-        g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
-    )?;
-    linear(
-        g,
-        &m.out_proj,
-        m.out_bias.as_ref(),
-        &ws.yn,
-        None,
-        n,
-        &mut ws.o,
-    )
+    // A wide gated norm splits yn for out_proj (the same bits either way).
+    let wide = mamba::gated_wide_blocks(inner, m.groups, n);
+    let yns = match (ws.yns.as_mut().filter(|s| s.cols() == inner), wide) {
+        (Some(s), Some(blocks)) => {
+            let (y, z, yn) = (&ws.y, &ws.proj, &mut ws.yn);
+            mamba::gated_norm_wide(g, y, z, width, &m.norm, eps, m.groups, n, yn, s, blocks)?;
+            ws.yns.as_ref()
+        }
+        _ => {
+            mamba::gated_norm(
+                g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
+            )?;
+            None
+        }
+    };
+    let (bias, o) = (m.out_bias.as_ref(), &mut ws.o);
+    linear(g, &m.out_proj, bias, &ws.yn, yns, n, o)
 }
 
 /// The side stream of Mamba's z rows ([`in_proj_z_beside`]).

@@ -63,6 +63,9 @@ struct Workspace {
     /// A one-token round's latent row split, beside fc1, for the experts' up product
     /// ([`moe::experts`]); `None` as `hs` is, or without routed experts.
     latent_split: Option<SplitX>,
+    /// `yn` split for out_proj by a wide gated norm (rounds of at most
+    /// [`ops::WIDE_NORM_ROWS`] rows); `None` as `hs` is, or without Mamba layers.
+    yns: Option<SplitX>,
     /// Shared expert output.
     shared: CudaSlice<f32>,
     logits: CudaSlice<f32>,
@@ -298,6 +301,10 @@ impl GpuNemotronH {
                 && w.expert_dim.is_multiple_of(mma::GROUP)
             {
                 true => Some(SplitX::new(&gpu, 1, w.expert_dim)?),
+                false => None,
+            },
+            yns: match mma::split_enabled() && w.inner > 0 && w.inner.is_multiple_of(mma::GROUP) {
+                true => Some(SplitX::new(&gpu, n.min(ops::WIDE_NORM_ROWS), w.inner)?),
                 false => None,
             },
             shared: gpu.zeros(n * hidden)?,

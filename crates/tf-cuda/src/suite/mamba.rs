@@ -591,10 +591,44 @@ fn norm_case(
     let mut cpu = vec![0f32; 33 * width];
     rms_norm_gated(&yf, &zf, &gain_h, eps, groups, 33, &mut cpu)
         .map_err(cpu_err("cpu rms_norm_gated"))?;
-    let bits = compare_bits(&g, &cpu);
+    let mut bits = compare_bits(&g, &cpu);
+    // The wide gated norm, where a group is whole 64-column groups: the CPU's bits too, and
+    // its split those of tf_mma_split of them.
+    let wide = gs.is_multiple_of(crate::mma::GROUP);
+    if wide {
+        let mut zf = vec![0f32; 33 * zs];
+        for (i, r) in rows.iter().enumerate() {
+            zf[i * zs..i * zs + width].copy_from_slice(&r.1);
+        }
+        let (mut yb, mut zb, mut ob) = (y.borrow_mut(), z.borrow_mut(), o.borrow_mut());
+        gpu.write(&yf, &mut yb)?;
+        gpu.write(&zf, &mut zb)?;
+        let mut sx = crate::mma::SplitX::new(gpu, 33, width)?;
+        let mut want = crate::mma::SplitX::new(gpu, 33, width)?;
+        let blocks = 3.min(gs / crate::mma::GROUP);
+        mamba::gated_norm_wide(
+            gpu, &yb, &zb, zs, &gain, eps, groups, 33, &mut ob, &mut sx, blocks,
+        )?;
+        bits.add(compare_bits(&gpu.download(&ob, 33 * width)?, &cpu));
+        crate::mma::split(gpu, &ob, 33, &mut want)?;
+        let parts = |s: &crate::mma::SplitX| -> Result<Vec<f32>> {
+            let p = gpu.download(&s.parts, 33 * width)?;
+            let mut v: Vec<f32> = p.into_iter().map(f32::from_bits).collect();
+            v.extend(gpu.download(&s.sums, 33 * width / crate::mma::GROUP)?);
+            Ok(v)
+        };
+        bits.add(compare_bits(&parts(&sx)?, &parts(&want)?));
+    }
     out.cases.push(CaseResult {
         op: "rms_norm_gated".into(),
-        case: format!("width {width}, {groups} groups, z strided"),
+        case: format!(
+            "width {width}, {groups} groups, z strided{}",
+            if wide {
+                "; wide over 3 blocks a group, its split"
+            } else {
+                ""
+            }
+        ),
         verdict: bits.gate(v, "the CPU kernel's bits"),
         cpu_bits: Some(bits),
     });
