@@ -647,7 +647,13 @@ pub fn gated_norm_wide(
         i32_of(OP, "width", width)?,
         i32_of(OP, "groups", groups)?,
     );
-    let mut b = gpu.launcher("tf_mamba_gated_norm_split_wide")?;
+    const KERNEL: &str = "tf_mamba_gated_norm_split_wide";
+    // As many threads as the plain gated norm (each its own exp and division); they hold a
+    // group of up to crate::ops::WIDE_NORM_WIDTH.
+    let threads = GATED_NORM_THREADS as usize;
+    let floats = 16 * (gs / 16 + 4) + crate::mma::GROUP * (gs / 64).div_ceil(blocks);
+    crate::ops::wide_norm_launches(gpu, OP, KERNEL, threads, 4 * floats)?;
+    let mut b = gpu.launcher(KERNEL)?;
     b.arg(y)
         .arg(z)
         .arg(&zs)
@@ -657,10 +663,6 @@ pub fn gated_norm_wide(
         .arg(&g)
         .arg(out);
     b.arg(&mut split.parts).arg(&mut split.sums);
-    // As many threads as the plain gated norm (each its own exp and division), more where a
-    // group needs them to be held.
-    let threads = (GATED_NORM_THREADS as usize).max(gs.div_ceil(8).div_ceil(32) * 32);
-    let floats = 16 * (gs / 16 + 4) + crate::mma::GROUP * (gs / 64).div_ceil(blocks);
     let cfg = LaunchConfig {
         grid_dim: (blocks as u32, g as u32, i32_of(OP, "n", n)? as u32),
         block_dim: (threads as u32, 1, 1),

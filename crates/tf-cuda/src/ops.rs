@@ -342,9 +342,31 @@ pub fn wide_norm_blocks(width: usize, n: usize) -> Option<usize> {
 /// Most rows a round takes the wide norm for ([`wide_norm_blocks`]).
 pub const WIDE_NORM_ROWS: usize = 4;
 
-/// Widest row the wide norm holds: `TF_HOLD` (kernels/common.cuh) elements a thread, at most
-/// 1024 threads.
-pub(crate) const WIDE_NORM_WIDTH: usize = 8 * 1024;
+/// Widest row (or gated group) a wide norm holds: `TF_HOLD` (kernels/common.cuh) elements a
+/// thread, at most [`WIDE_NORM_THREADS`] threads.
+pub(crate) const WIDE_NORM_WIDTH: usize = 8 * WIDE_NORM_THREADS;
+
+/// Most threads a wide norm's block has: their registers (up to 90 a thread for sm_90) leave
+/// no room for 1024.
+pub(crate) const WIDE_NORM_THREADS: usize = 512;
+
+/// Refuses a wide norm's launch of `threads` threads and `smem` bytes that no SM can hold
+/// (its registers as compiled for this device), before the driver would.
+pub(crate) fn wide_norm_launches(
+    gpu: &Gpu,
+    op: &'static str,
+    kernel: &str,
+    threads: usize,
+    smem: usize,
+) -> Result<()> {
+    match gpu.resident_blocks(kernel, threads as u32, smem as u32)? {
+        0 => Err(CudaError::Shape {
+            op,
+            detail: format!("{kernel}: no SM holds a block of {threads} threads ({smem} bytes)"),
+        }),
+        _ => Ok(()),
+    }
+}
 
 /// [`residual_rms_norm`] with `split`, each row over `blocks` blocks (kernels/norm_split.cu's
 /// `_wide` entries; `blocks` at most its 64-column groups): every block sums the whole row's
@@ -405,8 +427,12 @@ pub fn residual_rms_norm_wide(
         .arg(&mut split.parts)
         .arg(&mut split.sums);
     b.arg(&w).arg(&eps);
-    let threads = width.div_ceil(WIDE_NORM_WIDTH / 1024).div_ceil(32) * 32;
+    let threads = width
+        .div_ceil(WIDE_NORM_WIDTH / WIDE_NORM_THREADS)
+        .div_ceil(32)
+        * 32;
     let floats = 16 * (width / 16 + 4) + crate::mma::GROUP * groups.div_ceil(blocks);
+    wide_norm_launches(gpu, OP, kernel, threads, 4 * floats)?;
     let cfg = LaunchConfig {
         grid_dim: (blocks as u32, n as u32, 1),
         block_dim: (threads as u32, 1, 1),

@@ -374,7 +374,7 @@ fn the_split_norms_stash_is_the_kernels() {
     let want = format!("#define TF_NORM_STASH {}\n", crate::ops::NORM_STASH);
     assert!(src.contains(&want));
     // And the wide norms' widest row is what their threads hold.
-    let hold = crate::ops::WIDE_NORM_WIDTH / 1024;
+    let hold = crate::ops::WIDE_NORM_WIDTH / crate::ops::WIDE_NORM_THREADS;
     assert!(host_cxx::common().contains(&format!("#define TF_HOLD {hold}\n")));
 }
 

@@ -178,12 +178,13 @@ fn case(
         for n in [40, 1] {
             let got = split_run(Splitter::Kernel("tf_mma_split"), rt, n)?;
             bits.add(compare_bits(&got, &want[..n * rows]));
-            // The norm over one block a row, over three (uneven shares), and a block a group.
-            for norm in [
-                Splitter::Norm,
-                Splitter::WideNorm(3),
-                Splitter::WideNorm(cols / 64),
-            ] {
+            // The norm over one block a row, and (rows it holds) over three blocks (uneven
+            // shares) and a block a group.
+            let wide = match cols <= ops::WIDE_NORM_WIDTH {
+                true => vec![Splitter::WideNorm(3), Splitter::WideNorm(cols / 64)],
+                false => vec![],
+            };
+            for norm in [Splitter::Norm].into_iter().chain(wide) {
                 let normed = split_run(norm, rt, n)?;
                 let (split, unsplit) = normed.split_at(n * rows);
                 bits.add(compare_bits(split, unsplit));
@@ -203,8 +204,8 @@ fn case(
         op: name.clone(),
         case: format!(
             "{label}, {:?} (bits: each choice and x split once, by tf_mma_split and by the \
-             norm over one block a row and over several, against the launcher's; rows kernels \
-             refuse the tiles)",
+             norm over one block a row and, rows of at most 4096, over several, against the \
+             launcher's; rows kernels refuse the tiles)",
             w.layout()
         ),
         verdict,
