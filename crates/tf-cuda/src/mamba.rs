@@ -585,20 +585,25 @@ pub fn gated_norm_with(
 
 /// Blocks a group for [`gated_norm_wide`] in a round of `n` rows of `width` in `groups`
 /// groups, or `None` for the plain gated norm: `TF_CUDA_GATED_WIDE=B` (unset or 0: none) in
-/// rounds of at most [`crate::ops::WIDE_NORM_ROWS`] rows whose groups the kernel holds and
-/// splits (whole 64-column groups).
+/// rounds of at most [`crate::ops::WIDE_NORM_ROWS`] rows whose groups it takes
+/// ([`gated_wide_fits`]).
 pub fn gated_wide_blocks(width: usize, groups: usize, n: usize) -> Option<usize> {
     static BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let blocks = *BLOCKS
         .get_or_init(|| std::env::var("TF_CUDA_GATED_WIDE").map_or(0, |v| v.parse().unwrap_or(0)));
-    let gs = width.checked_div(groups).unwrap_or(0);
-    let fits = groups > 0
-        && width.is_multiple_of(groups)
-        && gs.is_multiple_of(crate::mma::GROUP)
-        && gs > 0
-        && gs <= crate::ops::WIDE_NORM_WIDTH;
     let rows = n <= crate::ops::WIDE_NORM_ROWS;
-    (blocks > 0 && rows && fits).then(|| blocks.min(gs / crate::mma::GROUP))
+    let fits = gated_wide_fits(width, groups);
+    (blocks > 0 && rows && fits).then(|| blocks.min(width / groups / crate::mma::GROUP))
+}
+
+/// Whether [`gated_norm_wide`] takes rows of `width` in `groups` groups: each group whole
+/// 64-column groups (it splits them) and held by the block's threads.
+fn gated_wide_fits(width: usize, groups: usize) -> bool {
+    let gs = width.checked_div(groups).unwrap_or(0);
+    width.is_multiple_of(groups)
+        && gs > 0
+        && gs.is_multiple_of(crate::mma::GROUP)
+        && gs <= crate::ops::WIDE_NORM_WIDTH
 }
 
 /// [`gated_norm`] with the rows of out also split for the tensor cores' products (the bits
@@ -622,8 +627,7 @@ pub fn gated_norm_wide(
     const OP: &str = "gated rms_norm (wide)";
     let width = gain.len();
     let gs = width.checked_div(groups).unwrap_or(0);
-    let splits = gs > 0 && width.is_multiple_of(groups) && gs.is_multiple_of(crate::mma::GROUP);
-    if !splits || gs > crate::ops::WIDE_NORM_WIDTH || blocks == 0 || blocks > gs / 64 {
+    if !gated_wide_fits(width, groups) || blocks == 0 || blocks > gs / crate::mma::GROUP {
         return Err(CudaError::Shape {
             op: OP,
             detail: format!("{blocks} blocks a group of {width} in {groups} groups"),
