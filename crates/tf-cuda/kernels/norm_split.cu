@@ -100,6 +100,26 @@ __device__ __forceinline__ void tf_mma_split_share(const float* share, int G0, i
     tf_mark("~norm:split");
 }
 
+// The block's share [lo, hi) of a held segment normed: out[k] = gv (e r), also into share[k -
+// lo], each e first given to keep(k, e); then the barrier after which its warps split it.
+template <class Keep>
+__device__ __forceinline__ void tf_norm_share(const float (&e)[TF_HOLD], const float (&gv)[TF_HOLD],
+                                              float r, int lo, int hi, float* __restrict__ out,
+                                              float* share, Keep keep) {
+#pragma unroll
+    for (int j = 0; j < TF_HOLD; j++) {
+        const int k = threadIdx.x + j * blockDim.x;
+        if (k >= lo && k < hi) {
+            keep(k, e[j]);
+            const float v = gv[j] * (e[j] * r);
+            out[k] = v;
+            share[k - lo] = v;
+        }
+    }
+    __syncthreads();  // the share, written by the block, is what its warps split
+    tf_mark("~norm:written");
+}
+
 // A block's share of a segment split over gridDim.x blocks: the segment's 64-column groups
 // from `first`, `each` of them, give this block [G0, G1).
 struct TfShare {
@@ -145,20 +165,12 @@ __device__ __forceinline__ void tf_norm_split_wide(const float* __restrict__ x,
         gv[j] = k >= lo && k < hi ? g[k] : 0.0f;
     }
     const float r = tf_inv_rms(tf_runs_sumsq16(e, width, runs), width, eps);
-#pragma unroll
-    for (int j = 0; j < TF_HOLD; j++) {
-        const int k = threadIdx.x + j * blockDim.x;
-        if (k >= lo && k < hi) {
-            if (ADD) xo[at + k] = e[j];
-            const float v = gv[j] * (e[j] * r);
-            y[at + k] = v;
-            share[k - lo] = v;
-        }
-    }
-    __syncthreads();  // the share, written by the block, is what its warps split
-    tf_mark("~norm:written");
+    tf_norm_share(e, gv, r, lo, hi, y + at, share, [&](int k, float v) {
+        if (ADD) xo[at + k] = v;
+    });
     tf_mma_split_share(share, sh.G0, sh.G1, groups, parts + at / 4, sums + at / 64);
 }
+
 extern "C" __global__ void tf_rms_norm_split_wide(const float* x, const float* g, float* y,
                                                   uint4* parts, float* sums, int width,
                                                   float eps) {
@@ -217,17 +229,7 @@ extern "C" __global__ void tf_mamba_gated_norm_split_wide(const float* y, const 
         gv[j] = k >= lo && k < hi ? gr[k] : 0.0f;
     }
     const float r = tf_inv_rms(tf_runs_sumsq16(h, gs, runs), gs, eps);
-#pragma unroll
-    for (int j = 0; j < TF_HOLD; j++) {
-        const int k = threadIdx.x + j * blockDim.x;
-        if (k >= lo && k < hi) {
-            const float v = gv[j] * (h[j] * r);
-            out[at + k] = v;
-            share[k - lo] = v;
-        }
-    }
-    __syncthreads();  // the share, written by the block, is what its warps split
-    tf_mark("~norm:written");
+    tf_norm_share(h, gv, r, lo, hi, out + at, share, [](int, float) {});
     const size_t row = (size_t)i * width;
     tf_mma_split_share(share, sh.G0, sh.G1, width >> 6, parts + row / 4, sums + row / 64);
 }

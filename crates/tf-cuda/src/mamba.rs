@@ -537,32 +537,9 @@ pub fn gated_norm_with(
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     const OP: &str = "gated rms_norm";
-    let width = gain.len();
-    if width == 0 || groups == 0 || !width.is_multiple_of(groups) || z_stride < width {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!("width {width}, {groups} groups, z_stride {z_stride}"),
-        });
-    }
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(CudaError::Param {
-            op: OP,
-            what: "eps",
-            value: eps as f64,
-            why: "must be finite and >= 0",
-        });
-    }
-    need(OP, "y", y.len(), n * width)?;
-    need(OP, "z", z.len(), n.saturating_sub(1) * z_stride + width)?;
-    need(OP, "out", out.len(), n * width)?;
-    if n == 0 {
+    let Some((zs, w, g)) = gated_norm_checks(OP, y, z, z_stride, gain, eps, groups, n, out)? else {
         return Ok(());
-    }
-    let (zs, w, g) = (
-        i32_of(OP, "z_stride", z_stride)?,
-        i32_of(OP, "width", width)?,
-        i32_of(OP, "groups", groups)?,
-    );
+    };
     let mut b = gpu.launcher(kernel)?;
     b.arg(y)
         .arg(z)
@@ -581,6 +558,48 @@ pub fn gated_norm_with(
     };
     // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*) as declared; lengths checked above.
     unsafe { b.go(cfg, "launching gated rms_norm") }
+}
+
+/// A gated norm's shapes and eps checked for `n` rows (`op` names it in errors): its i32
+/// arguments (z_stride, width, groups), or `None` for no rows.
+#[allow(clippy::too_many_arguments)]
+fn gated_norm_checks(
+    op: &'static str,
+    y: &CudaSlice<f32>,
+    z: &CudaSlice<f32>,
+    z_stride: usize,
+    gain: &CudaSlice<f32>,
+    eps: f32,
+    groups: usize,
+    n: usize,
+    out: &CudaSlice<f32>,
+) -> Result<Option<(i32, i32, i32)>> {
+    let width = gain.len();
+    if width == 0 || groups == 0 || !width.is_multiple_of(groups) || z_stride < width {
+        return Err(CudaError::Shape {
+            op,
+            detail: format!("width {width}, {groups} groups, z_stride {z_stride}"),
+        });
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(CudaError::Param {
+            op,
+            what: "eps",
+            value: eps as f64,
+            why: "must be finite and >= 0",
+        });
+    }
+    need(op, "y", y.len(), n * width)?;
+    need(op, "z", z.len(), n.saturating_sub(1) * z_stride + width)?;
+    need(op, "out", out.len(), n * width)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    Ok(Some((
+        i32_of(op, "z_stride", z_stride)?,
+        i32_of(op, "width", width)?,
+        i32_of(op, "groups", groups)?,
+    )))
 }
 
 /// Blocks a group for [`gated_norm_wide`] in a round of `n` rows of `width` in `groups`
@@ -633,24 +652,10 @@ pub fn gated_norm_wide(
             detail: format!("{blocks} blocks a group of {width} in {groups} groups"),
         });
     }
-    if z_stride < width || !(eps.is_finite() && eps >= 0.0) {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!("z_stride {z_stride} for width {width}, eps {eps}"),
-        });
-    }
     split.check(OP, n, width)?;
-    need(OP, "y", y.len(), n * width)?;
-    need(OP, "z", z.len(), n.saturating_sub(1) * z_stride + width)?;
-    need(OP, "out", out.len(), n * width)?;
-    if n == 0 {
+    let Some((zs, w, g)) = gated_norm_checks(OP, y, z, z_stride, gain, eps, groups, n, out)? else {
         return Ok(());
-    }
-    let (zs, w, g) = (
-        i32_of(OP, "z_stride", z_stride)?,
-        i32_of(OP, "width", width)?,
-        i32_of(OP, "groups", groups)?,
-    );
+    };
     const KERNEL: &str = "tf_mamba_gated_norm_split_wide";
     // As many threads as the plain gated norm (each its own exp and division); they hold a
     // group of up to crate::ops::WIDE_NORM_WIDTH.
