@@ -14,6 +14,7 @@
 #define MAMBA_MAX_KERNEL 8
 #define MAMBA_MAX_STATE 256
 #define MAMBA_LANE_STATE (MAMBA_MAX_STATE / 16)
+#define MAMBA_SSM_THREADS 128  // the scan's block (src/mamba.rs SSM_THREADS)
 
 // Causal depthwise conv1d of every row of a round, one thread per channel c:
 // acc = 0; acc = fmaf(w[c][t], window[t], acc) for t ascending (window = state columns, then x);
@@ -181,8 +182,8 @@ __device__ __forceinline__ void tf_mamba_ssm(
     }
 }
 
-#define TF_MAMBA_SSM_ENTRY(NAME, PLANT)                                                          \
-    extern "C" __global__ void NAME(const float* xbc, int cd, const float* proj, int proj_stride, \
+#define TF_MAMBA_SSM_ENTRY(NAME, PLANT, BOUNDS)                                                  \
+    extern "C" __global__ void BOUNDS NAME(const float* xbc, int cd, const float* proj, int proj_stride, \
                                     int dt_off, const float* a, const float* dskip,              \
                                     const float* dt_bias, float dt_lo, float dt_hi, float* pool, \
                                     const int* slots, const int* pos, int n_slots,               \
@@ -193,9 +194,12 @@ __device__ __forceinline__ void tf_mamba_ssm(
                             head_dim, groups, ns, y);                                            \
     }
 
-TF_MAMBA_SSM_ENTRY(tf_mamba_ssm, 0)
-TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_unclamped, 1)
-TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2)
+TF_MAMBA_SSM_ENTRY(tf_mamba_ssm, 0, )
+TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_unclamped, 1, )
+TF_MAMBA_SSM_ENTRY(tf_plant_mamba_ssm_stale, 2, )
+// The same, held to 64 registers so that 8 blocks of 128 fit an SM: Bolt's 1,024 blocks (128
+// heads of 64 channels) then take one wave of 132 SMs instead of 1.1 (at 72 registers, 7 an SM).
+TF_MAMBA_SSM_ENTRY(tf_mamba_ssm_wave, 0, __launch_bounds__(MAMBA_SSM_THREADS, 8))
 
 // Grouped gated RMSNorm (tf_kernels::ops::rms_norm_gated), one block per (row, group):
 // h = silu(z) * y (rounded), r = 1 / sqrt(dot16(h, h) / gs + eps) per group, out = g * (h * r).

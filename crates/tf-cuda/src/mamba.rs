@@ -19,6 +19,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_mamba_conv",
     "tf_plant_mamba_conv_reversed",
     "tf_mamba_ssm",
+    "tf_mamba_ssm_wave",
     "tf_plant_mamba_ssm_unclamped",
     "tf_plant_mamba_ssm_stale",
     "tf_mamba_gated_norm",
@@ -415,7 +416,7 @@ pub fn ssm_step(
 ) -> Result<()> {
     ssm_step_with(
         gpu,
-        "tf_mamba_ssm",
+        ssm_kernel(),
         m,
         xbc,
         proj,
@@ -426,6 +427,21 @@ pub fn ssm_step(
         rows,
         y,
     )
+}
+
+/// The scan's block (kernels/mamba.cu `MAMBA_SSM_THREADS`).
+const SSM_THREADS: usize = 128;
+
+/// The scan's entry: `tf_mamba_ssm_wave` (held to 64 registers, 8 blocks an SM, so Bolt's
+/// 1,024 blocks take one wave) with `TF_CUDA_SSM_WAVE=1`, else `tf_mamba_ssm`; the same code,
+/// so the same bits.
+pub(crate) fn ssm_kernel() -> &'static str {
+    static WAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *WAVE.get_or_init(|| std::env::var("TF_CUDA_SSM_WAVE").is_ok_and(|v| v == "1")) {
+        "tf_mamba_ssm_wave"
+    } else {
+        "tf_mamba_ssm"
+    }
 }
 
 /// [`ssm_step`] through a named kernel (the planted controls use this).
@@ -498,7 +514,7 @@ pub fn ssm_step_with(
     b.arg(y);
     // SAFETY: (f32*, i32, f32*, i32, i32, f32* x3, f32, f32, f32*, i32*, i32*, i32 x8, f32*)
     // as declared; lengths checked above; the kernel skips slots outside the pool.
-    unsafe { b.go(grid(inner * 16, 128), "launching mamba ssm") }
+    unsafe { b.go(grid(inner * 16, SSM_THREADS as u32), "launching mamba ssm") }
 }
 
 /// Grouped gated RMSNorm of `n` rows: `h = silu(z) * y`, each of `groups` groups normalised by

@@ -84,6 +84,7 @@ fn kernels_take_the_arguments_the_wrappers_push() {
         ("tf_mamba_conv", 16),
         ("tf_plant_mamba_conv_reversed", 16),
         ("tf_mamba_ssm", 22),
+        ("tf_mamba_ssm_wave", 22),
         ("tf_plant_mamba_ssm_unclamped", 22),
         ("tf_plant_mamba_ssm_stale", 22),
         ("tf_mamba_gated_norm", 8),
@@ -93,9 +94,10 @@ fn kernels_take_the_arguments_the_wrappers_push() {
     ] {
         assert_eq!(counts.get(name), Some(&n), "{name}");
     }
-    assert_eq!(KERNEL_NAMES.len(), 9);
+    assert_eq!(KERNEL_NAMES.len(), 10);
     // The register limits the host checks are the kernels' own.
     let src = include_str!("../../kernels/mamba.cu");
     assert!(src.contains(&format!("#define MAMBA_MAX_STATE {MAX_STATE}\n")));
     assert!(src.contains(&format!("#define MAMBA_MAX_KERNEL {MAX_KERNEL}\n")));
+    assert!(src.contains(&format!("#define MAMBA_SSM_THREADS {SSM_THREADS} ")));
 }

@@ -185,11 +185,14 @@ struct Kernels {
     shared_slot: bool,
 }
 
-const PROD: Kernels = Kernels {
-    conv: "tf_mamba_conv",
-    ssm: "tf_mamba_ssm",
-    shared_slot: false,
-};
+/// The production pair: the scan's entry as serving selects it (`mamba::ssm_kernel`).
+fn prod() -> Kernels {
+    Kernels {
+        conv: "tf_mamba_conv",
+        ssm: crate::mamba::ssm_kernel(),
+        shared_slot: false,
+    }
+}
 
 impl<'g> Bench<'g> {
     fn new(gpu: &'g Gpu, c: &Consts) -> Result<Bench<'g>> {
@@ -333,7 +336,7 @@ fn step_case(
         reference: &reference,
     };
     let cfg = depth.config(seed);
-    let run = |rows: &[StepRow], o: &mut [f32]| run_k(PROD, rows, o);
+    let run = |rows: &[StepRow], o: &mut [f32]| run_k(prod(), rows, o);
     let v = verdict(&op, &run, &cfg, &errs);
     let mut rng = Rng::new(seed ^ 0x55);
     let rows: Vec<StepRow> = (0..33).map(|_| gen_row(c, &mut rng)).collect();
@@ -346,7 +349,8 @@ fn step_case(
     out.cases.push(CaseResult {
         op: "mamba conv + ssm step".into(),
         case: format!(
-            "heads {} x {}, groups {}, state {}, kernel {}, bias {}, dt limit {:?}",
+            "{}: heads {} x {}, groups {}, state {}, kernel {}, bias {}, dt limit {:?}",
+            prod().ssm,
             s.heads,
             s.head_dim,
             s.groups,
@@ -364,28 +368,28 @@ fn step_case(
                 "mamba conv: taps reversed (oldest input times the newest tap)",
                 Kernels {
                     conv: "tf_plant_mamba_conv_reversed",
-                    ..PROD
+                    ..prod()
                 },
             ),
             (
                 "mamba ssm: dt not clamped to time_step_limit",
                 Kernels {
                     ssm: "tf_plant_mamba_ssm_unclamped",
-                    ..PROD
+                    ..prod()
                 },
             ),
             (
                 "mamba ssm: output read from the state before its update",
                 Kernels {
                     ssm: "tf_plant_mamba_ssm_stale",
-                    ..PROD
+                    ..prod()
                 },
             ),
             (
                 "mamba: every row of a multi-row round on slot 0's state",
                 Kernels {
                     shared_slot: true,
-                    ..PROD
+                    ..prod()
                 },
             ),
         ];
@@ -442,7 +446,7 @@ fn sequence_case(gpu: &Gpu, c: &Consts, out: &mut SuiteResult, seed: u64) -> Res
         .enumerate()
         .map(|(t, (x, dt))| (0, t, &x[..], &dt[..]))
         .collect();
-    let chunked = b.round(PROD, &all)?;
+    let chunked = b.round(prod(), &all)?;
     let chunked_final = {
         let (cv, sv) = b.state.read(gpu, 0, 0)?;
         [cv, sv].concat()
@@ -450,7 +454,7 @@ fn sequence_case(gpu: &Gpu, c: &Consts, out: &mut SuiteResult, seed: u64) -> Res
     // GPU: one row per round, slot 1.
     let mut serial = Vec::new();
     for (t, (x, dt)) in seqs[0].iter().enumerate() {
-        serial.extend(b.round(PROD, &[(1, t, &x[..], &dt[..])])?);
+        serial.extend(b.round(prod(), &[(1, t, &x[..], &dt[..])])?);
     }
     // GPU: slots 2, 3, 0 interleaved in shared rounds of varying composition (slot 3 carries
     // the sequence under test; slots 2 and 0 carry others).
@@ -466,7 +470,7 @@ fn sequence_case(gpu: &Gpu, c: &Consts, out: &mut SuiteResult, seed: u64) -> Res
             round.push((3, u, &s0[u].0[..], &s0[u].1[..]));
             round.push((0, u, &s2[u].0[..], &s2[u].1[..]));
         }
-        let yy = b.round(PROD, &round)?;
+        let yy = b.round(prod(), &round)?;
         for (j, r) in round.iter().enumerate() {
             if r.0 == 3 {
                 inter.extend_from_slice(&yy[j * s.inner()..(j + 1) * s.inner()]);
