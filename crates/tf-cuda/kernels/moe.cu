@@ -695,9 +695,8 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
 // norm's split, or the latent's): block row y takes pick y (its expert picks[y], its one row at
 // where_[y]) and reads that row, not a gathered copy; the same outputs where they were. The
 // routing just before wrote the picks, so they are read after the wait.
-#define TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, SB) TF_MOE_MMA_ONE_ENTRY_BOUNDS(NAME, RT, SB, 1)
-#define TF_MOE_MMA_ONE_ENTRY_BOUNDS(NAME, RT, SB, MINB)                                        \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW, MINB)                        \
+#define TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, SB)                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* picks,      \
              const int* where_, int rows, int cols, int n_experts) {                           \
         tf_follow();                                                                           \
@@ -711,11 +710,6 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
     TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, RT, u32)
 TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one, 1)
 TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2)
-// The one-tile entry of compact tiles at 10 and 12 blocks an SM (48 and 40 registers; the
-// plain entry takes 52, 9 an SM): Bolt's up products of 1,044 to 1,512 blocks (nine picks of
-// 116 to 168 tiles) take up to 1.27 waves of 132 SMs at 9, 1.15 at 10 and one at 12.
-TF_MOE_MMA_ONE_ENTRY_BOUNDS(tf_moe_mma_mlx4_split_r1_x4_one_b16_w10, 1, u32, 10)
-TF_MOE_MMA_ONE_ENTRY_BOUNDS(tf_moe_mma_mlx4_split_r1_x4_one_b16_w12, 1, u32, 12)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

@@ -21,7 +21,6 @@ use crate::error::{CudaError, Result};
 use crate::mma::{SplitX, GROUP};
 use crate::ops::{grid, i32_of, need};
 use crate::weights::geometry_kernel;
-use crate::weights::Layout;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::{DroppedGroups, RouteParams};
 
@@ -39,8 +38,6 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
-    "tf_moe_mma_mlx4_split_r1_x4_one_b16_w10",
-    "tf_moe_mma_mlx4_split_r1_x4_one_b16_w12",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -664,13 +661,7 @@ pub(crate) fn expert_matmul_split(
         (false, false, 4) => "tf_moe_mma_mlx4_split_x4",
         (false, false, _) => "tf_moe_mma_mlx4_split",
     };
-    let mut entry = crate::mma::entry_for(kernel, w.matrix.layout());
-    if let (true, true, Layout::MmaTilesB16, Some(bound)) =
-        (one, one_tile, w.matrix.layout(), one_tile_bound())
-    {
-        entry = format!("{entry}_w{bound}").into();
-    }
-    let mut b = gpu.launcher(&entry)?;
+    let mut b = gpu.launcher(&crate::mma::entry_for(kernel, w.matrix.layout()))?;
     b.arg(w.matrix.bytes()).arg(&x.parts).arg(&x.sums).arg(y);
     match groups {
         Groups::Gathered(offsets) => b.arg(offsets),
@@ -682,19 +673,6 @@ pub(crate) fn expert_matmul_split(
     // tiles made for this shape; every group lies within the `slots` rows of the split (its
     // row 0 for the picks) and of y checked above, and a pick's expert is < n_experts or -1.
     unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
-}
-
-/// Blocks an SM the one-token one-tile expert product of compact tiles is compiled for
-/// (`TF_CUDA_MOE_WAVE=10|12`, opt-in; unset: the plain entry's 9): more blocks in the first
-/// wave, the same code and bits.
-fn one_tile_bound() -> Option<u32> {
-    static BOUND: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    *BOUND.get_or_init(|| {
-        std::env::var("TF_CUDA_MOE_WAVE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|b| [10, 12].contains(b))
-    })
 }
 
 /// [`relu2`] of `slots` rows of `width`, the rows also split into `s`.
