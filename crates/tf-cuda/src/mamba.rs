@@ -433,11 +433,11 @@ pub fn ssm_step(
 const SSM_THREADS: usize = 128;
 
 /// The scan's entry: `tf_mamba_ssm_wave` (held to 64 registers, 8 blocks an SM, so Bolt's
-/// 1,024 blocks take one wave) with `TF_CUDA_SSM_WAVE=1`, else `tf_mamba_ssm`; the same code,
-/// so the same bits.
+/// 1,024 blocks take one wave), or `tf_mamba_ssm` with `TF_CUDA_SSM_WAVE=0`; the same code, so
+/// the same bits.
 pub(crate) fn ssm_kernel() -> &'static str {
     static WAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *WAVE.get_or_init(|| std::env::var("TF_CUDA_SSM_WAVE").is_ok_and(|v| v == "1")) {
+    if *WAVE.get_or_init(|| std::env::var("TF_CUDA_SSM_WAVE").map_or(true, |v| v != "0")) {
         "tf_mamba_ssm_wave"
     } else {
         "tf_mamba_ssm"
@@ -618,14 +618,18 @@ fn gated_norm_checks(
     )))
 }
 
+/// A wide gated norm's blocks a group by default (at most one a 64-column group).
+pub const GATED_WIDE_BLOCKS: usize = 8;
+
 /// Blocks a group for [`gated_norm_wide`] in a round of `n` rows of `width` in `groups`
-/// groups, or `None` for the plain gated norm: `TF_CUDA_GATED_WIDE=B` (unset or 0: none) in
-/// rounds of at most [`crate::ops::WIDE_NORM_ROWS`] rows whose groups it takes
-/// ([`gated_wide_fits`]).
+/// groups, or `None` for the plain gated norm: [`GATED_WIDE_BLOCKS`] (`TF_CUDA_GATED_WIDE=B`
+/// sets it, 0 none) in rounds of at most [`crate::ops::WIDE_NORM_ROWS`] rows whose groups it
+/// takes ([`gated_wide_fits`]).
 pub fn gated_wide_blocks(width: usize, groups: usize, n: usize) -> Option<usize> {
     static BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let blocks = *BLOCKS
-        .get_or_init(|| std::env::var("TF_CUDA_GATED_WIDE").map_or(0, |v| v.parse().unwrap_or(0)));
+    let blocks = *BLOCKS.get_or_init(|| {
+        std::env::var("TF_CUDA_GATED_WIDE").map_or(GATED_WIDE_BLOCKS, |v| v.parse().unwrap_or(0))
+    });
     let rows = n <= crate::ops::WIDE_NORM_ROWS;
     let fits = gated_wide_fits(width, groups);
     (blocks > 0 && rows && fits).then(|| blocks.min(width / groups / crate::mma::GROUP))
