@@ -183,8 +183,9 @@ __device__ __forceinline__ void tf_mamba_ssm(
 }
 
 #define TF_MAMBA_SSM_ENTRY(NAME, PLANT, BOUNDS)                                                  \
-    extern "C" __global__ void BOUNDS NAME(const float* xbc, int cd, const float* proj, int proj_stride, \
-                                    int dt_off, const float* a, const float* dskip,              \
+    extern "C" __global__ void BOUNDS NAME(const float* xbc, int cd, const float* proj,          \
+                                    int proj_stride, int dt_off, const float* a,                 \
+                                    const float* dskip,                                          \
                                     const float* dt_bias, float dt_lo, float dt_hi, float* pool, \
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int heads,            \
