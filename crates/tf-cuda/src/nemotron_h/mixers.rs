@@ -137,16 +137,8 @@ fn in_proj_z_beside(
     g.beside(Z_SIDE, || {
         mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, true)
     })?;
-    let rest = z..w.rows().div_ceil(16);
-    mma::matmul_split_span(g, rt, w, s, n, proj, rest, in_proj_one_wave())?;
+    mma::matmul_split_span(g, rt, w, s, n, proj, z..w.rows().div_ceil(16), false)?;
     Ok(true)
-}
-
-/// Whether the rest of in_proj (beside its z rows) runs on one wave of blocks, each taking
-/// several tiles in turn (`TF_CUDA_INPROJ_WAVE=1`, opt-in; the same bits).
-fn in_proj_one_wave() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_INPROJ_WAVE").is_ok_and(|v| v == "1"))
 }
 
 /// Attention without RoPE: q/k/v → append k, v at each row's slot and position → attend over
