@@ -9,6 +9,7 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
+use crate::launch::Launch;
 use crate::mma::SplitX;
 use crate::ops::{grid, i32_of, need, GpuRows};
 use cudarc::driver::{CudaSlice, LaunchConfig};
@@ -517,56 +518,99 @@ pub fn ssm_step_with(
     unsafe { b.go(grid(inner * 16, SSM_THREADS as u32), "launching mamba ssm") }
 }
 
-/// Grouped gated RMSNorm of `n` rows: `h = silu(z) * y`, each of `groups` groups normalised by
-/// its own RMS, times `gain` (width `gain.len()`); `z` of row `i` at `z[i * z_stride..]`.
-#[allow(clippy::too_many_arguments)]
-pub fn gated_norm(
-    gpu: &Gpu,
-    y: &CudaSlice<f32>,
-    z: &CudaSlice<f32>,
-    z_stride: usize,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    groups: usize,
-    n: usize,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    let kernel = "tf_mamba_gated_norm";
-    gated_norm_with(gpu, kernel, y, z, z_stride, gain, eps, groups, n, out)
+/// A gated norm's inputs: `h = silu(z) * y` on rows of `gain.len()` in `groups` groups, each
+/// group normalised by its own RMS (with `eps`) times `gain`; `z` of row `i` at
+/// `z[i * z_stride..]`.
+#[derive(Clone, Copy)]
+pub struct GatedNormIn<'a> {
+    pub y: &'a CudaSlice<f32>,
+    pub z: &'a CudaSlice<f32>,
+    pub z_stride: usize,
+    pub gain: &'a CudaSlice<f32>,
+    pub eps: f32,
+    pub groups: usize,
+}
+
+impl GatedNormIn<'_> {
+    /// The shapes and eps checked for `n` rows into `out` (`op` names it in errors): the
+    /// kernels' i32 arguments (z_stride, width, groups), or `None` for no rows.
+    fn checked(
+        &self,
+        op: &'static str,
+        n: usize,
+        out: &CudaSlice<f32>,
+    ) -> Result<Option<[i32; 3]>> {
+        let (width, groups, z_stride) = (self.gain.len(), self.groups, self.z_stride);
+        if width == 0 || groups == 0 || !width.is_multiple_of(groups) || z_stride < width {
+            return Err(CudaError::Shape {
+                op,
+                detail: format!("width {width}, {groups} groups, z_stride {z_stride}"),
+            });
+        }
+        if !(self.eps.is_finite() && self.eps >= 0.0) {
+            return Err(CudaError::Param {
+                op,
+                what: "eps",
+                value: self.eps as f64,
+                why: "must be finite and >= 0",
+            });
+        }
+        need(op, "y", self.y.len(), n * width)?;
+        need(
+            op,
+            "z",
+            self.z.len(),
+            n.saturating_sub(1) * z_stride + width,
+        )?;
+        need(op, "out", out.len(), n * width)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(Some([
+            i32_of(op, "z_stride", z_stride)?,
+            i32_of(op, "width", width)?,
+            i32_of(op, "groups", groups)?,
+        ]))
+    }
+
+    /// Pushes the arguments every gated-norm entry begins with, `ints` from [`Self::checked`]:
+    /// (y, z, z_stride, gain, eps, width, groups, out).
+    fn push<'b>(&'b self, b: &mut Launch<'b>, ints: &'b [i32; 3], out: &'b mut CudaSlice<f32>) {
+        b.arg(self.y)
+            .arg(self.z)
+            .arg(&ints[0])
+            .arg(self.gain)
+            .arg(&self.eps)
+            .arg(&ints[1])
+            .arg(&ints[2])
+            .arg(out);
+    }
+}
+
+/// Grouped gated RMSNorm of `n` rows of `g` into `out`.
+pub fn gated_norm(gpu: &Gpu, g: &GatedNormIn, n: usize, out: &mut CudaSlice<f32>) -> Result<()> {
+    gated_norm_with(gpu, "tf_mamba_gated_norm", g, n, out)
 }
 
 /// Threads of a gated-norm block.
 pub(crate) const GATED_NORM_THREADS: u32 = 512;
 
 /// [`gated_norm`] through a named kernel (the planted control uses this).
-#[allow(clippy::too_many_arguments)]
 pub fn gated_norm_with(
     gpu: &Gpu,
     kernel: &'static str,
-    y: &CudaSlice<f32>,
-    z: &CudaSlice<f32>,
-    z_stride: usize,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    groups: usize,
+    g: &GatedNormIn,
     n: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     const OP: &str = "gated rms_norm";
-    let Some((zs, w, g)) = gated_norm_checks(OP, y, z, z_stride, gain, eps, groups, n, out)? else {
+    let Some(ints) = g.checked(OP, n, out)? else {
         return Ok(());
     };
     let mut b = gpu.launcher(kernel)?;
-    b.arg(y)
-        .arg(z)
-        .arg(&zs)
-        .arg(gain)
-        .arg(&eps)
-        .arg(&w)
-        .arg(&g)
-        .arg(out);
+    g.push(&mut b, &ints, out);
     let cfg = LaunchConfig {
-        grid_dim: (i32_of(OP, "n", n)? as u32, g as u32, 1),
+        grid_dim: (i32_of(OP, "n", n)? as u32, ints[2] as u32, 1),
         // A (row, group) block: few elements a thread, each with its own exp and division, on
         // the one-row step's path (128 threads were slower: docs/perf.md, session 30).
         block_dim: (GATED_NORM_THREADS, 1, 1),
@@ -574,48 +618,6 @@ pub fn gated_norm_with(
     };
     // SAFETY: (f32*, f32*, i32, f32*, f32, i32, i32, f32*) as declared; lengths checked above.
     unsafe { b.go(cfg, "launching gated rms_norm") }
-}
-
-/// A gated norm's shapes and eps checked for `n` rows (`op` names it in errors): its i32
-/// arguments (z_stride, width, groups), or `None` for no rows.
-#[allow(clippy::too_many_arguments)]
-fn gated_norm_checks(
-    op: &'static str,
-    y: &CudaSlice<f32>,
-    z: &CudaSlice<f32>,
-    z_stride: usize,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    groups: usize,
-    n: usize,
-    out: &CudaSlice<f32>,
-) -> Result<Option<(i32, i32, i32)>> {
-    let width = gain.len();
-    if width == 0 || groups == 0 || !width.is_multiple_of(groups) || z_stride < width {
-        return Err(CudaError::Shape {
-            op,
-            detail: format!("width {width}, {groups} groups, z_stride {z_stride}"),
-        });
-    }
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(CudaError::Param {
-            op,
-            what: "eps",
-            value: eps as f64,
-            why: "must be finite and >= 0",
-        });
-    }
-    need(op, "y", y.len(), n * width)?;
-    need(op, "z", z.len(), n.saturating_sub(1) * z_stride + width)?;
-    need(op, "out", out.len(), n * width)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    Ok(Some((
-        i32_of(op, "z_stride", z_stride)?,
-        i32_of(op, "width", width)?,
-        i32_of(op, "groups", groups)?,
-    )))
 }
 
 /// A wide gated norm's blocks a group by default (at most one a 64-column group).
@@ -649,22 +651,16 @@ fn gated_wide_fits(width: usize, groups: usize) -> bool {
 /// `crate::mma::split` gives from `out`), each group over `blocks` blocks
 /// (`tf_mamba_gated_norm_split_wide`, kernels/norm_split.cu): every block sums the whole
 /// group's squares in the same order and writes and splits its share of the group.
-#[allow(clippy::too_many_arguments)]
 pub fn gated_norm_wide(
     gpu: &Gpu,
-    y: &CudaSlice<f32>,
-    z: &CudaSlice<f32>,
-    z_stride: usize,
-    gain: &CudaSlice<f32>,
-    eps: f32,
-    groups: usize,
+    g: &GatedNormIn,
     n: usize,
     out: &mut CudaSlice<f32>,
     split: &mut SplitX,
     blocks: usize,
 ) -> Result<()> {
     const OP: &str = "gated rms_norm (wide)";
-    let width = gain.len();
+    let (width, groups) = (g.gain.len(), g.groups);
     let gs = width.checked_div(groups).unwrap_or(0);
     if !gated_wide_fits(width, groups) || blocks == 0 || blocks > gs / crate::mma::GROUP {
         return Err(CudaError::Shape {
@@ -673,7 +669,7 @@ pub fn gated_norm_wide(
         });
     }
     split.check(OP, n, width)?;
-    let Some((zs, w, g)) = gated_norm_checks(OP, y, z, z_stride, gain, eps, groups, n, out)? else {
+    let Some(ints) = g.checked(OP, n, out)? else {
         return Ok(());
     };
     const KERNEL: &str = "tf_mamba_gated_norm_split_wide";
@@ -683,17 +679,10 @@ pub fn gated_norm_wide(
     let floats = 16 * (gs / 16 + 4) + crate::mma::GROUP * (gs / 64).div_ceil(blocks);
     crate::ops::wide_norm_launches(gpu, OP, KERNEL, threads, 4 * floats)?;
     let mut b = gpu.launcher(KERNEL)?;
-    b.arg(y)
-        .arg(z)
-        .arg(&zs)
-        .arg(gain)
-        .arg(&eps)
-        .arg(&w)
-        .arg(&g)
-        .arg(out);
+    g.push(&mut b, &ints, out);
     b.arg(&mut split.parts).arg(&mut split.sums);
     let cfg = LaunchConfig {
-        grid_dim: (blocks as u32, g as u32, i32_of(OP, "n", n)? as u32),
+        grid_dim: (blocks as u32, ints[2] as u32, i32_of(OP, "n", n)? as u32),
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: 4 * floats as u32,
     };

@@ -89,17 +89,22 @@ pub(super) fn mamba(
         g.join_side(Z_SIDE)?;
     }
     // A wide gated norm splits yn for out_proj (the same bits either way).
+    let gated = mamba::GatedNormIn {
+        y: &ws.y,
+        z: &ws.proj,
+        z_stride: width,
+        gain: &m.norm,
+        eps,
+        groups: m.groups,
+    };
     let wide = mamba::gated_wide_blocks(inner, m.groups, n);
     let yns = match (ws.yns.as_mut().filter(|s| s.cols() == inner), wide) {
         (Some(s), Some(blocks)) => {
-            let (y, z, yn) = (&ws.y, &ws.proj, &mut ws.yn);
-            mamba::gated_norm_wide(g, y, z, width, &m.norm, eps, m.groups, n, yn, s, blocks)?;
+            mamba::gated_norm_wide(g, &gated, n, &mut ws.yn, s, blocks)?;
             ws.yns.as_ref()
         }
         _ => {
-            mamba::gated_norm(
-                g, &ws.y, &ws.proj, width, &m.norm, eps, m.groups, n, &mut ws.yn,
-            )?;
+            mamba::gated_norm(g, &gated, n, &mut ws.yn)?;
             None
         }
     };

@@ -510,6 +510,22 @@ fn sequence_case(gpu: &Gpu, c: &Consts, out: &mut SuiteResult, seed: u64) -> Res
     Ok(())
 }
 
+/// A gated norm case's rows as the launchers read them: y, z and (z_stride, gain, eps, groups).
+fn gated_in<'a>(
+    y: &'a CudaSlice<f32>,
+    z: &'a CudaSlice<f32>,
+    (z_stride, gain, eps, groups): (usize, &'a CudaSlice<f32>, f32, usize),
+) -> mamba::GatedNormIn<'a> {
+    mamba::GatedNormIn {
+        y,
+        z,
+        z_stride,
+        gain,
+        eps,
+        groups,
+    }
+}
+
 /// The grouped gated RMSNorm against f64 and the CPU's bits; `with_control`: also its planted
 /// control (a group's last element left out of its sum of squares).
 #[allow(clippy::too_many_arguments)]
@@ -543,7 +559,8 @@ fn norm_case(
             gpu.write(&yf, &mut yb)?;
             gpu.write(&zf, &mut zb)?;
             let n = rows.len();
-            mamba::gated_norm_with(gpu, kernel, &yb, &zb, zs, &gain, eps, groups, n, &mut ob)?;
+            let g = gated_in(&yb, &zb, (zs, &gain, eps, groups));
+            mamba::gated_norm_with(gpu, kernel, &g, n, &mut ob)?;
             out.copy_from_slice(&gpu.download(&ob, out.len())?);
             Ok(())
         })();
@@ -610,9 +627,8 @@ fn norm_case(
         let mut sx = crate::mma::SplitX::new(gpu, 33, width)?;
         let mut want = crate::mma::SplitX::new(gpu, 33, width)?;
         let blocks = 3.min(gs / crate::mma::GROUP);
-        mamba::gated_norm_wide(
-            gpu, &yb, &zb, zs, &gain, eps, groups, 33, &mut ob, &mut sx, blocks,
-        )?;
+        let g = gated_in(&yb, &zb, (zs, &gain, eps, groups));
+        mamba::gated_norm_wide(gpu, &g, 33, &mut ob, &mut sx, blocks)?;
         bits.add(compare_bits(&gpu.download(&ob, 33 * width)?, &cpu));
         crate::mma::split(gpu, &ob, 33, &mut want)?;
         let parts = |s: &crate::mma::SplitX| -> Result<Vec<f32>> {
