@@ -47,26 +47,24 @@ __device__ __forceinline__ unsigned long long tf_moe_rank_key(float s, int e) {
     return ((unsigned long long)hi << 32) | lo;
 }
 
-// A row's pick weights from its picks' probabilities, by one thread (the CPU's order): w_j =
-// probs[pick_j], then (norm_topk, k > 1) w_j / (sum + 1e-20) with the sum in pick order, then
-// w_j * scaling.
-__device__ __forceinline__ void tf_moe_pick_weights(const int* pick, float* w,
-                                                    const float* probs, int k, int norm_topk,
-                                                    float scaling) {
-    for (int j = 0; j < k; j++) w[j] = probs[pick[j]];
+// Pick j's weight of a row from its picks' probabilities (the CPU's order): w = probs[pick_j],
+// then (norm_topk, k > 1) w / (sum + 1e-20) with the sum of all k in pick order, then
+// w * scaling. Each of the row's k threads takes one pick and repeats the sum.
+__device__ __forceinline__ float tf_moe_pick_weight(const int* pick, const float* probs, int j,
+                                                    int k, int norm_topk, float scaling) {
+    float w = probs[pick[j]];
     if (norm_topk && k > 1) {
         float sum = 0.0f;
-        for (int j = 0; j < k; j++) sum = sum + w[j];
-        const float denom = sum + 1e-20f;
-        for (int j = 0; j < k; j++) w[j] = w[j] / denom;
+        for (int t = 0; t < k; t++) sum = sum + probs[pick[t]];
+        w = w / (sum + 1e-20f);
     }
-    for (int j = 0; j < k; j++) w[j] = w[j] * scaling;
+    return w * scaling;
 }
 
 // Dynamic shared memory: keys[E32] (8-byte aligned first; E32 = n_experts rounded up to 32),
 // probs[n_experts], scores[n_experts], group scores[n_group], candidate ids[E32]. Returns where
-// the row's picks are (shared memory for k <= 32, where the weights are also made, so the
-// block's last steps read no global memory it has just written; else `experts`).
+// the row's picks are, visible to the whole block (shared memory for k <= 32; else
+// `experts`); the weights are made from them, a thread a pick.
 template <int PLANT>
 __device__ __forceinline__ const int* tf_moe_route_grouped(const float* __restrict__ logits,
                                                      const float* __restrict__ corr, int* experts,
@@ -126,7 +124,6 @@ __device__ __forceinline__ const int* tf_moe_route_grouped(const float* __restri
     float* pw = weights + (size_t)i * top_k;
     const int k = top_k;
     __shared__ int rt_pick[32];
-    __shared__ float rt_w[32];
     if (k <= 32) {
         const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
         for (int ch = threadIdx.x >> 5; ch < nch; ch += nw) {
@@ -166,15 +163,11 @@ __device__ __forceinline__ const int* tf_moe_route_grouped(const float* __restri
             if (rank < k) pk[rank] = e;
         }
     }
-    __syncthreads();
-    if (k > 32) {
-        if (threadIdx.x == 0) tf_moe_pick_weights(pk, pw, probs, k, norm_topk, scaling);
-        return pk;
-    }
-    if (threadIdx.x == 0) tf_moe_pick_weights(rt_pick, rt_w, probs, k, norm_topk, scaling);
-    __syncthreads();
-    if (threadIdx.x < k) pw[threadIdx.x] = rt_w[threadIdx.x];
-    return rt_pick;
+    __syncthreads();  // every pick is placed
+    const int* picks = k <= 32 ? rt_pick : pk;
+    for (int j = threadIdx.x; j < k; j += blockDim.x)
+        pw[j] = tf_moe_pick_weight(picks, probs, j, k, norm_topk, scaling);
+    return picks;
 }
 
 extern "C" __global__ void tf_moe_route_grouped(const float* logits, const float* corr,
@@ -268,20 +261,45 @@ __device__ __forceinline__ void tf_moe_sort_block(const int* experts, int* offse
     }
 }
 
-// A round of one row: tf_moe_route_grouped, then tf_moe_sort on its picks, in one block and
-// one launch (the same code, so the same picks, weights and lists). Dynamic shared memory: the
-// larger of the two's; the sort reuses the routing's after a barrier.
+// One row's expert lists, as tf_moe_sort_block makes them from its k picks (picks: visible to
+// every thread of the block), without its counts and scans: offsets[e] is the number of valid
+// picks of an expert below e (offsets[n_experts] all of them), and a valid slot's place in
+// `order` the number of valid picks before it in (expert, slot) order.
+__device__ __forceinline__ void tf_moe_sort_one(const int* picks, int* offsets, int* order,
+                                                int* where_, int k, int n_experts) {
+    auto valid = [&](int e) { return e >= 0 && e < n_experts; };
+    for (int e = threadIdx.x; e <= n_experts; e += blockDim.x) {
+        int below = 0;
+        for (int t = 0; t < k; t++) below += valid(picks[t]) && picks[t] < e ? 1 : 0;
+        offsets[e] = below;
+    }
+    for (int s = threadIdx.x; s < k; s += blockDim.x) {
+        const int e = picks[s];
+        int p = -1;
+        if (valid(e)) {
+            p = 0;
+            for (int t = 0; t < k; t++) {
+                const int f = picks[t];
+                p += valid(f) && (f < e || (f == e && t < s)) ? 1 : 0;
+            }
+            order[p] = s;
+        }
+        where_[s] = p;
+    }
+}
+
+// A round of one row: tf_moe_route_grouped, then its expert lists (tf_moe_sort_one), in one
+// block and one launch (the same picks and weights, the lists tf_moe_sort makes). Dynamic
+// shared memory: the routing's.
 __device__ __forceinline__ void tf_moe_route_sorted(const float* logits, const float* corr,
                                                     int* experts, float* weights, int n_experts,
                                                     int top_k, int n_group, int topk_group,
                                                     float scaling, int norm_topk, float fill,
                                                     int* offsets, int* order, int* where_) {
-    extern __shared__ unsigned long long rt_keys[];
     const int* picks = tf_moe_route_grouped<0>(logits, corr, experts, weights, n_experts, top_k,
                                                n_group, topk_group, scaling, norm_topk, fill);
-    __syncthreads();  // the picks are written, and the routing's shared memory is free
     tf_mark("~route:picked");
-    tf_moe_sort_block(picks, offsets, order, where_, top_k, n_experts, (int*)rt_keys);
+    tf_moe_sort_one(picks, offsets, order, where_, top_k, n_experts);
     tf_mark("~route:sorted");
 }
 

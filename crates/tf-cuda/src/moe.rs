@@ -338,7 +338,6 @@ pub fn route_with(
                 b.arg(&mut buf.offsets)
                     .arg(&mut buf.order)
                     .arg(&mut buf.where_);
-                let smem = smem.max(sort_smem(e));
                 // SAFETY: (f32*, f32*, i32*, f32*, i32 x4, f32, i32, f32, i32* x3); buffers
                 // checked above; offsets holds e + 1, order and where_ k (one row).
                 return unsafe { b.go(cfg(smem, ROUTE_THREADS), "launching moe route") };
