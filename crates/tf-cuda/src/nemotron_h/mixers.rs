@@ -119,8 +119,7 @@ const Z_SIDE: usize = 0;
 /// gated norm reads z, so its product (side stream 0, joined before that norm; one wave of
 /// blocks, so the conv's and the scan's find SMs as its blocks end) may run while the conv
 /// and the scan do. Launches both parts and returns true where it does (in the mma tiles with
-/// x split, no bias); launches nothing otherwise. `TF_CUDA_MAMBA_Z=late` forks the z rows after
-/// the rest, so they start as it ends and leave DRAM to it (the same bits).
+/// x split, no bias); launches nothing otherwise.
 fn in_proj_z_beside(
     g: &Gpu,
     m: &MambaLayer,
@@ -129,9 +128,8 @@ fn in_proj_z_beside(
     inner: usize,
     proj: &mut CudaSlice<f32>,
 ) -> Result<bool> {
-    static MODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let mode = MODE.get_or_init(|| std::env::var("TF_CUDA_MAMBA_Z").unwrap_or_default());
-    let (on, late) = (mode != "0", mode == "late");
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("TF_CUDA_MAMBA_Z").map_or(true, |v| v != "0"));
     let w = &m.in_proj;
     let Some(s) = split else {
         return Ok(false);
@@ -141,18 +139,10 @@ fn in_proj_z_beside(
     if !on || m.in_bias.is_some() || !s.serves(w, n) || !z.is_multiple_of(rt) {
         return Ok(false);
     }
-    let tiles = w.rows().div_ceil(16);
-    if !late {
-        g.beside(Z_SIDE, || {
-            mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, true)
-        })?;
-    }
-    mma::matmul_split_span(g, rt, w, s, n, proj, z..tiles, false)?;
-    if late {
-        g.beside(Z_SIDE, || {
-            mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, true)
-        })?;
-    }
+    g.beside(Z_SIDE, || {
+        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, true)
+    })?;
+    mma::matmul_split_span(g, rt, w, s, n, proj, z..w.rows().div_ceil(16), false)?;
     Ok(true)
 }
 
