@@ -208,10 +208,10 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
 /// combine in pick order → fc2_latent_proj → + shared expert (on the normed input; added to
 /// `ws.o` by the next norm, with the residual: `x + (o + shared)`). Two branches run beside the
 /// router and the routing, on the side streams: fc1 (joined before the experts) and the shared
-/// expert (joined at the end), each forked at the layer's start or after the router
-/// ([`late_forks`]). Each reads only `ws.h`, which nothing writes until the next layer, and
-/// writes only its own buffers (`ws.latent`; `ws.up`, `ws.act`, `ws.shared`), which no other
-/// branch touches; so each kernel reads what it read in order, and the bits are the same.
+/// expert (joined at the end). Each reads only `ws.h`, which nothing writes until the next
+/// layer, and writes only its own buffers (`ws.latent`; `ws.up`, `ws.act`, `ws.shared`), which
+/// no other branch touches; so each kernel reads what it read in order, and the bits are the
+/// same.
 pub(super) fn moe(
     g: &Gpu,
     m: &MoeLayer,
@@ -219,23 +219,27 @@ pub(super) fn moe(
     n: usize,
     ws: &mut Workspace,
 ) -> Result<()> {
+    const FC1: usize = 0;
+    const SHARED: usize = 1;
     // A one-token round's experts read its row split once: the norm's split of h, or the
     // latent row's, made beside fc1.
     let one = moe::reads_one_row(&m.experts, n);
-    let late = late_forks();
-    if !late.fc1 {
-        fc1_beside(g, m, n, one, ws)?;
+    if let Some((fc1, _)) = &m.latent {
+        g.beside(FC1, || {
+            ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)?;
+            match ws.latent_split.as_mut() {
+                Some(s) if one => mma::split(g, &ws.latent, 1, s),
+                _ => Ok(()),
+            }
+        })?;
     }
-    if !late.shared {
-        shared_beside(g, m, n, ws)?;
+    if let Some(sh) = &m.shared {
+        g.beside(SHARED, || {
+            let (x, s) = (&ws.h, ws.hs.as_ref());
+            mlp_rows(g, sh, x, s, n, &mut ws.up, &mut ws.act, &mut ws.shared)
+        })?;
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
-    if late.fc1 {
-        fc1_beside(g, m, n, one, ws)?;
-    }
-    if late.shared {
-        shared_beside(g, m, n, ws)?;
-    }
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
     let (xe, xe_split) = match &m.latent {
         Some(_) => {
@@ -257,54 +261,4 @@ pub(super) fn moe(
         g.join_side(SHARED)?;
     }
     Ok(())
-}
-
-/// The side streams of a MoE layer's two branches.
-const FC1: usize = 0;
-const SHARED: usize = 1;
-
-/// fc1 (and a one-token round's split of its latent row) on side stream [`FC1`].
-fn fc1_beside(g: &Gpu, m: &MoeLayer, n: usize, one: bool, ws: &mut Workspace) -> Result<()> {
-    let Some((fc1, _)) = &m.latent else {
-        return Ok(());
-    };
-    g.beside(FC1, || {
-        ops::matmul_of(g, fc1, &ws.h, ws.hs.as_ref(), n, &mut ws.latent)?;
-        match ws.latent_split.as_mut() {
-            Some(s) if one => mma::split(g, &ws.latent, 1, s),
-            _ => Ok(()),
-        }
-    })
-}
-
-/// The shared expert on side stream [`SHARED`].
-fn shared_beside(g: &Gpu, m: &MoeLayer, n: usize, ws: &mut Workspace) -> Result<()> {
-    let Some(sh) = &m.shared else {
-        return Ok(());
-    };
-    g.beside(SHARED, || {
-        let (x, s) = (&ws.h, ws.hs.as_ref());
-        mlp_rows(g, sh, x, s, n, &mut ws.up, &mut ws.act, &mut ws.shared)
-    })
-}
-
-/// Which MoE branches fork after the router rather than at the layer's start
-/// (`TF_CUDA_MOE_FORK`: a list of `fc1`, `shared`; unset, neither). Forked later, a branch's
-/// reads leave DRAM to the router, on the path to the routing. The same bits either way.
-#[derive(Clone, Copy)]
-struct LateForks {
-    fc1: bool,
-    shared: bool,
-}
-
-fn late_forks() -> LateForks {
-    static S: std::sync::OnceLock<LateForks> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        let v = std::env::var("TF_CUDA_MOE_FORK").unwrap_or_default();
-        let has = |name| v.split(',').any(|p| p.trim() == name);
-        LateForks {
-            fc1: has("fc1"),
-            shared: has("shared"),
-        }
-    })
 }
