@@ -549,13 +549,24 @@ pub fn matmul_split_with(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let tiles = w.rows().div_ceil(16);
-    matmul_split_span(gpu, rt, w, s, n, y, 0..tiles, false)
+    matmul_split_span(gpu, rt, w, s, n, y, 0..tiles, Blocks::Every)
+}
+
+/// How many blocks a split product launches; where fewer than its tile groups, each takes
+/// several in turn (the same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocks {
+    /// A block a group of `rt` tiles.
+    Every,
+    /// At most as many as the GPU holds at once, so none waits for a slot.
+    OneWave,
+    /// At most this many, leaving the other SMs to what runs beside.
+    AtMost(usize),
 }
 
 /// [`matmul_split_with`] of only the row tiles `span` (16 rows each; y's other rows are left
 /// as they are): the same bits as the whole product's. The span starts at a multiple of `rt`
-/// and ends at one or at the last tile. `one_wave`: at most as many blocks as the GPU holds at
-/// once, each then taking several tiles in turn, so none waits for a slot.
+/// and ends at one or at the last tile.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_split_span(
     gpu: &Gpu,
@@ -565,7 +576,7 @@ pub fn matmul_split_span(
     n: usize,
     y: &mut CudaSlice<f32>,
     span: std::ops::Range<usize>,
-    one_wave: bool,
+    blocks: Blocks,
 ) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
@@ -593,10 +604,15 @@ pub fn matmul_split_span(
     let (from, to) = (span.start as i32, span.end as i32);
     let kernel = entry_for(split_kernel(c.rt, n), w.layout());
     let mut cfg = launch(c, split_rows_a_block(n), 16 * span.len(), w.cols(), n);
-    if one_wave {
-        let at_once =
-            gpu.resident_blocks(&kernel, cfg.block_dim.0, 0)? * gpu.info().multiprocessors;
-        cfg.grid_dim.0 = cfg.grid_dim.0.min(at_once.max(1) as u32);
+    let cap = match blocks {
+        Blocks::Every => None,
+        Blocks::OneWave => {
+            Some(gpu.resident_blocks(&kernel, cfg.block_dim.0, 0)? * gpu.info().multiprocessors)
+        }
+        Blocks::AtMost(b) => Some(b),
+    };
+    if let Some(c) = cap {
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(c.max(1) as u32);
     }
     let mut b = gpu.launcher(&kernel)?;
     b.arg(w.bytes())

@@ -675,7 +675,7 @@ pub(crate) fn expert_matmul_split(
 }
 
 /// [`relu2`] of `slots` rows of `width`, the rows also split into `s`.
-fn relu2_split(
+pub(crate) fn relu2_split(
     gpu: &Gpu,
     x: &CudaSlice<f32>,
     out: &mut CudaSlice<f32>,

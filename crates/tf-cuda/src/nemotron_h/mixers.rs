@@ -9,7 +9,7 @@ use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::l2;
 use crate::mamba::{self, GpuMambaState};
-use crate::mma::{self, SplitX};
+use crate::mma::{self, Blocks, SplitX};
 use crate::moe::{self, MoeBuffers};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
@@ -140,9 +140,10 @@ fn in_proj_z_beside(
         return Ok(false);
     }
     g.beside(Z_SIDE, || {
-        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, true)
+        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, Blocks::OneWave)
     })?;
-    mma::matmul_split_span(g, rt, w, s, n, proj, z..w.rows().div_ceil(16), false)?;
+    let rest = z..w.rows().div_ceil(16);
+    mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every)?;
     Ok(true)
 }
 
@@ -236,7 +237,12 @@ pub(super) fn moe(
     if let Some(sh) = &m.shared {
         g.beside(SHARED, || {
             let (x, s) = (&ws.h, ws.hs.as_ref());
-            mlp_rows(g, sh, x, s, n, &mut ws.up, &mut ws.act, &mut ws.shared)
+            match (shared_cap(), s, ws.acts.as_mut()) {
+                (Some(cap), Some(s), Some(acts)) if shared_capped(sh, s, acts, n) => {
+                    shared_split(g, sh, s, acts, cap, &mut ws.up, &mut ws.act, &mut ws.shared)
+                }
+                _ => mlp_rows(g, sh, x, s, n, &mut ws.up, &mut ws.act, &mut ws.shared),
+            }
         })?;
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
@@ -261,4 +267,50 @@ pub(super) fn moe(
         g.join_side(SHARED)?;
     }
     Ok(())
+}
+
+/// At most how many blocks a one-token round's shared expert products launch
+/// (`TF_CUDA_SHARED_CAP=B`; unset, every block): each then takes several tiles in turn, and the
+/// other SMs stay free for the routed experts beside it. The same bits.
+fn shared_cap() -> Option<usize> {
+    static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("TF_CUDA_SHARED_CAP").ok()?.parse().ok())
+}
+
+/// Whether [`shared_split`] takes this shared expert: one row, no biases, both matrices read
+/// from splits (`s` of x, `acts` of relu²'s output).
+fn shared_capped(m: &MlpLayer, s: &SplitX, acts: &SplitX, n: usize) -> bool {
+    n == 1 && m.biases.is_none() && s.serves(&m.up, n) && acts.serves(&m.down, n)
+}
+
+/// The one-row shared expert as split products on at most `cap` blocks each: up from x's split,
+/// relu² split into `acts`, down from it (the bits of [`mlp_rows`]).
+#[allow(clippy::too_many_arguments)]
+fn shared_split(
+    g: &Gpu,
+    m: &MlpLayer,
+    s: &SplitX,
+    acts: &mut SplitX,
+    cap: usize,
+    up: &mut CudaSlice<f32>,
+    act: &mut CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let span = |w: &GpuMatrix| 0..w.rows().div_ceil(16);
+    let (rt_up, rt_down) = (
+        mma::tiles_a_block(m.up.rows(), 1),
+        mma::tiles_a_block(m.down.rows(), 1),
+    );
+    mma::matmul_split_span(g, rt_up, &m.up, s, 1, up, span(&m.up), Blocks::AtMost(cap))?;
+    moe::relu2_split(g, up, act, acts, 1, m.up.rows())?;
+    mma::matmul_split_span(
+        g,
+        rt_down,
+        &m.down,
+        acts,
+        1,
+        out,
+        span(&m.down),
+        Blocks::AtMost(cap),
+    )
 }

@@ -66,6 +66,9 @@ struct Workspace {
     /// `yn` split for out_proj by a wide gated norm (rounds of at most
     /// [`ops::WIDE_NORM_ROWS`] rows); `None` as `hs` is, or without Mamba layers.
     yns: Option<SplitX>,
+    /// A one-token round's shared expert relu² output split, for a capped shared expert
+    /// (`TF_CUDA_SHARED_CAP`); `None` as `hs` is, or without MLP rows.
+    acts: Option<SplitX>,
     /// Shared expert output.
     shared: CudaSlice<f32>,
     logits: CudaSlice<f32>,
@@ -305,6 +308,10 @@ impl GpuNemotronH {
             },
             yns: match mma::split_enabled() && w.inner > 0 && w.inner.is_multiple_of(mma::GROUP) {
                 true => Some(SplitX::new(&gpu, n.min(ops::WIDE_NORM_ROWS), w.inner)?),
+                false => None,
+            },
+            acts: match mma::split_enabled() && w.mlp > 0 && w.mlp.is_multiple_of(mma::GROUP) {
+                true => Some(SplitX::new(&gpu, 1, w.mlp)?),
                 false => None,
             },
             shared: gpu.zeros(n * hidden)?,
