@@ -209,10 +209,10 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
 /// combine in pick order → fc2_latent_proj → + shared expert (on the normed input; added to
 /// `ws.o` by the next norm, with the residual: `x + (o + shared)`). Two branches run beside the
 /// router and the routing, on the side streams: fc1 (joined before the experts) and the shared
-/// expert (joined at the end). Each reads only `ws.h`, which nothing writes until the next
-/// layer, and writes only its own buffers (`ws.latent`; `ws.up`, `ws.act`, `ws.shared`), which
-/// no other branch touches; so each kernel reads what it read in order, and the bits are the
-/// same.
+/// expert (joined at the end; a one-token round's on capped blocks, [`shared_cap`]). Each
+/// reads only `ws.h`, which nothing writes until the next layer, and writes only its own
+/// buffers (`ws.latent`; `ws.up`, `ws.act`, `ws.acts`, `ws.shared`), which no other branch
+/// touches; so each kernel reads what it read in order, and the bits are the same.
 pub(super) fn moe(
     g: &Gpu,
     m: &MoeLayer,
@@ -237,7 +237,7 @@ pub(super) fn moe(
     if let Some(sh) = &m.shared {
         g.beside(SHARED, || {
             let (x, s) = (&ws.h, ws.hs.as_ref());
-            match (shared_cap(), s, ws.acts.as_mut()) {
+            match (shared_cap(g), s, ws.acts.as_mut()) {
                 (Some(cap), Some(s), Some(acts)) if shared_capped(sh, s, acts, n) => {
                     shared_split(g, sh, s, acts, cap, &mut ws.up, &mut ws.act, &mut ws.shared)
                 }
@@ -269,12 +269,17 @@ pub(super) fn moe(
     Ok(())
 }
 
-/// At most how many blocks a one-token round's shared expert products launch
-/// (`TF_CUDA_SHARED_CAP=B`; unset, every block): each then takes several tiles in turn, and the
-/// other SMs stay free for the routed experts beside it. The same bits.
-fn shared_cap() -> Option<usize> {
+/// At most how many blocks a one-token round's shared expert products launch: 8/11 of the
+/// SMs (96 of an H100's or H200's 132), or `TF_CUDA_SHARED_CAP=B` (`0`: every block, the
+/// products [`mlp_rows`] launches). Each block then takes several tiles in turn, and the SMs
+/// left over stay free for the routing and the routed experts beside it (docs/perf.md,
+/// session 39). The same bits.
+fn shared_cap(g: &Gpu) -> Option<usize> {
     static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *S.get_or_init(|| std::env::var("TF_CUDA_SHARED_CAP").ok()?.parse().ok())
+    *S.get_or_init(|| match std::env::var("TF_CUDA_SHARED_CAP") {
+        Ok(v) => v.parse().ok().filter(|&b| b > 0),
+        Err(_) => Some(g.info().multiprocessors * 8 / 11),
+    })
 }
 
 /// Whether [`shared_split`] takes this shared expert: one row, no biases, both matrices read
@@ -296,21 +301,11 @@ fn shared_split(
     act: &mut CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let span = |w: &GpuMatrix| 0..w.rows().div_ceil(16);
-    let (rt_up, rt_down) = (
-        mma::tiles_a_block(m.up.rows(), 1),
-        mma::tiles_a_block(m.down.rows(), 1),
-    );
-    mma::matmul_split_span(g, rt_up, &m.up, s, 1, up, span(&m.up), Blocks::AtMost(cap))?;
+    let product = |w: &GpuMatrix, x: &SplitX, y: &mut CudaSlice<f32>| {
+        let (rt, tiles) = (mma::tiles_a_block(w.rows(), 1), w.rows().div_ceil(16));
+        mma::matmul_split_span(g, rt, w, x, 1, y, 0..tiles, Blocks::AtMost(cap))
+    };
+    product(&m.up, s, up)?;
     moe::relu2_split(g, up, act, acts, 1, m.up.rows())?;
-    mma::matmul_split_span(
-        g,
-        rt_down,
-        &m.down,
-        acts,
-        1,
-        out,
-        span(&m.down),
-        Blocks::AtMost(cap),
-    )
+    product(&m.down, acts, out)
 }

@@ -66,8 +66,8 @@ struct Workspace {
     /// `yn` split for out_proj by a wide gated norm (rounds of at most
     /// [`ops::WIDE_NORM_ROWS`] rows); `None` as `hs` is, or without Mamba layers.
     yns: Option<SplitX>,
-    /// A one-token round's shared expert relu² output split, for a capped shared expert
-    /// (`TF_CUDA_SHARED_CAP`); `None` as `hs` is, or without MLP rows.
+    /// A one-token round's shared expert relu² output split, for its down product on capped
+    /// blocks (`mixers::shared_cap`); `None` as `hs` is, or without MLP rows.
     acts: Option<SplitX>,
     /// Shared expert output.
     shared: CudaSlice<f32>,
