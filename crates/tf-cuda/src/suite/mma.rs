@@ -145,8 +145,11 @@ fn case(
     let mut sx = mma::SplitX::new(gpu, MAX_ROWS, cols)?;
     let mut h = gpu.zeros::<f32>(MAX_ROWS * cols)?;
     let mut x_next = gpu.zeros::<f32>(MAX_ROWS * cols)?;
-    // y of the split product of the first n rows split by `splitter` (or, by a norm, of their
-    // norm split by the norm), then (a norm) the launcher's product of that norm unsplit.
+    // y of the split product of the first n rows split by `splitter`, then (a kernel) the same
+    // product on three blocks, each taking its tile groups in turn (`mma::Blocks::AtMost`, as a
+    // one-token round's shared expert runs; y filled with NaN first, so an output no block
+    // writes cannot pass); or (a norm) of their norm split by the norm, then the launcher's
+    // product of that norm unsplit.
     let mut split_run = |splitter: Splitter, rt: usize, n: usize| -> Result<Vec<f32>> {
         let mut b = bufs.borrow_mut();
         let (x, y) = &mut *b;
@@ -167,17 +170,26 @@ fn case(
         }
         mma::matmul_split_with(gpu, rt, &w, &sx, n, y)?;
         let mut out = gpu.download(y, n * rows)?;
-        if !matches!(splitter, Splitter::Kernel(_)) {
-            ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h)?;
-            mma::matmul(gpu, &w, &h, n, y)?;
-            out.extend(gpu.download(y, n * rows)?);
+        match splitter {
+            Splitter::Kernel(_) => {
+                gpu.write(&vec![f32::NAN; n * rows], y)?;
+                let (tiles, three) = (rows.div_ceil(16), mma::Blocks::AtMost(3));
+                mma::matmul_split_span(gpu, rt, &w, &sx, n, y, 0..tiles, three)?;
+            }
+            _ => {
+                ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h)?;
+                mma::matmul(gpu, &w, &h, n, y)?;
+            }
         }
+        out.extend(gpu.download(y, n * rows)?);
         Ok(out)
     };
     for rt in [1, 2] {
         for n in [40, 1] {
             let got = split_run(Splitter::Kernel("tf_mma_split"), rt, n)?;
-            bits.add(compare_bits(&got, &want[..n * rows]));
+            for y in got.chunks(n * rows) {
+                bits.add(compare_bits(y, &want[..n * rows]));
+            }
             // The norm over one block a row, and (rows it holds) over three blocks (uneven
             // shares) and a block a group.
             let wide = match cols <= ops::WIDE_NORM_WIDTH {
@@ -192,7 +204,7 @@ fn case(
         }
     }
     let planted = split_run(Splitter::Kernel(mma::PLANT_SPLIT_SUMS), 1, 40)?;
-    let planted = compare_bits(&planted, &want[..40 * rows]);
+    let planted = compare_bits(&planted[..40 * rows], &want[..40 * rows]);
     let verdict = bits.gate(v, "the launcher's bits").and_then(|r| {
         let taken = rows_kernels_taking(gpu, &w, &mut bufs.borrow_mut());
         match taken.is_empty() {
@@ -203,9 +215,9 @@ fn case(
     out.cases.push(CaseResult {
         op: name.clone(),
         case: format!(
-            "{label}, {:?} (bits: each choice and x split once, by tf_mma_split and by the \
-             norm over one block a row and, rows of at most 4096, over several, against the \
-             launcher's; rows kernels refuse the tiles)",
+            "{label}, {:?} (bits: each choice and x split once, by tf_mma_split (its product \
+             also on three blocks) and by the norm over one block a row and, rows of at most \
+             4096, over several, against the launcher's; rows kernels refuse the tiles)",
             w.layout()
         ),
         verdict,
