@@ -40,7 +40,7 @@ pub(crate) fn common() -> String {
 /// kernel emulation tests: one OS thread per CUDA thread of a block, kept for the whole grid
 /// (the blocks run one after another, a barrier between them; shared memory is reused),
 /// barriers for `__syncthreads`, `__syncwarp` and the warp shuffles and votes; `tf_open_io` for
-/// a harness's case and output files.
+/// a harness's case and output files, `TfIn` and `tf_read_all` to read its cases.
 /// `tf_launch(D3 grid, threads, dynamic shared bytes, body)`; `tf_dyn_smem` is the dynamic
 /// shared memory. Integer types and `TF_FULL_MASK` as common.cuh has them.
 pub(crate) const SIMT_PRELUDE: &str = r#"
@@ -97,6 +97,27 @@ static inline bool tf_open_io(int argc, char** argv, FILE** fi, FILE** fo) {
     *fi = std::fopen(argv[1], "rb");
     *fo = std::fopen(argv[2], "wb");
     return *fi && *fo;
+}
+// A harness's case file held whole and read in order (i32, f32, runs of either, a name after
+// its i32 length).
+struct TfIn {
+    std::vector<char> b;
+    size_t at = 0;
+    bool more() const { return at < b.size(); }
+    int i() { int v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
+    float f() { float v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
+    std::vector<float> vf(size_t n) { std::vector<float> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
+    std::vector<int> vi(size_t n) { std::vector<int> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
+    std::string s() { int l = i(); std::string r(&b[at], l); at += l; return r; }
+};
+// All of fi into `in` (fi then closed); false if the read fails.
+static inline bool tf_read_all(FILE* fi, TfIn* in) {
+    std::fseek(fi, 0, SEEK_END);
+    in->b.resize(std::ftell(fi));
+    std::fseek(fi, 0, SEEK_SET);
+    const bool ok = std::fread(in->b.data(), 1, in->b.size(), fi) == in->b.size();
+    std::fclose(fi);
+    return ok;
 }
 static inline void __syncwarp(unsigned = 0xffffffffu) { tf_warp_bars[threadIdx.x >> 5]->arrive_and_wait(); }
 static inline unsigned __ballot_sync(unsigned, bool p) {

@@ -16,24 +16,12 @@ const LAUNCH: &str = "template <class F> static void tf_launch(unsigned grid, un
 /// i32 plant, then kind 0 (bias rows): n, width, y, b; kind 1 (bias + residual): n, width, x,
 /// s, b; kind 2 (q/k norms): n, heads, kv_heads, head_dim, f32 eps, x, gq, gk.
 const MAIN: &str = r#"
-struct In { std::vector<char> b; size_t at = 0;
-    bool more() const { return at < b.size(); }
-    int i() { int v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
-    float f() { float v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
-    std::vector<float> vf(size_t n) { std::vector<float> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
-};
 static unsigned blocks(size_t items, unsigned per) { size_t g = (items + per - 1) / per; return g ? (unsigned)g : 1; }
 int main(int argc, char** argv) {
-    if (argc < 3) return 2;
-    FILE* fi = std::fopen(argv[1], "rb");
-    if (!fi) return 2;
-    In in;
-    char buf[65536];
-    size_t got;
-    while ((got = std::fread(buf, 1, sizeof buf, fi)) > 0) in.b.insert(in.b.end(), buf, buf + got);
-    std::fclose(fi);
-    FILE* fo = std::fopen(argv[2], "wb");
-    if (!fo) return 2;
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
+    TfIn in;
+    if (!tf_read_all(fi, &in)) return 3;
     while (in.more()) {
         const int kind = in.i(), plant = in.i();
         std::vector<float> out;

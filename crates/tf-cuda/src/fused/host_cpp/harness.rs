@@ -17,27 +17,15 @@ const MAIN: &str = r#"
 typedef void (*MmFn)(const u8*, const float*, float*, int, int, int);
 typedef void (*MoeFn)(const u8*, const float*, float*, const int*, int, int, int);
 typedef void (*MmfFn)(const u8*, const float*, const float*, float, float*, int, int, int, int);
-struct In { std::vector<char> b; size_t at = 0;
-    bool more() const { return at < b.size(); }
-    int i() { int v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
-    float f() { float v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
-    std::vector<float> vf(size_t n) { std::vector<float> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
-    std::vector<int> vi(size_t n) { std::vector<int> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
-    std::string s() { int l = i(); std::string r(&b[at], l); at += l; return r; }
-};
 #define MM(name) {#name, name},
 static std::map<std::string, MmFn> mm = { TF_HOST_MM };
 static std::map<std::string, MoeFn> moe = { TF_HOST_MOE };
 static std::map<std::string, MmfFn> mmf = { TF_HOST_MMF };
 int main(int argc, char** argv) {
-    if (argc < 3) return 2;
-    FILE* fi = std::fopen(argv[1], "rb");
-    if (!fi) return 2;
-    In in;
-    std::fseek(fi, 0, SEEK_END); in.b.resize(std::ftell(fi)); std::fseek(fi, 0, SEEK_SET);
-    if (std::fread(in.b.data(), 1, in.b.size(), fi) != in.b.size()) return 3;
-    FILE* fo = std::fopen(argv[2], "wb");
-    if (!fo) return 2;
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
+    TfIn in;
+    if (!tf_read_all(fi, &in)) return 3;
     while (in.more()) {
         const std::string name = in.s();
         const int kind = in.i(), tpr = in.i(), rows = in.i(), cols = in.i(), n = in.i();

@@ -18,12 +18,6 @@ const LAUNCH: &str =
 
 /// Reads the case, runs every kernel, writes the outputs (layout in [`run_case`]).
 const MAIN: &str = r#"
-struct In { std::vector<char> b; size_t at = 0;
-    int i() { int v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
-    float f() { float v; std::memcpy(&v, &b[at], 4); at += 4; return v; }
-    std::vector<float> vf(size_t n) { std::vector<float> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
-    std::vector<int> vi(size_t n) { std::vector<int> v(n); std::memcpy(v.data(), &b[at], 4 * n); at += 4 * n; return v; }
-};
 typedef void (*SsmFn)(const float*, int, const float*, int, int, const float*, const float*,
                       const float*, float, float, float*, const int*, const int*, int, int, int,
                       int, int, int, int, int, float*);
@@ -32,9 +26,8 @@ int main(int argc, char** argv) {
     if (argc < 3) return 2;
     FILE* fi = std::fopen(argv[1], "rb");
     if (!fi) return 2;
-    In in;
-    std::fseek(fi, 0, SEEK_END); in.b.resize(std::ftell(fi)); std::fseek(fi, 0, SEEK_SET);
-    if (std::fread(in.b.data(), 1, in.b.size(), fi) != in.b.size()) return 3;
+    TfIn in;
+    if (!tf_read_all(fi, &in)) return 3;
     const int heads = in.i(), hd = in.i(), groups = in.i(), ns = in.i(), K = in.i();
     const int has_bias = in.i(), n = in.i(), n_slots = in.i();
     const float lo = in.f(), hi = in.f(), eps = in.f();
