@@ -139,15 +139,8 @@ fn in_proj_z_beside(
     if !on || m.in_bias.is_some() || !s.serves(w, n) || !z.is_multiple_of(rt) {
         return Ok(false);
     }
-    // One wave of blocks, or (`TF_CUDA_Z_CAP=B`, an opt-in not yet timed) at most B blocks,
-    // leaving the other SMs to the rest of in_proj, the conv and the scan.
-    static CAP: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| std::env::var("TF_CUDA_Z_CAP").ok()?.parse().ok());
-    let blocks = cap
-        .filter(|&b| b > 0)
-        .map_or(Blocks::OneWave, Blocks::AtMost);
     g.beside(Z_SIDE, || {
-        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, blocks)
+        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, Blocks::OneWave)
     })?;
     let rest = z..w.rows().div_ceil(16);
     mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every)?;
