@@ -46,7 +46,7 @@ pub const KERNEL_NAMES: [&str; 21] = [
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 17] = [
+pub const TILE_READERS: [&str; 21] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -64,6 +64,10 @@ pub const TILE_READERS: [&str; 17] = [
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
+    "tf_moe_mma_mlx4_split_x4_one_relu2",
+    "tf_moe_mma_mlx4_split_r1_x4_one_relu2",
+    "tf_moe_mma_mlx4_split_x4_combine",
+    "tf_moe_mma_mlx4_split_r1_x4_combine",
 ];
 
 /// The `_b16` twins' names.

@@ -254,13 +254,13 @@ pub(super) fn moe(
         }
         None => (&ws.h, ws.hs.as_ref()),
     };
-    moe::experts(g, &m.experts, xe, xe_split.filter(|_| one), buf)?;
+    let xe_split = xe_split.filter(|_| one);
     match &m.latent {
         Some((_, fc2)) => {
-            moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;
+            moe::experts_combined(g, &m.experts, xe, xe_split, buf, &mut ws.combined)?;
             ops::matmul(g, fc2, &ws.combined, n, &mut ws.o)?;
         }
-        None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
+        None => moe::experts_combined(g, &m.experts, xe, xe_split, buf, &mut ws.o)?,
     }
     // The shared expert's rows are added with the residual, by the next norm.
     if m.shared.is_some() {

@@ -344,7 +344,10 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
                     // Odd row counts take one tile a block, even two.
                     let one_tile = n % 2 == 1;
                     let groups = crate::moe::Groups::Gathered(&offs);
-                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, groups, n, 1, one_tile)?;
+                    let none = crate::moe::Fold::None;
+                    crate::moe::expert_matmul_split(
+                        gpu, &experts, &s, y, groups, n, 1, one_tile, none,
+                    )?;
                 }
                 false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
             }
