@@ -399,6 +399,82 @@ pub fn conv_step_with(
     unsafe { b.go(grid(cd, 128), "launching mamba conv") }
 }
 
+/// Whether a one-token round's in_proj makes the conv step of its xBC channels as it writes
+/// them ([`in_proj_conv`]; unless `TF_CUDA_CONV_FOLD=0`): a kernel fewer, the same bits.
+pub fn conv_folds() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_CONV_FOLD").map_or(true, |v| v != "0"))
+}
+
+/// A one-row round's in_proj tiles `span` ([`crate::mma::matmul_split_span`] with `rt` tiles a
+/// block, x's split `s`, into `proj`) with the conv step of the xBC channels among them (at
+/// `x_off` of the projection) folded in: [`conv_step`]'s `out` and state, the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn in_proj_conv(
+    gpu: &Gpu,
+    rt: usize,
+    w: &crate::weights::GpuMatrix,
+    s: &SplitX,
+    proj: &mut CudaSlice<f32>,
+    span: std::ops::Range<usize>,
+    m: &GpuMambaMixer,
+    x_off: usize,
+    state: &mut GpuMambaState,
+    layer: usize,
+    rows: &GpuRows,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    const OP: &str = "mamba in_proj with the conv";
+    let (sh, blocks) = (m.shape, crate::mma::Blocks::Every);
+    let cd = sh.conv_dim();
+    let (conv_off, _) = state.layer(layer, sh)?;
+    if rows.len() != 1 || x_off + cd > w.rows() {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "{} rows, x_off {x_off} + conv_dim {cd} of {}",
+                rows.len(),
+                w.rows()
+            ),
+        });
+    }
+    need(OP, "out", out.len(), cd)?;
+    let launch = crate::mma::split_span_launch(gpu, rt, w, s, 1, proj, &span, blocks, "_conv")?;
+    let Some((kernel, cfg, ints)) = launch else {
+        return Ok(());
+    };
+    let tail = [
+        i32_of(OP, "x_off", x_off)?,
+        m.conv_bias.is_some() as i32,
+        i32_of(OP, "slots", state.slots)?,
+        i32_of(OP, "slot stride", state.conv_stride)?,
+        i32_of(OP, "layer offset", conv_off)?,
+        i32_of(OP, "conv_dim", cd)?,
+        i32_of(OP, "kernel", sh.kernel)?,
+    ];
+    let mut b = gpu.launcher(&kernel)?;
+    b.arg(w.bytes()).arg(&s.parts).arg(&s.sums).arg(proj);
+    for v in &ints {
+        b.arg(v);
+    }
+    b.arg(&tail[0]).arg(&m.conv_weight);
+    // An absent bias still needs a valid pointer: the weight (never read).
+    b.arg(m.conv_bias.as_ref().unwrap_or(&m.conv_weight));
+    b.arg(&tail[1])
+        .arg(&mut state.conv)
+        .arg(&rows.slots)
+        .arg(&rows.pos);
+    for v in &tail[2..] {
+        b.arg(v);
+    }
+    b.arg(out);
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32 x4, i32, f32*, f32*, i32, f32*, i32*, i32*, i32 x5,
+    // f32*) as declared (kernels/mamba.cu `TF_MAMBA_IN_PROJ_CONV_ENTRY`); the product's buffers
+    // and span checked by `split_span_launch`, out above; the kernel skips slots outside the
+    // pool.
+    unsafe { b.go(cfg, "launching mamba in_proj with the conv") }
+}
+
 /// The SSM step of every row of `rows` (in order): reads the conv output `xbc` (`[n, conv_dim]`)
 /// and dt of row `i` at `proj[i * proj_stride + dt_off..][..heads]`; writes `y`
 /// (`[n, heads × head_dim]`, D skip included) and advances each row's slot state.

@@ -393,6 +393,7 @@ fn twinned_in_sources() -> Vec<String> {
     let src = [
         include_str!("../../kernels/mma.cu"),
         include_str!("../../kernels/moe.cu"),
+        include_str!("../../kernels/in_proj_conv.cu"),
     ];
     let macros = [
         "TF_MMA_ENTRY(",
@@ -402,6 +403,7 @@ fn twinned_in_sources() -> Vec<String> {
         "TF_MOE_MMA_ONE_ENTRY(",
         "TF_MOE_MMA_ONE_RELU2_ENTRY(",
         "TF_MOE_MMA_COMBINE_ENTRY(",
+        "TF_MAMBA_IN_PROJ_CONV_ENTRY(",
     ];
     let mut names: Vec<String> = src
         .iter()

@@ -1,7 +1,8 @@
-//! A one-token round's folded expert products (kernels/moe.cu: the `_relu2` and `_combine`
-//! entries) built for the host: relu² and its split made by the up product's last block of each
-//! group, and the combine by the down product's last block of each column of tiles, give the
-//! bits of the kernels they replace, and leave their arrival counts at zero.
+//! A one-token round's folded products built for the host: the expert products' (kernels/moe.cu:
+//! the `_relu2` and `_combine` entries; relu² and its split made by the up product's last block
+//! of each group, the combine by the down product's last block of each column of tiles) give
+//! the bits of the kernels they replace and leave their arrival counts at zero; Mamba's in_proj
+//! with the conv step (kernels/in_proj_conv.cu) gives the product's and `tf_mamba_conv`'s.
 
 use super::*;
 
@@ -161,4 +162,116 @@ fn one_token_folds_give_the_unfolded_bits() {
         "the stale count was not caught"
     );
     assert!(r.counts.iter().any(|c| c.to_bits() != 0));
+}
+
+/// Reads (rows, cols, x_off, conv_dim, kernel, tiles a block, has_bias, pos, plant), the
+/// rows-layout bytes, x, the conv weights, the bias and the conv pool (3 slots; slot 1 is the
+/// round's); writes y, the conv's out and the pool after the split product of tiles x_off / 16
+/// .. and `tf_mamba_conv` (`tf_plant_mamba_conv_reversed` with plant), then after the
+/// product with the conv folded in.
+const CONV_MAIN: &str = r#"
+int main(int argc, char** argv) {
+    FILE *fi, *fo;
+    TfIn in;
+    if (!tf_open_io(argc, argv, &fi, &fo) || !tf_read_all(fi, &in)) return 1;
+    const int rows = in.i(), cols = in.i(), x_off = in.i(), cd = in.i(), kernel = in.i(), rt = in.i(), has_bias = in.i(), pos0 = in.i(), plant = in.i();
+    const std::vector<int> src = in.vi((size_t)rows * cols / 32 * 6);
+    const std::vector<float> x = in.vf(cols), cw = in.vf((size_t)cd * kernel), cb = in.vf(cd);
+    const int stride = (kernel - 1) * cd, n_slots = 3;
+    const std::vector<float> pool0 = in.vf((size_t)n_slots * stride);
+    const size_t nt = (size_t)rows / 16 * (cols / 64);
+    std::vector<u8> t(nt * 576);
+    tf_launch(D3{(unsigned)((nt * 32 + 255) / 256), 1, 1}, 256, 0, [&] { tf_mma_tile_mlx4_b16((const u8*)src.data(), t.data(), rows, cols); });
+    std::vector<uint4> xp(cols / 4);
+    std::vector<float> xs(cols / 64);
+    tf_launch(D3{(unsigned)((cols / 64 + 3) / 4), 1, 1}, 128, 0, [&] { tf_mma_split(x.data(), xp.data(), xs.data(), 1, cols); });
+    const int slots[1] = {1}, pos[1] = {pos0}, from = x_off / 16, to = rows / 16;
+    const D3 g{(unsigned)((to - from + rt - 1) / rt), 1, 1};
+    for (int fold = 0; fold < 2; fold++) {
+        std::vector<float> y(rows), out(cd), pool = pool0;
+        if (!fold) {
+            tf_launch(g, CONV_THREADS, 0, [&] {
+                (rt == 1 ? tf_mma_mlx4_r1_split_x4_b16 : tf_mma_mlx4_r2_split_x4_b16)(t.data(), xp.data(), xs.data(), y.data(), 1, rows, cols, from, to);
+            });
+            tf_launch(D3{(unsigned)((cd + 127) / 128), 1, 1}, 128, 0, [&] {
+                if (plant) tf_plant_mamba_conv_reversed(y.data(), rows, x_off, cw.data(), cb.data(), has_bias, pool.data(), slots, pos, n_slots, stride, 0, 1, cd, kernel, out.data());
+                else tf_mamba_conv(y.data(), rows, x_off, cw.data(), cb.data(), has_bias, pool.data(), slots, pos, n_slots, stride, 0, 1, cd, kernel, out.data());
+            });
+        } else {
+            tf_launch(g, CONV_THREADS, 0, [&] {
+                (rt == 1 ? tf_mma_mlx4_r1_split_x4_conv_b16 : tf_mma_mlx4_r2_split_x4_conv_b16)(t.data(), xp.data(), xs.data(), y.data(), rows, cols, from, to, x_off, cw.data(), cb.data(), has_bias, pool.data(), slots, pos, n_slots, stride, 0, cd, kernel, out.data());
+            });
+        }
+        for (auto* v : {&y, &out, &pool}) fwrite(v->data(), 4, v->size(), fo);
+    }
+    fclose(fo);
+    return 0;
+}
+"#;
+
+#[test]
+fn in_proj_with_the_conv_folded_in_gives_the_product_and_conv_bits() {
+    let Some(cxx) = host_cxx::compiler() else {
+        return;
+    };
+    let source = format!(
+        "{}\n{}\n{}\n{}\n{}\n#define CONV_THREADS {}\n{CONV_MAIN}",
+        host_cxx::SIMT_PRELUDE,
+        host_cxx::common(),
+        include_str!("../../../kernels/mma.cu"),
+        include_str!("../../../kernels/mamba.cu"),
+        include_str!("../../../kernels/in_proj_conv.cu"),
+        32 * WARPS,
+    );
+    let (dir, exe) = host_cxx::build(&cxx, "in_proj_conv", &source);
+    let mut rng = Rng::new(0x3a3a_0f02);
+    // z: 4 tiles; xBC: 96 channels (tiles 4 .. 9); dt: 32 rows.
+    let (rows, cols, x_off, cd, kernel) = (192usize, 128usize, 64usize, 96usize, 4usize);
+    let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, rows, cols, &mut rng);
+    let src = device_bytes(&hw.packed())
+        .expect("rows layout")
+        .into_owned();
+    let x = rng.vec_uniform(cols, -1.0, 1.0);
+    let (cw, cb) = (rng.vec_normal(cd * kernel, 0.5), rng.vec_normal(cd, 0.5));
+    let pool = rng.vec_normal(3 * (kernel - 1) * cd, 1.0);
+    let run = |rt: usize, bias: bool, pos: usize, plant: bool| {
+        let mut input = Vec::new();
+        for v in [
+            rows,
+            cols,
+            x_off,
+            cd,
+            kernel,
+            rt,
+            bias as usize,
+            pos,
+            plant as usize,
+        ] {
+            input.extend((v as i32).to_le_bytes());
+        }
+        input.extend_from_slice(&src);
+        for v in [&x, &cw, &cb, &pool] {
+            input.extend(v.iter().flat_map(|f| f.to_le_bytes()));
+        }
+        let label = format!("conv-{rt}-{bias}-{pos}-{plant}");
+        let all = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
+        let (plain, folded) = all.split_at(all.len() / 2);
+        (plain.to_vec(), folded.to_vec())
+    };
+    for rt in [1, 2] {
+        for (bias, pos) in [(true, 5), (false, 5), (true, 0)] {
+            let (plain, folded) = run(rt, bias, pos, false);
+            let what = format!("{rt} tiles a block, bias {bias}, position {pos}");
+            assert_eq!(host_cxx::differing(&folded, &plain), 0, "{what}");
+            let out = &plain[rows..rows + cd];
+            assert!(out.iter().all(|v| v.is_finite()) && out.iter().any(|&v| v != 0.0));
+        }
+    }
+    // Control: the reversed conv's out differs from the fold's.
+    let (plain, folded) = run(1, true, 5, true);
+    assert_ne!(
+        host_cxx::differing(&folded, &plain),
+        0,
+        "the reversed conv was not caught"
+    );
 }
