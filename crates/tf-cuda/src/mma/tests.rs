@@ -388,7 +388,7 @@ fn warps_a_block_are_the_kernels() {
 }
 
 /// The entries whose `_b16` twins the sources define (the arguments' first name of each
-/// twinning macro's use in kernels/mma.cu and kernels/moe.cu), sorted.
+/// twinning macro's use in kernels/mma.cu, moe.cu and in_proj_conv.cu), sorted.
 fn twinned_in_sources() -> Vec<String> {
     let src = [
         include_str!("../../kernels/mma.cu"),
