@@ -329,10 +329,11 @@ __device__ __forceinline__ void tf_slices_deep(const u8* __restrict__ W,
 TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)
 TF_SLICES_ENTRY(tf_slices_bf16, FMT_BF16, 0)
 
-// NAME_deep (n = 1; a row group a warp, at most SL_DEEP steps).
+// NAME_deep (n = 1; a row group a warp, at most SL_DEEP steps; the _one entries' arguments,
+// `per` being 1).
 #define TF_SLICES_DEEP_ENTRY(NAME, FMT)                                                      \
     extern "C" __global__ void NAME##_deep(const u8* W, const float* x, float* y, int rows,  \
-                                           int cols) {                                       \
+                                           int cols, int) {                                  \
         tf_slices_deep<FMT>(W, x, y, rows, cols);                                             \
     }
 TF_SLICES_DEEP_ENTRY(tf_slices_mlx4, FMT_MLX4)

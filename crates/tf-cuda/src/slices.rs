@@ -174,15 +174,15 @@ pub fn matmul_geometry(
     };
     let mut b = gpu.launcher(&entry)?;
     b.arg(w.bytes()).arg(x).arg(y);
-    match (n, deep) {
-        (1, true) => b.arg(&rows).arg(&cols),
-        (1, false) => b.arg(&rows).arg(&cols).arg(&per_),
-        _ => b.arg(&n_).arg(&rows).arg(&cols),
-    };
-    // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one entries:
-    // rows, cols, groups a warp after the pointers; the _deep entries: rows, cols); the
-    // buffers hold the elements they read and write (checked above; the weight was validated
-    // at upload, and its rows are whole 32-element units).
+    if n == 1 {
+        b.arg(&rows).arg(&cols).arg(&per_);
+    } else {
+        b.arg(&n_).arg(&rows).arg(&cols);
+    }
+    // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one and _deep
+    // entries: rows, cols, groups a warp after the pointers); the buffers hold the elements
+    // they read and write (checked above; the weight was validated at upload, and its rows
+    // are whole 32-element units).
     unsafe { b.go(cfg, "launching slices matmul") }
 }
 
@@ -308,8 +308,8 @@ int main(int argc, char** argv) {
     for (int deep = 0; deep < 2; deep++) {
         std::vector<float> y(rows);
         tf_launch(g, 128, smem, [&] {
-            if (mlx) deep ? tf_slices_mlx4_deep(W, x.data(), y.data(), rows, cols) : tf_slices_mlx4_one(W, x.data(), y.data(), rows, cols, 1);
-            else deep ? tf_slices_bf16_deep(W, x.data(), y.data(), rows, cols) : tf_slices_bf16_one(W, x.data(), y.data(), rows, cols, 1);
+            if (mlx) (deep ? tf_slices_mlx4_deep : tf_slices_mlx4_one)(W, x.data(), y.data(), rows, cols, 1);
+            else (deep ? tf_slices_bf16_deep : tf_slices_bf16_one)(W, x.data(), y.data(), rows, cols, 1);
         });
         fwrite(y.data(), 4, y.size(), fo);
     }
