@@ -400,10 +400,11 @@ pub fn conv_step_with(
 }
 
 /// Whether a one-token round's in_proj makes the conv step of its xBC channels as it writes
-/// them ([`in_proj_conv`]; unless `TF_CUDA_CONV_FOLD=0`): a kernel fewer, the same bits.
+/// them ([`in_proj_conv`]; opt-in, not yet run on a GPU: `TF_CUDA_CONV_FOLD=1`): a kernel
+/// fewer, the same bits.
 pub fn conv_folds() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_CONV_FOLD").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| std::env::var("TF_CUDA_CONV_FOLD").is_ok_and(|v| v == "1"))
 }
 
 /// A one-row round's in_proj tiles `span` ([`crate::mma::matmul_split_span`] with `rt` tiles a

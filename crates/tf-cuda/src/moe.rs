@@ -461,15 +461,15 @@ pub fn experts_combined(
 }
 
 /// Which of a one-token round's folds [`experts_combined`] takes (relu² into the up product,
-/// the combine into the down product): both, unless `TF_CUDA_MOE_FOLD` is `0` (neither),
-/// `relu2` or `combine` (that one alone).
+/// the combine into the down product): opt-in, not yet run on a GPU; `TF_CUDA_MOE_FOLD=1`
+/// both, `relu2` or `combine` that one alone.
 pub fn folds() -> (bool, bool) {
     static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
     *ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_FOLD").as_deref() {
-        Ok("0") => (false, false),
+        Ok("1") => (true, true),
         Ok("relu2") => (true, false),
         Ok("combine") => (false, true),
-        _ => (true, true),
+        _ => (false, false),
     })
 }
 

@@ -112,11 +112,11 @@ pub fn groups_per_warp(gpu: &Gpu, kernel: &str, w: &GpuMatrix) -> Result<usize> 
 const DEEP_STEPS: usize = 4;
 
 /// Whether a one-row product of one row group a warp and at most [`DEEP_STEPS`] steps takes
-/// the `_deep` entry (unless `TF_CUDA_SLICES_DEEP=0`): every step's loads in flight at once,
-/// the same sums.
+/// the `_deep` entry (opt-in, not yet run on a GPU: `TF_CUDA_SLICES_DEEP=1`): every step's
+/// loads in flight at once, the same sums.
 fn deep_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_SLICES_DEEP").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| std::env::var("TF_CUDA_SLICES_DEEP").is_ok_and(|v| v == "1"))
 }
 
 /// Dynamic shared memory of a one-row launch: the activation row, lane-major (in whole
