@@ -523,7 +523,7 @@ extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {
 // (the RMSNorm of ops.cu with a unit gain). PLANT = 1 adds the picks in reverse order.
 #define MOE_PICK_BATCH 32  // picks whose positions, weights and norms a block holds at once
 
-// A pick's term of the combine without the norm (here and in tf_moe_combine_fold: one
+// A pick's term of the combine without the norm (here and in the _combine entries: one
 // expression, so the same bits).
 __device__ __forceinline__ float tf_moe_combine_add(float acc, float w, float v) {
     return acc + w * v;

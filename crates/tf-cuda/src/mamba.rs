@@ -470,7 +470,7 @@ pub fn in_proj_conv(
     }
     b.arg(out);
     // SAFETY: (u8*, uint4*, f32*, f32*, i32 x4, i32, f32*, f32*, i32, f32*, i32*, i32*, i32 x5,
-    // f32*) as declared (kernels/mamba.cu `TF_MAMBA_IN_PROJ_CONV_ENTRY`); the product's buffers
+    // f32*) as declared (kernels/in_proj_conv.cu); the product's buffers
     // and span checked by `split_span_launch`, out above; the kernel skips slots outside the
     // pool.
     unsafe { b.go(cfg, "launching mamba in_proj with the conv") }
