@@ -292,7 +292,8 @@ mod tests {
     use tf_kernels::matmul::FloatType;
 
     /// Reads (format 0 bf16 / 1 MLX 4-bit, rows, cols), the rows-layout bytes and x; writes y
-    /// of the `_one` entry (one row group a warp), then of the `_deep` entry.
+    /// of the `_one` entry (one row group a warp), then of the `_deep` entry, then (MLX 4-bit) of
+    /// the planted `_one` entry whose lane sums pair the chains otherwise.
     const DEEP_MAIN: &str = r#"
 int main(int argc, char** argv) {
     FILE *fi, *fo;
@@ -305,10 +306,11 @@ int main(int argc, char** argv) {
     const int rj = mlx ? 4 : 2, warps = (rows + rj - 1) / rj;
     const D3 g{(unsigned)((warps + 3) / 4), 1, 1};
     const size_t smem = (size_t)(cols + 1023) / 1024 * 4096;
-    for (int deep = 0; deep < 2; deep++) {
+    for (int deep = 0; deep < 2 + mlx; deep++) {
         std::vector<float> y(rows);
         tf_launch(g, 128, smem, [&] {
-            if (mlx) (deep ? tf_slices_mlx4_deep : tf_slices_mlx4_one)(W, x.data(), y.data(), rows, cols, 1);
+            if (deep == 2) tf_plant_slices_mlx4_sum_one(W, x.data(), y.data(), rows, cols, 1);
+            else if (mlx) (deep ? tf_slices_mlx4_deep : tf_slices_mlx4_one)(W, x.data(), y.data(), rows, cols, 1);
             else (deep ? tf_slices_bf16_deep : tf_slices_bf16_one)(W, x.data(), y.data(), rows, cols, 1);
         });
         fwrite(y.data(), 4, y.size(), fo);
@@ -372,12 +374,21 @@ int main(int argc, char** argv) {
             input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
             let label = format!("deep-{rows}-{cols}");
             let y = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
-            let (one, deep) = y.split_at(rows);
+            let (one, rest) = y.split_at(rows);
+            let (deep, planted) = rest.split_at(rows);
             assert_eq!(
                 host_cxx::differing(deep, one),
                 0,
                 "{format:?} {rows}x{cols}"
             );
+            // Control: the planted lane sums must show against the deep entry's.
+            if format != GpuFormat::Bf16 {
+                assert_ne!(
+                    host_cxx::differing(deep, planted),
+                    0,
+                    "planted sums not caught"
+                );
+            }
             let want = reference(format, &dev, rows, cols, &x, 1);
             assert_eq!(
                 host_cxx::differing(one, &want),
