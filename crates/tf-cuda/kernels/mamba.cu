@@ -24,32 +24,6 @@
 // changes, stored when it changes again and at the end): the same values as reading and writing
 // the pool at every row.
 // PLANT = 1 is a planted control: the taps are applied newest first (reversed kernel).
-
-// The conv of one row of channel c: its taps wc over the window win (oldest first), then x;
-// the bias; silu.
-template <int PLANT>
-__device__ __forceinline__ float tf_mamba_conv_out(const float* __restrict__ wc, const float* win,
-                                                   float x, int taps,
-                                                   const float* __restrict__ bias, int has_bias,
-                                                   int c) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-        if (t < taps) acc = fmaf(wc[PLANT == 1 ? taps - t : t], win[t], acc);
-    acc = fmaf(wc[PLANT == 1 ? 0 : taps], x, acc);
-    if (has_bias) acc = acc + bias[c];
-    return tf_silu(acc);
-}
-
-// The window after x: its oldest column dropped, x appended.
-__device__ __forceinline__ void tf_mamba_conv_shift(float* win, float x, int taps) {
-#pragma unroll
-    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
-        if (t + 1 < taps) win[t] = win[t + 1];
-        else if (t + 1 == taps) win[t] = x;
-    }
-}
-
 template <int PLANT>
 __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, int proj_stride,
                                               int x_off, const float* __restrict__ w,
@@ -87,8 +61,18 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
             for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) win[t] = 0.0f;
         }
         const float x = proj[(size_t)i * proj_stride + x_off + c];
-        out[(size_t)i * cd + c] = tf_mamba_conv_out<PLANT>(wc, win, x, taps, bias, has_bias, c);
-        tf_mamba_conv_shift(win, x, taps);
+        float acc = 0.0f;
+#pragma unroll
+        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
+            if (t < taps) acc = fmaf(wc[PLANT == 1 ? taps - t : t], win[t], acc);
+        acc = fmaf(wc[PLANT == 1 ? 0 : taps], x, acc);
+        if (has_bias) acc = acc + bias[c];
+        out[(size_t)i * cd + c] = tf_silu(acc);
+#pragma unroll
+        for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
+            if (t + 1 < taps) win[t] = win[t + 1];
+            else if (t + 1 == taps) win[t] = x;
+        }
     }
     if (held >= 0) {
         float* st = pool + (size_t)held * slot_stride + layer_off + c;

@@ -523,12 +523,6 @@ extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {
 // (the RMSNorm of ops.cu with a unit gain). PLANT = 1 adds the picks in reverse order.
 #define MOE_PICK_BATCH 32  // picks whose positions, weights and norms a block holds at once
 
-// A pick's term of the combine without the norm (here and in the _combine entries: one
-// expression, so the same bits).
-__device__ __forceinline__ float tf_moe_combine_add(float acc, float w, float v) {
-    return acc + w * v;
-}
-
 template <int PLANT>
 __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
                                                const int* __restrict__ where_,
@@ -569,8 +563,7 @@ __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
                 const int p = pos[b];
                 if (p < 0) continue;
                 const float v = yg[(size_t)p * width + c];
-                acc = norm ? acc + ((v * gain[c]) * rn[b]) * wt[b]
-                           : tf_moe_combine_add(acc, wt[b], v);
+                acc = norm ? acc + ((v * gain[c]) * rn[b]) * wt[b] : acc + wt[b] * v;
             }
             orow[c] = acc;
         }
@@ -719,123 +712,22 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
 // tf_moe_mma_mlx4_split[_r1]_x4 of a one-token round whose row is split once at xp, xsum (the
 // norm's split, or the latent's): block row y takes pick y (its expert picks[y], its one row at
 // where_[y]) and reads that row, not a gathered copy; the same outputs where they were. The
-// routing just before wrote the picks, so they are read after the wait. Returns the pick's
-// row, or -1 (no pick: the block wrote nothing).
-template <int RT, class SB>
-__device__ __forceinline__ int tf_moe_mma_one(const u8* __restrict__ W,
-                                              const uint4* __restrict__ xp,
-                                              const float* __restrict__ xsum,
-                                              float* __restrict__ yg, const int* picks,
-                                              const int* where_, int rows, int cols,
-                                              int n_experts) {
-    tf_follow();
-    const int e = picks[blockIdx.y], p = where_[blockIdx.y];
-    if (e < 0) return -1;
-    tf_moe_mma_group<RT, 2, 1, SB>(W, e, 1, rows, cols, n_experts, nullptr, yg + (size_t)p * rows,
-                                   xp, xsum);
-    return p;
-}
-
+// routing just before wrote the picks, so they are read after the wait.
 #define TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, SB)                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* picks,      \
              const int* where_, int rows, int cols, int n_experts) {                           \
-        tf_moe_mma_one<RT, SB>(W, xp, xsum, yg, picks, where_, rows, cols, n_experts);         \
+        tf_follow();                                                                           \
+        const int e = picks[blockIdx.y], p = where_[blockIdx.y];                               \
+        if (e < 0) return; /* the whole block */                                               \
+        tf_moe_mma_group<RT, 2, 1, SB>(W, e, 1, rows, cols, n_experts, nullptr,                \
+                                       yg + (size_t)p * rows, xp, xsum);                       \
     }
 #define TF_MOE_MMA_ONE_ENTRY(NAME, RT)                                                         \
     TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, float2)                                                  \
     TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, RT, u32)
 TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one, 1)
 TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2)
-
-// Whether this block is the last of `of` to arrive at *count (every thread of the block calls
-// it, after its writes; the arrival fenced as a grid barrier's is): that block then reads the
-// others' writes by __ldcg, and it leaves the count at 0 for the next launch. The same in
-// every thread of the block.
-__device__ __forceinline__ bool tf_last_arrival(int* count, int of) {
-    __shared__ int last;
-    __syncthreads();  // the block's writes are done
-    if (threadIdx.x == 0) {
-        __threadfence();  // and seen before its arrival
-        last = atomicAdd(count, 1) == of - 1;
-        if (last) {
-            *count = 0;
-            __threadfence();  // the others' writes seen before this block reads them
-        }
-    }
-    __syncthreads();
-    return last;
-}
-
-// relu² of one 64-value group (G of its row's `groups`) at x: out = r², also held in own (64
-// floats of shared memory) and split from there into the row's parts and sums. Every lane of
-// the warp calls it.
-__device__ __forceinline__ void tf_moe_relu2_group(const float* x, float* out, float* own, int G,
-                                                   int groups, uint4* parts, float* sums) {
-    for (int c = threadIdx.x & 31; c < 64; c += 32) {
-        const float v = __ldcg(x + c);
-        const float r = v > 0.0f ? v : 0.0f;
-        own[c] = r * r;
-        out[c] = r * r;
-    }
-    __syncwarp();
-    tf_mma_split_group<0>(own, 64, 1, G, groups, parts, sums);
-}
-
-// The _one entries with relu² and its split folded in (NAME_relu2; rows a multiple of 64): of
-// the 4 / RT blocks of a pick's 64-row group, the last to write its tiles (counted at
-// counts[y * groups + G]) makes tf_moe_relu2_split's act, parts and sums of the group, which
-// the down product reads, with no kernel between.
-#define TF_MOE_MMA_ONE_RELU2_ENTRY_SB(NAME, RT, SB)                                            \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
-        NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* picks,      \
-             const int* where_, int rows, int cols, int n_experts, float* act, uint4* parts,   \
-             float* sums, int* counts) {                                                       \
-        static_assert(4 % RT == 0, "a group is whole blocks' tiles");                          \
-        __shared__ float own[64];                                                              \
-        const int p = tf_moe_mma_one<RT, SB>(W, xp, xsum, yg, picks, where_, rows, cols,       \
-                                             n_experts);                                       \
-        const int groups = rows >> 6, G = (int)blockIdx.x * RT / 4;                            \
-        if (p < 0 || !tf_last_arrival(counts + blockIdx.y * groups + G, 4 / RT) ||             \
-            threadIdx.x >= 32)                                                                 \
-            return;                                                                            \
-        const size_t at = (size_t)p * rows + 64 * G;                                           \
-        tf_moe_relu2_group(yg + at, act + at, own, G, groups, parts + (size_t)p * groups * 16, \
-                           sums + (size_t)p * groups);                                         \
-    }
-#define TF_MOE_MMA_ONE_RELU2_ENTRY(NAME, RT)                                                   \
-    TF_MOE_MMA_ONE_RELU2_ENTRY_SB(NAME, RT, float2)                                            \
-    TF_MOE_MMA_ONE_RELU2_ENTRY_SB(NAME##_b16, RT, u32)
-TF_MOE_MMA_ONE_RELU2_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one_relu2, 1)
-TF_MOE_MMA_ONE_RELU2_ENTRY(tf_moe_mma_mlx4_split_x4_one_relu2, 2)
-
-// tf_moe_mma_mlx4_split[_r1]_x4 of a one-token round's down product with the combine folded in
-// (NAME_combine; tf_moe_combine without the norm): of the gridDim.y blocks of a column of
-// tiles, the last to finish (counted at counts[bx]) adds the picks' outputs of its 16 RT
-// columns in pick order from 0 into out, as tf_moe_combine does (tf_moe_combine_add).
-#define TF_MOE_MMA_COMBINE_ENTRY_SB(NAME, RT, SB)                                              \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
-        NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
-             int rows, int cols, int n_experts, const int* where_, const float* weights,        \
-             float* out, int* counts, int top_k) {                                             \
-        tf_moe_mma<RT, 2, 1, SB>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);    \
-        const int c = 16 * RT * (int)blockIdx.x + (int)threadIdx.x;                            \
-        if (!tf_last_arrival(counts + blockIdx.x, gridDim.y) || threadIdx.x >= 16 * RT ||       \
-            c >= rows)                                                                         \
-            return;                                                                            \
-        float acc = 0.0f;                                                                      \
-        for (int j = 0; j < top_k; j++) {                                                      \
-            const int p = where_[j];                                                           \
-            if (p >= 0)                                                                        \
-                acc = tf_moe_combine_add(acc, weights[j], __ldcg(yg + (size_t)p * rows + c));  \
-        }                                                                                      \
-        out[c] = acc;                                                                          \
-    }
-#define TF_MOE_MMA_COMBINE_ENTRY(NAME, RT)                                                     \
-    TF_MOE_MMA_COMBINE_ENTRY_SB(NAME, RT, float2)                                              \
-    TF_MOE_MMA_COMBINE_ENTRY_SB(NAME##_b16, RT, u32)
-TF_MOE_MMA_COMBINE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_combine, 1)
-TF_MOE_MMA_COMBINE_ENTRY(tf_moe_mma_mlx4_split_x4_combine, 2)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.
@@ -871,7 +763,14 @@ extern "C" __global__ void tf_moe_relu2_split(const float* x, float* out, uint4*
     const int G = tf_moe_split_group(width), groups = width >> 6;
     if (G < 0) return;  // the whole warp
     const size_t base = (size_t)blockIdx.x * width + 64 * G;
-    const size_t row = blockIdx.x;
-    tf_moe_relu2_group(x + base, out + base, copy[threadIdx.x >> 5], G, groups,
-                       parts + row * groups * 16, sums + row * groups);
+    float* own = copy[threadIdx.x >> 5];
+    for (int c = threadIdx.x & 31; c < 64; c += 32) {
+        const float v = x[base + c];
+        const float r = v > 0.0f ? v : 0.0f;
+        own[c] = r * r;
+        out[base + c] = r * r;
+    }
+    __syncwarp();
+    tf_mma_split_group<0>(own, width, 1, G, groups, parts + (size_t)blockIdx.x * groups * 16,
+                          sums + (size_t)blockIdx.x * groups);
 }

@@ -271,50 +271,6 @@ __device__ __forceinline__ void tf_slices_one(const u8* __restrict__ W,
     }
 }
 
-#define SL_DEEP 4  // steps (units of a lane) a warp of the _deep entries holds at once
-
-// The _one entries' sums for a warp of one row group and at most SL_DEEP steps (NAME_deep):
-// every step's loads are in flight before the first multiply, so the warp waits on memory
-// once, not once a step (a router of 4096 columns: 4 steps). The same sums as tf_slices_one.
-template <int FMT>
-__device__ __forceinline__ void tf_slices_deep(const u8* __restrict__ W,
-                                               const float* __restrict__ x,
-                                               float* __restrict__ y, int rows, int cols) {
-    extern __shared__ __align__(16) u8 tf_smem[];
-    float4* xs = (float4*)tf_smem;
-    constexpr int NW = tf_slice_words(FMT), UB = 4 * NW, RJ = tf_slice_one_rows(FMT);
-    const int p = threadIdx.x & 31;
-    const int g = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
-    const bool has = g < (rows + RJ - 1) / RJ;
-    const int units = cols >> 5;
-    const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;  // the lane's units
-    const size_t rb = (size_t)units * UB;
-    u32 w[SL_DEEP][RJ][NW];
-#pragma unroll
-    for (int t = 0; t < SL_DEEP; t++)
-        if (has && t < nu)
-#pragma unroll
-            for (int r = 0; r < RJ; r++) {
-                const u8* row = W + (size_t)min(g * RJ + r, rows - 1) * rb;
-                tf_slice_load<FMT>(row + (size_t)(p + 32 * t) * UB, w[t][r]);
-            }
-    tf_follow();  // after the loads: weights are never written; x is the kernels' before
-    for (int f = threadIdx.x; f < cols >> 2; f += blockDim.x) {
-        const int u = f >> 3;
-        xs[((u >> 5) * 8 + (f & 7)) * 32 + (u & 31)] = __ldg((const float4*)x + f);
-    }
-    __syncthreads();
-    if (!has) return;  // the whole warp
-    float c[1][RJ][4] = {};
-    const u32 mg = tf_exp_byte(rows);
-#pragma unroll
-    for (int t = 0; t < SL_DEEP; t++)
-        if (t < nu)
-            tf_slice_unit<FMT, 1, RJ>(
-                w[t], [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c, mg);
-    tf_slice_store<0, 1, RJ>(c, y, 0, g * RJ, rows);
-}
-
 // NAME (any n) and NAME_one (n = 1; `per` row groups a warp).
 #define TF_SLICES_ENTRY(NAME, FMT, PLANT)                                                     \
     extern "C" __global__ void NAME(const u8* W, const float* x, float* y, int n, int rows,  \
@@ -328,15 +284,5 @@ __device__ __forceinline__ void tf_slices_deep(const u8* __restrict__ W,
 
 TF_SLICES_ENTRY(tf_slices_mlx4, FMT_MLX4, 0)
 TF_SLICES_ENTRY(tf_slices_bf16, FMT_BF16, 0)
-
-// NAME_deep (n = 1; a row group a warp, at most SL_DEEP steps; the _one entries' arguments,
-// `per` being 1).
-#define TF_SLICES_DEEP_ENTRY(NAME, FMT)                                                      \
-    extern "C" __global__ void NAME##_deep(const u8* W, const float* x, float* y, int rows,  \
-                                           int cols, int) {                                  \
-        tf_slices_deep<FMT>(W, x, y, rows, cols);                                             \
-    }
-TF_SLICES_DEEP_ENTRY(tf_slices_mlx4, FMT_MLX4)
-TF_SLICES_DEEP_ENTRY(tf_slices_bf16, FMT_BF16)
 TF_SLICES_ENTRY(tf_plant_slices_mlx4_rowvar, FMT_MLX4, 1)
 TF_SLICES_ENTRY(tf_plant_slices_mlx4_sum, FMT_MLX4, 2)

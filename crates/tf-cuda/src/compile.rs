@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// The kernel sources, `(file name, text)`; each is compiled after [`COMMON`].
-pub const SOURCES: [(&str, &str); 17] = [
+pub const SOURCES: [(&str, &str); 16] = [
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("slices.cu", include_str!("../kernels/slices.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
@@ -22,10 +22,6 @@ pub const SOURCES: [(&str, &str); 17] = [
     ("quant.cu", include_str!("../kernels/quant.cu")),
     ("mamba.cu", include_str!("../kernels/mamba.cu")),
     ("moe.cu", include_str!("../kernels/moe.cu")),
-    (
-        "in_proj_conv.cu",
-        include_str!("../kernels/in_proj_conv.cu"),
-    ),
     ("synthetic.cu", include_str!("../kernels/synthetic.cu")),
     ("llama_extra.cu", include_str!("../kernels/llama_extra.cu")),
     ("select.cu", include_str!("../kernels/select.cu")),

@@ -100,14 +100,6 @@ pub fn mmg_kernel_name(format: &str, xform: &str, epilogue: &str) -> String {
     format!("tf_mmg_{format}_{xform}_{epilogue}")
 }
 
-/// Whether the main stream runs at the device's greatest priority and the side streams at its
-/// least, and a round's graph keeps those priorities (opt-in: `TF_CUDA_PRIORITY=1`): where
-/// blocks of both wait for an SM, the path's go first. Scheduling only, the same bits.
-pub fn stream_priorities() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_PRIORITY").is_ok_and(|v| v == "1"))
-}
-
 /// Every kernel entry point the program must contain.
 pub fn all_kernel_names() -> Vec<String> {
     let mut v: Vec<String> = KERNELS
@@ -256,23 +248,13 @@ impl Gpu {
         // One stream, ordered launches: the driver-side event tracking is not needed.
         // SAFETY: no other stream uses this context's buffers.
         unsafe { ctx.disable_event_tracking() };
-        // A created stream (not the legacy default stream): graph capture needs one. With
-        // [`stream_priorities`], the main stream's blocks go to the SMs before the side streams'.
-        let (least, greatest) = match stream_priorities() {
-            true => cudarc::driver::result::stream::get_priority_range()
-                .map_err(drv("reading the stream priorities"))?,
-            false => (0, 0),
-        };
-        let new_stream = |p: i32| {
-            ctx.new_stream_with_priority(p)
-                .map_err(drv("creating a stream"))
-        };
-        let stream = new_stream(greatest)?;
+        // A created stream (not the legacy default stream): graph capture needs one.
+        let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
         let side_off = std::env::var("TF_CUDA_SIDE_STREAM").is_ok_and(|v| v == "0");
         let side = match side_off {
             true => Vec::new(),
             false => (0..SIDE_STREAMS)
-                .map(|_| new_stream(least))
+                .map(|_| ctx.new_stream().map_err(drv("creating a stream")))
                 .collect::<Result<_>>()?,
         };
         let arch = format!("compute_{}{}", cc.0, cc.1);

@@ -85,13 +85,8 @@ impl Round {
         let pdl = !std::env::var("TF_CUDA_PDL").is_ok_and(|v| v == "0");
         // SAFETY: a graph we own, not yet instantiated.
         round.edges = unsafe { follow_edges(round.graph, pdl) }?;
-        // The kernels keep the priorities of the streams they were captured from.
-        let flags = match crate::device::stream_priorities() {
-            true => sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0,
-            false => 0,
-        };
         // SAFETY: a complete graph; the executable is destroyed with the round.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut round.exec, round.graph, flags as u64) }
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut round.exec, round.graph, 0) }
             .result()
             .map_err(drv("instantiating the round's graph"))?;
         Ok(round)

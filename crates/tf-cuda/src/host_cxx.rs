@@ -80,8 +80,6 @@ struct uint2 { unsigned x, y; };
 struct float4 { float x, y, z, w; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 template <class T> static inline T __ldg(const T* p) { return *p; }
-template <class T> static inline T __ldcg(const T* p) { return *p; }
-static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 struct D3 { unsigned x, y, z; };
 static thread_local D3 threadIdx, blockIdx;
 static D3 blockDim, gridDim;

@@ -46,7 +46,7 @@ pub const KERNEL_NAMES: [&str; 21] = [
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 23] = [
+pub const TILE_READERS: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -64,12 +64,6 @@ pub const TILE_READERS: [&str; 23] = [
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
-    "tf_moe_mma_mlx4_split_x4_one_relu2",
-    "tf_moe_mma_mlx4_split_r1_x4_one_relu2",
-    "tf_moe_mma_mlx4_split_x4_combine",
-    "tf_moe_mma_mlx4_split_r1_x4_combine",
-    "tf_mma_mlx4_r1_split_x4_conv",
-    "tf_mma_mlx4_r2_split_x4_conv",
 ];
 
 /// The `_b16` twins' names.
@@ -584,37 +578,6 @@ pub fn matmul_split_span(
     span: std::ops::Range<usize>,
     blocks: Blocks,
 ) -> Result<()> {
-    let Some((kernel, cfg, ints)) = split_span_launch(gpu, rt, w, s, n, y, &span, blocks, "")?
-    else {
-        return Ok(());
-    };
-    let n_ = i32_of("mma matmul (split x)", "n", n)?;
-    let mut b = gpu.launcher(&kernel)?;
-    b.arg(w.bytes()).arg(&s.parts).arg(&s.sums).arg(y).arg(&n_);
-    for v in &ints {
-        b.arg(v);
-    }
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32 x 5); the split holds n rows of the matrix's
-    // columns and y n rows of its rows (checked above; the tiles were made for this shape), and
-    // the span lies within its tiles.
-    unsafe { b.go(cfg, "launching mma matmul (split x)") }
-}
-
-/// The checks of [`matmul_split_span`] and its launch: the entry (the split product's, or its
-/// twin named with `suffix`, `_b16` where the tiles are compact), the grid and (rows, cols,
-/// from, to); `None` where there is nothing to launch.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn split_span_launch(
-    gpu: &Gpu,
-    rt: usize,
-    w: &GpuMatrix,
-    s: &SplitX,
-    n: usize,
-    y: &CudaSlice<f32>,
-    span: &std::ops::Range<usize>,
-    blocks: Blocks,
-    suffix: &str,
-) -> Result<Option<(String, LaunchConfig, [i32; 4])>> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
@@ -634,10 +597,12 @@ pub(crate) fn split_span_launch(
         });
     }
     if n == 0 || span.is_empty() {
-        return Ok(None);
+        return Ok(());
     }
     let c = Choice { rt, staged: false };
-    let kernel = entry_for(&format!("{}{suffix}", split_kernel(c.rt, n)), w.layout()).into_owned();
+    let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
+    let (from, to) = (span.start as i32, span.end as i32);
+    let kernel = entry_for(split_kernel(c.rt, n), w.layout());
     let mut cfg = launch(c, split_rows_a_block(n), 16 * span.len(), w.cols(), n);
     let cap = match blocks {
         Blocks::Every => None,
@@ -649,8 +614,20 @@ pub(crate) fn split_span_launch(
     if let Some(c) = cap {
         cfg.grid_dim.0 = cfg.grid_dim.0.min(c.max(1) as u32);
     }
-    let ints = [w.rows(), w.cols(), span.start, span.end].map(|v| v as i32);
-    Ok(Some((kernel, cfg, ints)))
+    let mut b = gpu.launcher(&kernel)?;
+    b.arg(w.bytes())
+        .arg(&s.parts)
+        .arg(&s.sums)
+        .arg(y)
+        .arg(&n_)
+        .arg(&rows)
+        .arg(&cols)
+        .arg(&from)
+        .arg(&to);
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32 x 5); the split holds n rows of the matrix's
+    // columns and y n rows of its rows (checked above; the tiles were made for this shape), and
+    // the span lies within its tiles.
+    unsafe { b.go(cfg, "launching mma matmul (split x)") }
 }
 
 #[cfg(test)]

@@ -38,10 +38,6 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
-    "tf_moe_mma_mlx4_split_x4_one_relu2",
-    "tf_moe_mma_mlx4_split_r1_x4_one_relu2",
-    "tf_moe_mma_mlx4_split_x4_combine",
-    "tf_moe_mma_mlx4_split_r1_x4_combine",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -190,10 +186,6 @@ pub struct MoeBuffers {
     /// The gathered rows and the relu² rows split for the tensor cores' products, where the
     /// widths are whole 64-column groups (`None` with `TF_CUDA_MMA_SPLIT=0`).
     split: Option<(SplitX, SplitX)>,
-    /// Blocks' arrivals of the folded products ([`Fold`]; kernels/moe.cu `tf_last_arrival`), 0
-    /// between launches: the up product's per pick and 64-row group, or the down product's per
-    /// column of tiles.
-    counts: CudaSlice<i32>,
 }
 
 impl MoeBuffers {
@@ -218,11 +210,6 @@ impl MoeBuffers {
             up: gpu.zeros(slots * limits.max_inter)?,
             act: gpu.zeros(slots * limits.max_inter)?,
             yg: gpu.zeros(slots * limits.max_dim)?,
-            counts: gpu.zeros(
-                (slots * limits.max_inter / GROUP)
-                    .max(limits.max_dim / 16)
-                    .max(1),
-            )?,
             split: match crate::mma::split_enabled()
                 && limits.max_dim.is_multiple_of(GROUP)
                 && limits.max_inter.is_multiple_of(GROUP)
@@ -443,36 +430,6 @@ fn route_lead() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_ROUTE_LEAD").map_or(true, |v| v != "0"))
 }
 
-/// [`experts`], then [`combine`] without the norm into `out` (`[n, mlp.out_dim()]`). A
-/// one-token round of split relu² experts folds relu² into the up product and the combine into
-/// the down product ([`folds`]): two kernels fewer, the same bits.
-pub fn experts_combined(
-    gpu: &Gpu,
-    mlp: &ExpertMlp,
-    x: &CudaSlice<f32>,
-    x_row: Option<&SplitX>,
-    buf: &mut MoeBuffers,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    if !experts_into(gpu, mlp, false, x, x_row, buf, Some(&mut *out))? {
-        combine(gpu, buf, mlp.out_dim(), None, out)?;
-    }
-    Ok(())
-}
-
-/// Which of a one-token round's folds [`experts_combined`] takes (relu² into the up product,
-/// the combine into the down product): opt-in, not yet run on a GPU; `TF_CUDA_MOE_FOLD=1`
-/// both, `relu2` or `combine` that one alone.
-pub fn folds() -> (bool, bool) {
-    static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_FOLD").as_deref() {
-        Ok("1") => (true, true),
-        Ok("relu2") => (true, false),
-        Ok("combine") => (false, true),
-        _ => (false, false),
-    })
-}
-
 /// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
 pub fn experts_with(
     gpu: &Gpu,
@@ -482,20 +439,6 @@ pub fn experts_with(
     x_row: Option<&SplitX>,
     buf: &mut MoeBuffers,
 ) -> Result<()> {
-    experts_into(gpu, mlp, plant, x, x_row, buf, None).map(|_| ())
-}
-
-/// [`experts_with`]; given `combined`, a one-token round of split experts may also fold the
-/// combine into it (returns whether it did).
-fn experts_into(
-    gpu: &Gpu,
-    mlp: &ExpertMlp,
-    plant: bool,
-    x: &CudaSlice<f32>,
-    x_row: Option<&SplitX>,
-    buf: &mut MoeBuffers,
-    combined: Option<&mut CudaSlice<f32>>,
-) -> Result<bool> {
     const OP: &str = "moe experts";
     let (n, k, e) = buf.routed()?;
     let (dim, inter, out) = (mlp.dim(), mlp.inter(), mlp.out_dim());
@@ -513,7 +456,7 @@ fn experts_into(
     }
     need(OP, "x", x.len(), n * dim)?;
     if n == 0 {
-        return Ok(false);
+        return Ok(());
     }
     let slots = n * k;
     // relu² experts in the mma tiles read their rows split once (the same bits).
@@ -532,23 +475,11 @@ fn experts_into(
     if let Some((xs, acts)) = split {
         let (up1, down1) = crate::mma::one_tile_experts();
         let (up1, down1) = (n == 1 && up1, n == 1 && down1);
-        let (relu2_fold, combine_fold) = folds();
-        let counts = &mut buf.counts;
-        let mut relu2_done = false;
         match x_row.filter(|r| reads_one_row(mlp, n) && r.holds(1, dim)) {
             // One token: its row split once serves every pick; no gather.
             Some(row) => {
                 let picks = Groups::Picks(&buf.experts, &buf.where_);
-                relu2_done = relu2_fold;
-                let fold = match relu2_done {
-                    true => Fold::Relu2 {
-                        act: &mut buf.act,
-                        acts: &mut *acts,
-                        counts: &mut *counts,
-                    },
-                    false => Fold::None,
-                };
-                expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1, fold)?;
+                expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1)?;
             }
             None => {
                 let mut b = gpu.launcher("tf_moe_gather_split")?;
@@ -559,36 +490,12 @@ fn experts_into(
                 // offsets[e] <= n * k rows of xg and of the split (checked above).
                 unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
                 let gathered = Groups::Gathered(&buf.offsets);
-                let none = Fold::None;
-                expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, gathered, n, k, up1, none)?;
+                expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, gathered, n, k, up1)?;
             }
         }
-        if !relu2_done {
-            relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
-        }
+        relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
         let gathered = Groups::Gathered(&buf.offsets);
-        let fold = match combined {
-            Some(out) if n == 1 && combine_fold => Fold::Combine {
-                where_: &buf.where_,
-                weights: &buf.weights,
-                out,
-                counts,
-            },
-            _ => Fold::None,
-        };
-        let folded = matches!(fold, Fold::Combine { .. });
-        expert_matmul_split(
-            gpu,
-            &mlp.down,
-            acts,
-            &mut buf.yg,
-            gathered,
-            n,
-            k,
-            down1,
-            fold,
-        )?;
-        return Ok(folded);
+        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, gathered, n, k, down1);
     }
     let mut b = gpu.launcher("tf_moe_gather")?;
     b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
@@ -618,8 +525,7 @@ fn experts_into(
             relu2(gpu, &buf.up, &mut buf.act, slots * inter)?;
         }
     }
-    grouped(&mlp.down, &buf.act, &mut buf.yg, &buf.offsets)?;
-    Ok(false)
+    grouped(&mlp.down, &buf.act, &mut buf.yg, &buf.offsets)
 }
 
 /// One grouped expert matmul over the `n * k` gathered rows of `n` tokens' `k` picks (each
@@ -716,32 +622,8 @@ pub(crate) enum Groups<'a> {
     Picks(&'a CudaSlice<i32>, &'a CudaSlice<i32>),
 }
 
-/// What a one-token round's split expert product also does, by the last of the blocks that
-/// write what it needs (kernels/moe.cu: the `_relu2` and `_combine` entries; the same bits as
-/// the kernels they replace).
-pub(crate) enum Fold<'a> {
-    /// The product alone.
-    None,
-    /// relu² of the up product's rows into `act` and split into `acts` ([`relu2_split`]'s);
-    /// with [`Groups::Picks`], rows a multiple of 64.
-    Relu2 {
-        act: &'a mut CudaSlice<f32>,
-        acts: &'a mut SplitX,
-        counts: &'a mut CudaSlice<i32>,
-    },
-    /// The down product's picks combined into `out` ([`combine`] without the norm) by the
-    /// routing's `where_` and `weights`; with [`Groups::Gathered`], one row.
-    Combine {
-        where_: &'a CudaSlice<i32>,
-        weights: &'a CudaSlice<f32>,
-        out: &'a mut CudaSlice<f32>,
-        counts: &'a mut CudaSlice<i32>,
-    },
-}
-
 /// [`expert_matmul`] of rows split once (`x`: their [`SplitX`]), `w` in the mma tiles, two
-/// tiles a block or (`one_tile`: more blocks for few rows an expert) one, and `fold` after it:
-/// the same bits.
+/// tiles a block or (`one_tile`: more blocks for few rows an expert) one: the same bits.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn expert_matmul_split(
     gpu: &Gpu,
@@ -752,40 +634,12 @@ pub(crate) fn expert_matmul_split(
     n: usize,
     k: usize,
     one_tile: bool,
-    fold: Fold,
 ) -> Result<()> {
     const OP: &str = "moe expert matmul (split x)";
     let slots = n * k;
     let one = matches!(groups, Groups::Picks(..));
     x.check(OP, if one { 1 } else { slots }, w.cols())?;
     need(OP, "y", y.len(), slots * w.rows())?;
-    let folds_fit = match &fold {
-        Fold::None => true,
-        Fold::Relu2 { act, acts, counts } => {
-            acts.check(OP, slots, w.rows())?;
-            need(OP, "act", act.len(), slots * w.rows())?;
-            one && w.rows().is_multiple_of(GROUP) && counts.len() >= k * w.rows() / GROUP
-        }
-        Fold::Combine {
-            where_,
-            weights,
-            out,
-            counts,
-        } => {
-            need(OP, "picks", where_.len().min(weights.len()), k)?;
-            need(OP, "out", out.len(), w.rows())?;
-            !one && n == 1 && counts.len() >= w.rows().div_ceil(16)
-        }
-    };
-    if !folds_fit {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!(
-                "no fold of {} rows for {n} rows of {k} picks here",
-                w.rows()
-            ),
-        });
-    }
     match groups {
         Groups::Gathered(offsets) => need(OP, "offsets", offsets.len(), w.n_experts() + 1)?,
         Groups::Picks(experts, where_) => need(OP, "picks", experts.len().min(where_.len()), k)?,
@@ -806,42 +660,17 @@ pub(crate) fn expert_matmul_split(
         (false, false, 4) => "tf_moe_mma_mlx4_split_x4",
         (false, false, _) => "tf_moe_mma_mlx4_split",
     };
-    let kernel = match &fold {
-        Fold::None => kernel.to_string(),
-        Fold::Relu2 { .. } => format!("{kernel}_relu2"),
-        Fold::Combine { .. } => format!("{kernel}_combine"),
-    };
-    let k_ = i32_of(OP, "top k", k)?;
-    let mut b = gpu.launcher(&crate::mma::entry_for(&kernel, w.matrix.layout()))?;
+    let mut b = gpu.launcher(&crate::mma::entry_for(kernel, w.matrix.layout()))?;
     b.arg(w.matrix.bytes()).arg(&x.parts).arg(&x.sums).arg(y);
     match groups {
         Groups::Gathered(offsets) => b.arg(offsets),
         Groups::Picks(experts, where_) => b.arg(experts).arg(where_),
     };
     b.arg(&rows).arg(&cols).arg(&n_experts);
-    match fold {
-        Fold::None => {}
-        Fold::Relu2 { act, acts, counts } => {
-            b.arg(act)
-                .arg(&mut acts.parts)
-                .arg(&mut acts.sums)
-                .arg(counts);
-        }
-        Fold::Combine {
-            where_,
-            weights,
-            out,
-            counts,
-        } => {
-            b.arg(where_).arg(weights).arg(out).arg(counts).arg(&k_);
-        }
-    }
     // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32, i32, i32), or with the picks (i32*, i32*) in
-    // place of the offsets (the `_one` entries, n = 1); then the fold's (`_relu2`: f32*,
-    // uint4*, f32*, i32*; `_combine`: i32*, f32*, f32*, i32*, i32). The tiles hold n_experts *
-    // rows / 16 tiles made for this shape; every group lies within the `slots` rows of the
-    // split (its row 0 for the picks) and of y checked above, and a pick's expert is <
-    // n_experts or -1; the fold's buffers hold what it writes (checked above).
+    // place of the offsets (the `_one` entries, n = 1); the tiles hold n_experts * rows / 16
+    // tiles made for this shape; every group lies within the `slots` rows of the split (its
+    // row 0 for the picks) and of y checked above, and a pick's expert is < n_experts or -1.
     unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
 }
 

@@ -35,13 +35,11 @@ pub(crate) fn count_launch() {
 /// Kernel entry points defined in kernels/slices.cu: each of `tf_slices_*` for any row count,
 /// and its `_one` twin (one activation row: the row held whole in shared memory, row groups a
 /// warp in turn).
-pub const KERNEL_NAMES: [&str; 10] = [
+pub const KERNEL_NAMES: [&str; 8] = [
     "tf_slices_mlx4",
     "tf_slices_mlx4_one",
-    "tf_slices_mlx4_deep",
     "tf_slices_bf16",
     "tf_slices_bf16_one",
-    "tf_slices_bf16_deep",
     PLANT_ROW_VARIANT,
     "tf_plant_slices_mlx4_rowvar_one",
     PLANT_LANE_SUM,
@@ -107,18 +105,6 @@ pub fn groups_per_warp(gpu: &Gpu, kernel: &str, w: &GpuMatrix) -> Result<usize> 
     Ok(w.rows().div_ceil(one_row_rows(w.format())).div_ceil(warps))
 }
 
-/// Steps (of 1,024 columns) a warp of the one-row `_deep` entries holds in flight
-/// (`SL_DEEP` in kernels/slices.cu).
-const DEEP_STEPS: usize = 4;
-
-/// Whether a one-row product of one row group a warp and at most [`DEEP_STEPS`] steps takes
-/// the `_deep` entry (opt-in, not yet run on a GPU: `TF_CUDA_SLICES_DEEP=1`): every step's
-/// loads in flight at once, the same sums.
-fn deep_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_SLICES_DEEP").is_ok_and(|v| v == "1"))
-}
-
 /// Dynamic shared memory of a one-row launch: the activation row, lane-major (in whole
 /// 32-unit strides of 4 KiB).
 fn one_row_smem(cols: usize) -> u32 {
@@ -166,11 +152,10 @@ pub fn matmul_geometry(
     let per = per.clamp(1, w.rows().div_ceil(one_row_rows(w.format())));
     let per_ = i32_of(OP, "groups a warp", per)?;
     let cfg = launch_config(w.format(), w.rows(), w.cols(), n, per);
-    let deep = n == 1 && per == 1 && w.cols().div_ceil(1024) <= DEEP_STEPS && deep_enabled();
-    let entry = match (n, deep) {
-        (1, true) => format!("{kernel}_deep"),
-        (1, false) => format!("{kernel}_one"),
-        _ => kernel.to_string(),
+    let entry = if n == 1 {
+        format!("{kernel}_one")
+    } else {
+        kernel.to_string()
     };
     let mut b = gpu.launcher(&entry)?;
     b.arg(w.bytes()).arg(x).arg(y);
@@ -179,10 +164,10 @@ pub fn matmul_geometry(
     } else {
         b.arg(&n_).arg(&rows).arg(&cols);
     }
-    // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one and _deep
-    // entries: rows, cols, groups a warp after the pointers); the buffers hold the elements
-    // they read and write (checked above; the weight was validated at upload, and its rows
-    // are whole 32-element units).
+    // SAFETY: the kernels' signatures are (u8*, f32*, f32*, i32, i32, i32) (the _one entries:
+    // rows, cols, groups a warp after the pointers); the buffers hold the elements they read
+    // and write (checked above; the weight was validated at upload, and its rows are whole
+    // 32-element units).
     unsafe { b.go(cfg, "launching slices matmul") }
 }
 
@@ -285,118 +270,6 @@ pub fn reference(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host_cxx;
-    use crate::suite::packed::HostWeights;
-    use crate::weights::device_bytes;
-    use tf_kernels::contract::Rng;
-    use tf_kernels::matmul::FloatType;
-
-    /// Reads (format 0 bf16 / 1 MLX 4-bit, rows, cols), the rows-layout bytes and x; writes y
-    /// of the `_one` entry (one row group a warp), then of the `_deep` entry, then (MLX 4-bit) of
-    /// the planted `_one` entry whose lane sums pair the chains otherwise.
-    const DEEP_MAIN: &str = r#"
-int main(int argc, char** argv) {
-    FILE *fi, *fo;
-    TfIn in;
-    if (!tf_open_io(argc, argv, &fi, &fo) || !tf_read_all(fi, &in)) return 1;
-    const int mlx = in.i(), rows = in.i(), cols = in.i();
-    const std::vector<int> w = in.vi((size_t)rows * cols / 32 * (mlx ? 6 : 16));
-    const std::vector<float> x = in.vf(cols);
-    const u8* W = (const u8*)w.data();
-    const int rj = mlx ? 4 : 2, warps = (rows + rj - 1) / rj;
-    const D3 g{(unsigned)((warps + 3) / 4), 1, 1};
-    const size_t smem = (size_t)(cols + 1023) / 1024 * 4096;
-    for (int deep = 0; deep < 2 + mlx; deep++) {
-        std::vector<float> y(rows);
-        tf_launch(g, 128, smem, [&] {
-            if (deep == 2) tf_plant_slices_mlx4_sum_one(W, x.data(), y.data(), rows, cols, 1);
-            else if (mlx) (deep ? tf_slices_mlx4_deep : tf_slices_mlx4_one)(W, x.data(), y.data(), rows, cols, 1);
-            else (deep ? tf_slices_bf16_deep : tf_slices_bf16_one)(W, x.data(), y.data(), rows, cols, 1);
-        });
-        fwrite(y.data(), 4, y.size(), fo);
-    }
-    fclose(fo);
-    return 0;
-}
-"#;
-
-    /// The `_deep` entries give the `_one` entries' bits (and the reference's), bf16 and MLX
-    /// 4-bit, one to four steps a lane and a partial last step.
-    #[test]
-    fn deep_entries_give_the_one_row_bits() {
-        let Some(cxx) = host_cxx::compiler() else {
-            return;
-        };
-        let src = include_str!("../kernels/slices.cu");
-        let (helpers, one) = (
-            &src[..src
-                .find("// Float4s of one x slab")
-                .expect("slices.cu's slabs")],
-            &src[src
-                .find("// One activation row (the _one entries)")
-                .expect("the _one body")..],
-        );
-        // The many-row entries' body (cp.async) stays out: only the _one and _deep ones run.
-        let one = one
-            .replace("tf_slices<FMT, PLANT>(W, x, y, n, rows, cols);", "")
-            .replace(
-                "extern __shared__ __align__(16) u8 tf_smem[];",
-                "u8* tf_smem = tf_dyn_smem;",
-            );
-        let matmul = include_str!("../kernels/matmul.cu");
-        let byte_f = host_cxx::extract(matmul, "__device__ __forceinline__ float tf_byte_f(");
-        let source = format!(
-            "{}\n{}\n{byte_f}\n{helpers}\n{one}\n{DEEP_MAIN}",
-            host_cxx::SIMT_PRELUDE,
-            host_cxx::common()
-        );
-        let (dir, exe) = host_cxx::build(&cxx, "slices_deep", &source);
-        let mut rng = Rng::new(0x51ce_0dee);
-        for (format, rows, cols) in [
-            (GpuFormat::Bf16, 368, 4096),
-            (GpuFormat::Bf16, 30, 1024),
-            (GpuFormat::Mlx4, 64, 3136),
-            (GpuFormat::Mlx4, 100, 2048),
-        ] {
-            let hw = match format {
-                GpuFormat::Bf16 => HostWeights::random(format, rows, cols, &mut rng),
-                _ => HostWeights::random_mlx(4, 64, FloatType::BF16, rows, cols, &mut rng),
-            };
-            let dev = device_bytes(&hw.packed())
-                .expect("rows layout")
-                .into_owned();
-            let x = rng.vec_uniform(cols, -1.0, 1.0);
-            let mut input = Vec::new();
-            for v in [(format != GpuFormat::Bf16) as usize, rows, cols] {
-                input.extend((v as i32).to_le_bytes());
-            }
-            input.extend_from_slice(&dev);
-            input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
-            let label = format!("deep-{rows}-{cols}");
-            let y = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
-            let (one, rest) = y.split_at(rows);
-            let (deep, planted) = rest.split_at(rows);
-            assert_eq!(
-                host_cxx::differing(deep, one),
-                0,
-                "{format:?} {rows}x{cols}"
-            );
-            // Control: the planted lane sums must show against the deep entry's.
-            if format != GpuFormat::Bf16 {
-                assert_ne!(
-                    host_cxx::differing(deep, planted),
-                    0,
-                    "planted sums not caught"
-                );
-            }
-            let want = reference(format, &dev, rows, cols, &x, 1);
-            assert_eq!(
-                host_cxx::differing(one, &want),
-                0,
-                "{format:?} {rows}x{cols}: reference"
-            );
-        }
-    }
 
     /// The launcher's rows a warp are the kernels' (a mismatch would leave rows uncomputed).
     #[test]
@@ -407,6 +280,5 @@ int main(int argc, char** argv) {
         assert!(src.contains(&format!("return fmt == FMT_BF16 ? {bf16} : {mlx}; }}")));
         let matmul = include_str!("../kernels/matmul.cu");
         assert!(matmul.contains(&format!("#define MM_RT {TILE_ROWS}\n")));
-        assert!(src.contains(&format!("#define SL_DEEP {DEEP_STEPS} ")));
     }
 }

@@ -6,8 +6,6 @@
 
 use super::*;
 use crate::host_cxx;
-
-mod folds;
 use crate::suite::packed::HostWeights;
 use crate::weights::device_bytes;
 use tf_kernels::contract::Rng;
@@ -388,12 +386,11 @@ fn warps_a_block_are_the_kernels() {
 }
 
 /// The entries whose `_b16` twins the sources define (the arguments' first name of each
-/// twinning macro's use in kernels/mma.cu, moe.cu and in_proj_conv.cu), sorted.
+/// twinning macro's use in kernels/mma.cu and kernels/moe.cu), sorted.
 fn twinned_in_sources() -> Vec<String> {
     let src = [
         include_str!("../../kernels/mma.cu"),
         include_str!("../../kernels/moe.cu"),
-        include_str!("../../kernels/in_proj_conv.cu"),
     ];
     let macros = [
         "TF_MMA_ENTRY(",
@@ -401,9 +398,6 @@ fn twinned_in_sources() -> Vec<String> {
         "TF_MOE_MMA_ENTRY(",
         "TF_MOE_MMA_SPLIT_ENTRY(",
         "TF_MOE_MMA_ONE_ENTRY(",
-        "TF_MOE_MMA_ONE_RELU2_ENTRY(",
-        "TF_MOE_MMA_COMBINE_ENTRY(",
-        "TF_MAMBA_IN_PROJ_CONV_ENTRY(",
     ];
     let mut names: Vec<String> = src
         .iter()
@@ -429,39 +423,34 @@ fn tile_readers_are_the_entries_the_sources_twin() {
     assert_ne!(twinned, planted, "the planted short list was not caught");
 }
 
-/// kernels/moe.cu's grouped expert products for the host harnesses: their entries (up to
-/// [`LAST_ENTRY`], the folded ones among them) with what they call, and the split kernels.
-pub(super) fn moe_products() -> String {
+/// The grouped expert products' host harness: reads (experts, rows each, cols, slots, staged),
+/// the stacked rows-layout bytes, the offsets and the gathered x; tiles the stack, runs
+/// `tf_moe_mma_mlx4` (or its staged twin) and writes the gathered y.
+fn moe_harness() -> String {
     let moe = include_str!("../../kernels/moe.cu");
-    let heads = [
-        "__device__ __forceinline__ int tf_moe_block_expert",
-        "__device__ __forceinline__ float tf_moe_combine_add(",
+    let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
+    let body = [
         "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma_group(",
         "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma(",
-    ];
+    ]
+    .map(|head| host_cxx::extract(moe, head))
+    .join("\n");
     let (start, end) = (
         moe.find("#define TF_MOE_MMA_ENTRY")
             .expect("moe.cu's mma entries"),
         moe.find(LAST_ENTRY).expect("moe.cu's last mma entry"),
     );
+    let entries = &moe[start..end + LAST_ENTRY.len()];
     let split = [
         "__device__ __forceinline__ int tf_moe_split_group(",
         "extern \"C\" __global__ void tf_moe_gather_split(",
         "extern \"C\" __global__ void tf_moe_relu2(",
         "extern \"C\" __global__ void tf_moe_relu2_split(",
-    ];
-    let mut parts: Vec<String> = heads.iter().map(|h| host_cxx::extract(moe, h)).collect();
-    parts.push(moe[start..end + LAST_ENTRY.len()].to_string());
-    parts.extend(split.iter().map(|h| host_cxx::extract(moe, h)));
-    parts.join("\n")
-}
-
-/// The grouped expert products' host harness: reads (experts, rows each, cols, slots, staged),
-/// the stacked rows-layout bytes, the offsets and the gathered x; tiles the stack, runs
-/// `tf_moe_mma_mlx4` (or its staged twin) and writes the gathered y.
-fn moe_harness() -> String {
+    ]
+    .map(|head| host_cxx::extract(moe, head))
+    .join("\n");
     format!(
-        "{prelude}\n{source}\n{moe}\n\
+        "{prelude}\n{source}\n{block_expert}\n{body}\n{entries}\n{split}\n\
          int main(int argc, char** argv) {{\n\
          \x20   FILE *fi, *fo;\n\
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
@@ -513,13 +502,12 @@ fn moe_harness() -> String {
          }}\n",
         prelude = host_cxx::SIMT_PRELUDE,
         source = include_str!("../../kernels/mma.cu"),
-        moe = moe_products(),
         threads = 32 * MOE_WARPS,
     )
 }
 
-/// moe.cu's last grouped product entry (the harnesses take the entries up to it).
-const LAST_ENTRY: &str = "TF_MOE_MMA_COMBINE_ENTRY(tf_moe_mma_mlx4_split_x4_combine, 2)";
+/// moe.cu's last grouped product entry (the harness takes the entries up to it).
+const LAST_ENTRY: &str = "TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2)";
 
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {

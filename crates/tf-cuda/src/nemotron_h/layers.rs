@@ -64,6 +64,8 @@ pub(super) struct MoeLayer {
     pub shared: Option<MlpLayer>,
     /// fc1_latent_proj `[latent, hidden]` and fc2_latent_proj `[hidden, latent]`.
     pub latent: Option<(GpuMatrix, GpuMatrix)>,
+    /// Width the routed experts read and write (latent or hidden).
+    pub expert_dim: usize,
 }
 
 /// One layer's mixer.
@@ -151,6 +153,7 @@ pub(super) fn build_layer(
     ck: &Checkpoint,
     plan: &NemotronLayer,
     block: &NemotronBlock,
+    hidden: usize,
     state_index: usize,
     kv_index: usize,
 ) -> Result<Layer> {
@@ -286,6 +289,7 @@ pub(super) fn build_layer(
                 )),
                 None => None,
             },
+            expert_dim: spec.expert_dim(hidden as u64) as usize,
         })),
         _ => {
             return Err(CudaError::Shape {

@@ -56,32 +56,8 @@ pub(super) fn mamba(
             ),
         });
     }
-    let (mx, si) = (&m.mixer, m.state_index);
-    // Beside z, the rest of in_proj; in a one-token round, with the conv step folded in.
-    let rest = in_proj_z_beside(g, m, ws.hs.as_ref(), n, inner, &mut ws.proj)?;
-    let z_beside = rest.is_some();
-    let mut conv_done = false;
-    if let (Some(rest), Some(s)) = (rest, ws.hs.as_ref()) {
-        let (w, rt) = (&m.in_proj, mma::tiles_a_block(m.in_proj.rows(), n));
-        conv_done = n == 1 && mamba::conv_folds();
-        match conv_done {
-            true => mamba::in_proj_conv(
-                g,
-                rt,
-                w,
-                s,
-                &mut ws.proj,
-                rest,
-                mx,
-                inner,
-                state,
-                si,
-                rows,
-                &mut ws.xbc,
-            )?,
-            false => mma::matmul_split_span(g, rt, w, s, n, &mut ws.proj, rest, Blocks::Every)?,
-        }
-    } else {
+    let z_beside = in_proj_z_beside(g, m, ws.hs.as_ref(), n, inner, &mut ws.proj)?;
+    if !z_beside {
         linear(
             g,
             &m.in_proj,
@@ -95,9 +71,8 @@ pub(super) fn mamba(
     if l2::Sites::for_rows(n).within {
         l2::prefetch_whole(g, &[&m.out_proj])?;
     }
-    if !conv_done {
-        mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
-    }
+    let (mx, si) = (&m.mixer, m.state_index);
+    mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
     mamba::ssm_step(
         g,
         mx,
@@ -143,9 +118,8 @@ const Z_SIDE: usize = 0;
 /// Whether Mamba's in_proj runs its z rows beside the rest (unless `TF_CUDA_MAMBA_Z=0`): only the
 /// gated norm reads z, so its product (side stream 0, joined before that norm; one wave of
 /// blocks, so the conv's and the scan's find SMs as its blocks end) may run while the conv
-/// and the scan do. Where it does (in the mma tiles with x split, no bias), launches the z
-/// rows' and returns the tiles of the rest, for the caller to launch; launches nothing
-/// otherwise.
+/// and the scan do. Launches both parts and returns true where it does (in the mma tiles with
+/// x split, no bias); launches nothing otherwise.
 fn in_proj_z_beside(
     g: &Gpu,
     m: &MambaLayer,
@@ -153,22 +127,24 @@ fn in_proj_z_beside(
     n: usize,
     inner: usize,
     proj: &mut CudaSlice<f32>,
-) -> Result<Option<std::ops::Range<usize>>> {
+) -> Result<bool> {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *ON.get_or_init(|| std::env::var("TF_CUDA_MAMBA_Z").map_or(true, |v| v != "0"));
     let w = &m.in_proj;
     let Some(s) = split else {
-        return Ok(None);
+        return Ok(false);
     };
     let rt = mma::tiles_a_block(w.rows(), n);
     let z = inner / 16;
     if !on || m.in_bias.is_some() || !s.serves(w, n) || !z.is_multiple_of(rt) {
-        return Ok(None);
+        return Ok(false);
     }
     g.beside(Z_SIDE, || {
         mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, Blocks::OneWave)
     })?;
-    Ok(Some(z..w.rows().div_ceil(16)))
+    let rest = z..w.rows().div_ceil(16);
+    mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every)?;
+    Ok(true)
 }
 
 /// Attention without RoPE: q/k/v → append k, v at each row's slot and position → attend over
@@ -278,13 +254,13 @@ pub(super) fn moe(
         }
         None => (&ws.h, ws.hs.as_ref()),
     };
-    let xe_split = xe_split.filter(|_| one);
+    moe::experts(g, &m.experts, xe, xe_split.filter(|_| one), buf)?;
     match &m.latent {
         Some((_, fc2)) => {
-            moe::experts_combined(g, &m.experts, xe, xe_split, buf, &mut ws.combined)?;
+            moe::combine(g, buf, m.expert_dim, None, &mut ws.combined)?;
             ops::matmul(g, fc2, &ws.combined, n, &mut ws.o)?;
         }
-        None => moe::experts_combined(g, &m.experts, xe, xe_split, buf, &mut ws.o)?,
+        None => moe::combine(g, buf, m.expert_dim, None, &mut ws.o)?,
     }
     // The shared expert's rows are added with the residual, by the next norm.
     if m.shared.is_some() {

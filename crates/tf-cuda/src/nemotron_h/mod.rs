@@ -224,7 +224,15 @@ impl GpuNemotronH {
         let (mut n_mamba, mut kv_shapes, mut mamba_shapes) = (0, Vec::new(), Vec::new());
         let mut layers = Vec::with_capacity(plan.layers.len());
         for (lp, block) in plan.layers.iter().zip(&cfg.layers) {
-            layers.push(build_layer(&gpu, ck, lp, block, n_mamba, kv_shapes.len())?);
+            layers.push(build_layer(
+                &gpu,
+                ck,
+                lp,
+                block,
+                hidden,
+                n_mamba,
+                kv_shapes.len(),
+            )?);
             match block {
                 NemotronBlock::Mamba(s) => {
                     n_mamba += 1;

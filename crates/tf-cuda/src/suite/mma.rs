@@ -344,10 +344,7 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
                     // Odd row counts take one tile a block, even two.
                     let one_tile = n % 2 == 1;
                     let groups = crate::moe::Groups::Gathered(&offs);
-                    let none = crate::moe::Fold::None;
-                    crate::moe::expert_matmul_split(
-                        gpu, &experts, &s, y, groups, n, 1, one_tile, none,
-                    )?;
+                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, groups, n, 1, one_tile)?;
                 }
                 false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
             }
