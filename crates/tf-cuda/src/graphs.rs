@@ -74,8 +74,10 @@ impl Round {
             stream,
             edges: (0, 0),
         };
-        ended.map_err(drv("ending graph capture"))?;
+        // A launch that failed inside the capture is the cause; ending it then finds the side
+        // streams left unjoined.
         launched?;
+        ended.map_err(drv("ending graph capture"))?;
         if round.graph.is_null() {
             return Err(CudaError::Shape {
                 op: "graph capture",
