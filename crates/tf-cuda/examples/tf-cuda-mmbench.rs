@@ -298,6 +298,18 @@ fn bench_mma(
                 table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
             );
         }
+        // The one-tile product's loads alone (compact tiles).
+        if n == 1 && tiles[0].layout() == tf_cuda::weights::Layout::MmaTilesB16 {
+            let p = mma::LOADS_PROBE;
+            let us = time_us::<Error>(gpu.stream(), iters, |i| {
+                Ok(mma::loads_probe(gpu, &tiles[i % tiles.len()], &sx, &mut y)?)
+            })?;
+            let name = format!("{label} ({p}, {} regs)", gpu.registers(p)?);
+            println!(
+                "{}",
+                table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
+            );
+        }
         for c in Choice::ALL.into_iter().filter(|c| c.fits(n, cols)) {
             let k = c.kernel();
             let us = time_us::<Error>(gpu.stream(), iters, |i| {

@@ -227,13 +227,13 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
     for (int m = 0; m < 4; m++) {
         if constexpr (F == 1) {
             uint2 b = xr.half(m);
-            if (PLANT && n > 1 && xr.odd) b.x = 0u, b.y = 0u;
+            if (PLANT == 1 && n > 1 && xr.odd) b.x = 0u, b.y = 0u;
 #pragma unroll
             for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][0], a[r][m], b.x, b.y);
             if (STAGED != 2) tf_mma_16816(X[0], ones, b.x, b.y);
         } else {
             const uint4 v = xr.at(m);
-            const bool drop = PLANT && n > 1;
+            const bool drop = PLANT == 1 && n > 1;
             const u32 l0 = drop ? 0u : v.z, l1 = drop ? 0u : v.w;
 #pragma unroll
             for (int r = 0; r < RT; r++) {
@@ -262,6 +262,32 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
                                          : (F == 1 ? X[0][0] + X[0][1] : X[0][c] + X[1][c]);
             yacc[r][o] = fmaf(sc.x, s, fmaf(sc.y, xv, yacc[r][o]));
         }
+}
+
+// One group of the body's loop: tf_mma_group, or in the loads probe (PLANT 2; tf-cuda-mmbench
+// only, never a model's path) the group's loaded words and x's parts folded by XOR into yacc:
+// the same loads without the arithmetic.
+template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
+__device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
+                                            TfMmaX<STAGED, KW>& xr, u32 mask, int n,
+                                            float (*yacc)[2 * F]) {
+    if constexpr (PLANT == 2) {
+        static_assert(STAGED == 2 && F == 1, "the loads probe is of the four-row split product");
+        u32 f = 0u;
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+            f ^= d.q[r].x ^ d.q[r].y ^ d.q[r].z ^ d.q[r].w ^ d.lo[r] ^ d.hi[r];
+        f ^= (u32)__float_as_int(d.X[0]);
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const uint2 h = xr.half(m);
+            f ^= h.x ^ h.y;
+        }
+        xr.next();
+        yacc[0][0] += (float)(f & 1023u);
+    } else {
+        tf_mma_group<RT, KW, STAGED, PLANT, F>(d, xr, mask, n, yacc);
+    }
 }
 
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
@@ -330,10 +356,10 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
     for (int i = 0; i < steps; i += 2) {
         if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
-        tf_mma_group<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
+        tf_mma_step<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
         if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
-        tf_mma_group<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
+        tf_mma_step<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll
@@ -393,23 +419,27 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 2)
 // from .. to - 1 (from a multiple of RT; to one too, or the last tile), RT at a time, the
 // block bx taking from + RT bx, then every RT gridDim.x after: a tile's outputs the same
 // whichever block takes it, so a product may run as spans, or on fewer blocks than tiles.
-#define TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB)                                                 \
+#define TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB, PLANT)                                          \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols, int from, int to) {                                                     \
         tf_follow();                                                                           \
         const SB* sb = tf_mma_scales<SB>(W, (rows + 15) >> 4, cols);                           \
         for (int t0 = from + (int)blockIdx.x * RT; t0 < to; t0 += (int)gridDim.x * RT)         \
-            tf_mma_body<RT, MMA_KW, 2, 0, F>((const uint4*)W, sb, nullptr, y, n,               \
-                                             blockIdx.y * 4 * F, t0, rows, cols, xp, xsum);    \
+            tf_mma_body<RT, MMA_KW, 2, PLANT, F>((const uint4*)W, sb, nullptr, y, n,           \
+                                                 blockIdx.y * 4 * F, t0, rows, cols, xp, xsum); \
     }
 #define TF_MMA_SPLIT_ENTRY(NAME, RT, F)                                                        \
-    TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, float2)                                                 \
-    TF_MMA_SPLIT_ENTRY_SB(NAME##_b16, RT, F, u32)
+    TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, float2, 0)                                              \
+    TF_MMA_SPLIT_ENTRY_SB(NAME##_b16, RT, F, u32, 0)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
+
+// tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), for tf-cuda-mmbench: launched as it
+// is, its y meaningless.
+TF_MMA_SPLIT_ENTRY_SB(tf_probe_mma_loads_b16, 1, 1, u32, 2)
 
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)

@@ -599,22 +599,59 @@ pub fn matmul_split_span(
     if n == 0 || span.is_empty() {
         return Ok(());
     }
+    let kernel = entry_for(split_kernel(rt, n), w.layout());
+    launch_split(gpu, &kernel, rt, w, s, n, y, span, blocks)
+}
+
+/// The one-row split product's loads alone (kernels/mma.cu, for tf-cuda-mmbench only): what its
+/// memory side takes without the arithmetic.
+pub const LOADS_PROBE: &str = "tf_probe_mma_loads_b16";
+
+/// [`LOADS_PROBE`] on compact tiles, launched as [`matmul_split_with`] launches one tile a block
+/// at one row of x; y gets meaningless values.
+pub fn loads_probe(gpu: &Gpu, w: &GpuMatrix, s: &SplitX, y: &mut CudaSlice<f32>) -> Result<()> {
+    const OP: &str = "mma loads probe";
+    s.check(OP, 1, w.cols())?;
+    need(OP, "y", y.len(), w.rows())?;
+    if w.layout() != Layout::MmaTilesB16 {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{:?}: the probe reads the compact tiles", w.layout()),
+        });
+    }
+    let tiles = w.rows().div_ceil(16);
+    launch_split(gpu, LOADS_PROBE, 1, w, s, 1, y, 0..tiles, Blocks::Every)
+}
+
+/// Launches the split product `kernel` (checked by the caller) over the tiles `span`.
+#[allow(clippy::too_many_arguments)]
+fn launch_split(
+    gpu: &Gpu,
+    kernel: &str,
+    rt: usize,
+    w: &GpuMatrix,
+    s: &SplitX,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    span: std::ops::Range<usize>,
+    blocks: Blocks,
+) -> Result<()> {
+    const OP: &str = "mma matmul (split x)";
     let c = Choice { rt, staged: false };
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
     let (from, to) = (span.start as i32, span.end as i32);
-    let kernel = entry_for(split_kernel(c.rt, n), w.layout());
     let mut cfg = launch(c, split_rows_a_block(n), 16 * span.len(), w.cols(), n);
     let cap = match blocks {
         Blocks::Every => None,
         Blocks::OneWave => {
-            Some(gpu.resident_blocks(&kernel, cfg.block_dim.0, 0)? * gpu.info().multiprocessors)
+            Some(gpu.resident_blocks(kernel, cfg.block_dim.0, 0)? * gpu.info().multiprocessors)
         }
         Blocks::AtMost(b) => Some(b),
     };
     if let Some(c) = cap {
         cfg.grid_dim.0 = cfg.grid_dim.0.min(c.max(1) as u32);
     }
-    let mut b = gpu.launcher(&kernel)?;
+    let mut b = gpu.launcher(kernel)?;
     b.arg(w.bytes())
         .arg(&s.parts)
         .arg(&s.sums)
