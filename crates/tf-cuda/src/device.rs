@@ -397,6 +397,13 @@ impl Gpu {
         }
     }
 
+    /// Forgets the side streams forked to since their last join, after a round that failed
+    /// before joining them: a graph capture that then joined one it never forked to would be
+    /// refused.
+    pub fn forget_forks(&self) {
+        self.forked.store(0, Ordering::Relaxed);
+    }
+
     /// The kernel `name` (one of [`all_kernel_names`]).
     pub fn function(&self, name: &str) -> Result<&CudaFunction> {
         self.entry(name).map(|e| &e.0)

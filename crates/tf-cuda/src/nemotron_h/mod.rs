@@ -506,6 +506,10 @@ impl GpuNemotronH {
         let stream = self.gpu.stream().clone();
         let ran = graphs.run(stream, n, graphed, || self.launch_all(n));
         self.graphs = graphs;
+        if ran.is_err() {
+            // The failed round's joins did not all run: none is owed to the next round.
+            self.gpu.forget_forks();
+        }
         ran?;
         for r in rows {
             self.lens[r.slot] = r.pos + 1;
