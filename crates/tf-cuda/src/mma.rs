@@ -20,7 +20,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 21] = [
+pub const KERNEL_NAMES: [&str; 22] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -42,6 +42,7 @@ pub const KERNEL_NAMES: [&str; 21] = [
     "tf_add_rms_norm_split_wide",
     "tf_add2_rms_norm_split_wide",
     "tf_mamba_gated_norm_split_wide",
+    LOADS_PROBE,
 ];
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]

@@ -423,6 +423,34 @@ fn tile_readers_are_the_entries_the_sources_twin() {
     assert_ne!(twinned, planted, "the planted short list was not caught");
 }
 
+/// The names the entry macros that take a whole name (`..._SB(`) are given at a line's start in
+/// `src`.
+fn named_by_sb_macros(src: &str) -> Vec<&str> {
+    src.lines()
+        .filter(|l| l.starts_with("TF_") && l.contains("_SB("))
+        .filter_map(|l| l.split_once('(')?.1.split(',').next())
+        .map(str::trim)
+        .collect()
+}
+
+/// Every entry a `..._SB(` macro defines by its whole name (the probe) is in the program's
+/// kernel list, so `Gpu::launcher` finds it. Planted: a name the list lacks is caught.
+#[test]
+fn entries_named_whole_are_in_the_kernel_list() {
+    let names = crate::device::all_kernel_names();
+    let named = named_by_sb_macros(include_str!("../../kernels/mma.cu"));
+    assert!(named.contains(&LOADS_PROBE), "{named:?}");
+    for n in &named {
+        assert!(
+            names.iter().any(|k| k == n),
+            "{n} is not in all_kernel_names"
+        );
+    }
+    let planted = "TF_MMA_SPLIT_ENTRY_SB(tf_not_listed, 1, 1, u32, 2)";
+    let missing = named_by_sb_macros(planted);
+    assert!(missing.iter().any(|n| !names.iter().any(|k| k == n)));
+}
+
 /// The grouped expert products' host harness: reads (experts, rows each, cols, slots, staged),
 /// the stacked rows-layout bytes, the offsets and the gathered x; tiles the stack, runs
 /// `tf_moe_mma_mlx4` (or its staged twin) and writes the gathered y.
