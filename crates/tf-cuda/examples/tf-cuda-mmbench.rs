@@ -309,6 +309,18 @@ fn bench_mma(
                 "{}",
                 table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
             );
+            // The same bytes read plainly, with 1 to 16 loads a thread in flight.
+            let mut out = gpu.zeros::<u32>(tiles[0].storage_bytes().div_ceil(16 * 256))?;
+            for (probe, (depth, k)) in mma::STREAM_PROBES.iter().enumerate() {
+                let us = time_us::<Error>(gpu.stream(), iters, |i| {
+                    Ok(mma::stream_probe(gpu, &tiles[i % tiles.len()], probe, &mut out)?)
+                })?;
+                let name = format!("{label} ({k}: a plain read, {depth} a thread)");
+                println!(
+                    "{}",
+                    table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
+                );
+            }
         }
         for c in Choice::ALL.into_iter().filter(|c| c.fits(n, cols)) {
             let k = c.kernel();

@@ -441,6 +441,33 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
 // is, its y meaningless.
 TF_MMA_SPLIT_ENTRY_SB(tf_probe_mma_loads_b16, 1, 1, u32, 2)
 
+// A plain read of n uint4 at p, for tf-cuda-mmbench: thread t of the grid's T issues its D
+// loads t, t + T, ... together, then folds them; what DRAM (or L2) gives a read of this many
+// bytes with D loads a thread in flight, beside the products' pattern. Nothing is stored but
+// for a fold no load is likely to give.
+template <int D>
+__device__ __forceinline__ void tf_probe_stream(const uint4* __restrict__ p, u64 n, u32* out) {
+    const u64 threads = (u64)gridDim.x * blockDim.x;
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    uint4 v[D];
+#pragma unroll
+    for (int k = 0; k < D; k++)
+        v[k] = t + k * threads < n ? __ldg(p + t + k * threads) : make_uint4(0u, 0u, 0u, 0u);
+    u32 f = 0u;
+#pragma unroll
+    for (int k = 0; k < D; k++) f ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    if (f == 0x9e3779b9u) out[blockIdx.x] = f;
+}
+#define TF_PROBE_STREAM(D)                                                                     \
+    extern "C" __global__ void tf_probe_stream_d##D(const uint4* p, u64 n, u32* out) {         \
+        tf_probe_stream<D>(p, n, out);                                                         \
+    }
+TF_PROBE_STREAM(1)
+TF_PROBE_STREAM(2)
+TF_PROBE_STREAM(4)
+TF_PROBE_STREAM(8)
+TF_PROBE_STREAM(16)
+
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)
 // the parts of row g, and the sums of rows 2t, 2t + 1 as the eight-row products take X in place

@@ -20,7 +20,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 22] = [
+pub const KERNEL_NAMES: [&str; 27] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -43,6 +43,11 @@ pub const KERNEL_NAMES: [&str; 22] = [
     "tf_add2_rms_norm_split_wide",
     "tf_mamba_gated_norm_split_wide",
     LOADS_PROBE,
+    STREAM_PROBES[0].1,
+    STREAM_PROBES[1].1,
+    STREAM_PROBES[2].1,
+    STREAM_PROBES[3].1,
+    STREAM_PROBES[4].1,
 ];
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
@@ -622,6 +627,34 @@ pub fn loads_probe(gpu: &Gpu, w: &GpuMatrix, s: &SplitX, y: &mut CudaSlice<f32>)
     }
     let tiles = w.rows().div_ceil(16);
     launch_split(gpu, LOADS_PROBE, 1, w, s, 1, y, 0..tiles, Blocks::Every)
+}
+
+/// The plain read probes (kernels/mma.cu, for tf-cuda-mmbench only), by loads a thread in flight.
+pub const STREAM_PROBES: [(usize, &str); 5] = [
+    (1, "tf_probe_stream_d1"),
+    (2, "tf_probe_stream_d2"),
+    (4, "tf_probe_stream_d4"),
+    (8, "tf_probe_stream_d8"),
+    (16, "tf_probe_stream_d16"),
+];
+
+/// Reads `w`'s bytes (whole uint4s) with [`STREAM_PROBES`]`[probe]`, 256 threads a block; `out`
+/// (a u32 a block) is written only where a fold comes out at a value no load is likely to give.
+pub fn stream_probe(gpu: &Gpu, w: &GpuMatrix, probe: usize, out: &mut CudaSlice<u32>) -> Result<()> {
+    const OP: &str = "plain read probe";
+    let (depth, kernel) = STREAM_PROBES[probe];
+    let n = (w.storage_bytes() / 16) as u64;
+    let blocks = n.div_ceil(256 * depth as u64).max(1) as usize;
+    need(OP, "out", out.len(), blocks)?;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = gpu.launcher(kernel)?;
+    b.arg(w.bytes()).arg(&n).arg(out);
+    // SAFETY: (uint4*, u64, u32*); the matrix holds n whole uint4 and out a u32 a block.
+    unsafe { b.go(cfg, "launching the plain read probe") }
 }
 
 /// Launches the split product `kernel` (checked by the caller) over the tiles `span`.
