@@ -468,6 +468,38 @@ TF_PROBE_STREAM(4)
 TF_PROBE_STREAM(8)
 TF_PROBE_STREAM(16)
 
+// The tiles' codes alone, read as the one-tile products read them (block T the tile T, warp w
+// of KWP its groups w, w + KWP, ..., DEPTH loads a warp in flight), or with the groups' order
+// of the tiles in memory swapped (GMAJOR: tile T, group G at G tiles + T), for tf-cuda-mmbench:
+// no scales, no x, no reduction; dynamic shared memory (unused) sets the blocks an SM.
+template <int KWP, int DEPTH, int GMAJOR>
+__device__ __forceinline__ void tf_probe_tiles(const uint4* __restrict__ W, int tiles, int groups,
+                                               u32* out) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, T = blockIdx.x;
+    u32 f = 0u;
+    for (int G0 = w; G0 < groups; G0 += KWP * DEPTH) {
+        uint4 v[DEPTH];
+#pragma unroll
+        for (int k = 0; k < DEPTH; k++) {
+            const int G = G0 + k * KWP;
+            const size_t at = GMAJOR ? (size_t)G * tiles + T : (size_t)T * groups + G;
+            v[k] = G < groups ? __ldg(W + at * 32 + lane) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int k = 0; k < DEPTH; k++) f ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    }
+    if (f == 0x9e3779b9u) out[blockIdx.x] = f;
+}
+#define TF_PROBE_TILES(NAME, DEPTH, GMAJOR)                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW)                                  \
+        NAME(const uint4* W, int tiles, int groups, u32* out) {                                \
+        tf_probe_tiles<MMA_KW, DEPTH, GMAJOR>(W, tiles, groups, out);                          \
+    }
+TF_PROBE_TILES(tf_probe_tiles_d1, 1, 0)
+TF_PROBE_TILES(tf_probe_tiles_d2, 2, 0)
+TF_PROBE_TILES(tf_probe_tiles_d4, 4, 0)
+TF_PROBE_TILES(tf_probe_tiles_d2_gmajor, 2, 1)
+
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)
 // the parts of row g, and the sums of rows 2t, 2t + 1 as the eight-row products take X in place

@@ -299,7 +299,11 @@ impl Gpu {
             .max(48 * 1024) as usize;
         let smem_per_block = optin - 1024;
         for (name, (f, _)) in &functions {
-            if name.starts_with("tf_mmf_") || name.contains("attend") || name.contains("slices_") {
+            if name.starts_with("tf_mmf_")
+                || name.contains("attend")
+                || name.contains("slices_")
+                || name.starts_with("tf_probe_tiles")
+            {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     smem_per_block as i32,

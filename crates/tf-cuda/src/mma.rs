@@ -20,7 +20,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 27] = [
+pub const KERNEL_NAMES: [&str; 31] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -48,6 +48,10 @@ pub const KERNEL_NAMES: [&str; 27] = [
     STREAM_PROBES[2].1,
     STREAM_PROBES[3].1,
     STREAM_PROBES[4].1,
+    TILE_PROBES[0],
+    TILE_PROBES[1],
+    TILE_PROBES[2],
+    TILE_PROBES[3],
 ];
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
@@ -655,6 +659,40 @@ pub fn stream_probe(gpu: &Gpu, w: &GpuMatrix, probe: usize, out: &mut CudaSlice<
     b.arg(w.bytes()).arg(&n).arg(out);
     // SAFETY: (uint4*, u64, u32*); the matrix holds n whole uint4 and out a u32 a block.
     unsafe { b.go(cfg, "launching the plain read probe") }
+}
+
+/// The tile code probes (kernels/mma.cu, for tf-cuda-mmbench only): one, two and four loads a
+/// warp in flight, and two with the tiles' groups read as if stored group-major.
+pub const TILE_PROBES: [&str; 4] = [
+    "tf_probe_tiles_d1",
+    "tf_probe_tiles_d2",
+    "tf_probe_tiles_d4",
+    "tf_probe_tiles_d2_gmajor",
+];
+
+/// Reads `w`'s tile codes with [`TILE_PROBES`]`[probe]`, a block a tile, each block taking
+/// `smem` bytes of shared memory (to set the blocks an SM); `out` holds a u32 a tile.
+pub fn tiles_probe(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    probe: usize,
+    smem: u32,
+    out: &mut CudaSlice<u32>,
+) -> Result<()> {
+    const OP: &str = "tile codes probe";
+    let (tiles, groups) = (w.rows().div_ceil(16), w.cols() / 64);
+    need(OP, "out", out.len(), tiles)?;
+    let cfg = LaunchConfig {
+        grid_dim: (tiles as u32, 1, 1),
+        block_dim: (32 * WARPS, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    let (t, g) = (tiles as i32, groups as i32);
+    let mut b = gpu.launcher(TILE_PROBES[probe])?;
+    b.arg(w.bytes()).arg(&t).arg(&g).arg(out);
+    // SAFETY: (uint4*, i32, i32, u32*); the tiles hold tiles x groups x 512 bytes of codes
+    // first, and out a u32 a tile.
+    unsafe { b.go(cfg, "launching the tile codes probe") }
 }
 
 /// Launches the split product `kernel` (checked by the caller) over the tiles `span`.
