@@ -300,15 +300,17 @@ fn bench_mma(
         }
         // The one-tile product's loads alone (compact tiles).
         if n == 1 && tiles[0].layout() == tf_cuda::weights::Layout::MmaTilesB16 {
-            let p = mma::LOADS_PROBE;
-            let us = time_us::<Error>(gpu.stream(), iters, |i| {
-                Ok(mma::loads_probe(gpu, &tiles[i % tiles.len()], &sx, &mut y)?)
-            })?;
-            let name = format!("{label} ({p}, {} regs)", gpu.registers(p)?);
-            println!(
-                "{}",
-                table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
-            );
+            for (probe, p) in mma::LOADS_PROBES.iter().enumerate() {
+                let us = time_us::<Error>(gpu.stream(), iters, |i| {
+                    let m = &tiles[i % tiles.len()];
+                    Ok(mma::loads_probe(gpu, m, probe, &sx, &mut y)?)
+                })?;
+                let name = format!("{label} ({p}, {} regs)", gpu.registers(p)?);
+                println!(
+                    "{}",
+                    table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
+                );
+            }
             // The same bytes read plainly, with 1 to 16 loads a thread in flight.
             let mut out = gpu.zeros::<u32>(tiles[0].storage_bytes().div_ceil(16 * 256))?;
             for (probe, (depth, k)) in mma::STREAM_PROBES.iter().enumerate() {

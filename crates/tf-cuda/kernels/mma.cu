@@ -264,25 +264,29 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
         }
 }
 
-// One group of the body's loop: tf_mma_group, or in the loads probe (PLANT 2; tf-cuda-mmbench
-// only, never a model's path) the group's loaded words and x's parts folded by XOR into yacc:
-// the same loads without the arithmetic.
+// One group of the body's loop: tf_mma_group, or in the loads probes (PLANT 2 to 5;
+// tf-cuda-mmbench only, never a model's path) the group's loaded words folded by XOR into yacc:
+// the same loads without the arithmetic (2), without x's parts (3), the codes and scale pairs
+// alone (4), the codes alone (5). A load whose word is not folded is not made.
 template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
                                             TfMmaX<STAGED, KW>& xr, u32 mask, int n,
                                             float (*yacc)[2 * F]) {
-    if constexpr (PLANT == 2) {
+    if constexpr (PLANT >= 2) {
         static_assert(STAGED == 2 && F == 1, "the loads probe is of the four-row split product");
         u32 f = 0u;
 #pragma unroll
-        for (int r = 0; r < RT; r++)
-            f ^= d.q[r].x ^ d.q[r].y ^ d.q[r].z ^ d.q[r].w ^ d.lo[r] ^ d.hi[r];
-        f ^= (u32)__float_as_int(d.X[0]);
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-            const uint2 h = xr.half(m);
-            f ^= h.x ^ h.y;
+        for (int r = 0; r < RT; r++) {
+            f ^= d.q[r].x ^ d.q[r].y ^ d.q[r].z ^ d.q[r].w;
+            if (PLANT <= 4) f ^= d.lo[r] ^ d.hi[r];
         }
+        if (PLANT <= 3) f ^= (u32)__float_as_int(d.X[0]);
+        if (PLANT == 2)
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const uint2 h = xr.half(m);
+                f ^= h.x ^ h.y;
+            }
         xr.next();
         yacc[0][0] += (float)(f & 1023u);
     } else {
@@ -437,9 +441,12 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
 
-// tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), for tf-cuda-mmbench: launched as it
-// is, its y meaningless.
+// tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), and fewer of them, for
+// tf-cuda-mmbench: launched as it is, their y meaningless.
 TF_MMA_SPLIT_ENTRY_SB(tf_probe_mma_loads_b16, 1, 1, u32, 2)
+TF_MMA_SPLIT_ENTRY_SB(tf_probe_mma_loads_nox_b16, 1, 1, u32, 3)
+TF_MMA_SPLIT_ENTRY_SB(tf_probe_mma_loads_scales_b16, 1, 1, u32, 4)
+TF_MMA_SPLIT_ENTRY_SB(tf_probe_mma_loads_codes_b16, 1, 1, u32, 5)
 
 // A plain read of n uint4 at p, for tf-cuda-mmbench: thread t of the grid's T issues its D
 // loads t, t + T, ... together, then folds them; what DRAM (or L2) gives a read of this many

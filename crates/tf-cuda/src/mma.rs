@@ -20,7 +20,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 31] = [
+pub const KERNEL_NAMES: [&str; 34] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -42,7 +42,10 @@ pub const KERNEL_NAMES: [&str; 31] = [
     "tf_add_rms_norm_split_wide",
     "tf_add2_rms_norm_split_wide",
     "tf_mamba_gated_norm_split_wide",
-    LOADS_PROBE,
+    LOADS_PROBES[0],
+    LOADS_PROBES[1],
+    LOADS_PROBES[2],
+    LOADS_PROBES[3],
     STREAM_PROBES[0].1,
     STREAM_PROBES[1].1,
     STREAM_PROBES[2].1,
@@ -614,12 +617,24 @@ pub fn matmul_split_span(
 }
 
 /// The one-row split product's loads alone (kernels/mma.cu, for tf-cuda-mmbench only): what its
-/// memory side takes without the arithmetic.
-pub const LOADS_PROBE: &str = "tf_probe_mma_loads_b16";
+/// memory side takes without the arithmetic; then without x's parts, the codes and scale pairs
+/// alone, the codes alone.
+pub const LOADS_PROBES: [&str; 4] = [
+    "tf_probe_mma_loads_b16",
+    "tf_probe_mma_loads_nox_b16",
+    "tf_probe_mma_loads_scales_b16",
+    "tf_probe_mma_loads_codes_b16",
+];
 
-/// [`LOADS_PROBE`] on compact tiles, launched as [`matmul_split_with`] launches one tile a block
-/// at one row of x; y gets meaningless values.
-pub fn loads_probe(gpu: &Gpu, w: &GpuMatrix, s: &SplitX, y: &mut CudaSlice<f32>) -> Result<()> {
+/// [`LOADS_PROBES`]`[probe]` on compact tiles, launched as [`matmul_split_with`] launches one
+/// tile a block at one row of x; y gets meaningless values.
+pub fn loads_probe(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    probe: usize,
+    s: &SplitX,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
     const OP: &str = "mma loads probe";
     s.check(OP, 1, w.cols())?;
     need(OP, "y", y.len(), w.rows())?;
@@ -630,7 +645,7 @@ pub fn loads_probe(gpu: &Gpu, w: &GpuMatrix, s: &SplitX, y: &mut CudaSlice<f32>)
         });
     }
     let tiles = w.rows().div_ceil(16);
-    launch_split(gpu, LOADS_PROBE, 1, w, s, 1, y, 0..tiles, Blocks::Every)
+    launch_split(gpu, LOADS_PROBES[probe], 1, w, s, 1, y, 0..tiles, Blocks::Every)
 }
 
 /// The plain read probes (kernels/mma.cu, for tf-cuda-mmbench only), by loads a thread in flight.
