@@ -277,17 +277,6 @@ fn bench_mma(
             println!("CHECK mma {label} split r{rt}: row 0 alone differs from its place among 37 ({bad})");
             ok = false;
         }
-        // x's parts and the scale pairs in shared memory: the same bits, 1 and 4 rows.
-        for n in [1, 4] {
-            mma::split(gpu, x, n, &mut sx)?;
-            y = gpu.zeros::<f32>(64 * rows)?;
-            mma::matmul_split_smem(gpu, rt, &tiles[0], &sx, n, &mut y)?;
-            let bad = bits_equal(&gpu.download(&y, n * rows)?, &all[..n * rows]);
-            if bad != 0 {
-                println!("CHECK mma {label} smem r{rt} n={n}: differs from its rows among 37 ({bad})");
-                ok = false;
-            }
-        }
     }
     for n in [1usize, 4, 16, 64] {
         let us = time_us::<Error>(gpu.stream(), iters, |_| Ok(mma::split(gpu, x, n, &mut sx)?))?;
@@ -308,20 +297,6 @@ fn bench_mma(
                 "{}",
                 table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
             );
-        }
-        if n <= 4 {
-            for rt in [1, 2] {
-                let us = time_us::<Error>(gpu.stream(), iters, |i| {
-                    let m = &tiles[i % tiles.len()];
-                    Ok(mma::matmul_split_smem(gpu, rt, m, &sx, n, &mut y)?)
-                })?;
-                let k = mma::SMEM_KERNELS_X4[rt - 1];
-                let name = format!("{label} ({k}, {} regs)", gpu.registers(k)?);
-                println!(
-                    "{}",
-                    table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
-                );
-            }
         }
         // The one-tile product's loads alone (compact tiles).
         if n == 1 && tiles[0].layout() == tf_cuda::weights::Layout::MmaTilesB16 {

@@ -146,37 +146,21 @@ struct TfMmaGroup {
     float X[F];
 };
 
-// The codes of the group of the RT tiles at wp (and SPLIT, its X at xs), which then move KW
-// groups on.
+// The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
 template <int RT, int KW, int F, int SPLIT, class SB>
-__device__ __forceinline__ void tf_mma_load_codes(TfMmaGroup<RT, F, SB>& d, const uint4** wp,
-                                                  const float** xs) {
+__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint4** wp,
+                                            const SB** sp, const float** xs) {
 #pragma unroll
-    for (int r = 0; r < RT; r++) d.q[r] = __ldg(wp[r]), wp[r] += 32 * KW;
+    for (int r = 0; r < RT; r++) {
+        d.q[r] = __ldg(wp[r]);
+        d.lo[r] = __ldg(sp[r]);
+        d.hi[r] = __ldg(sp[r] + 8);
+        wp[r] += 32 * KW, sp[r] += 16 * KW;
+    }
     if (SPLIT) {
 #pragma unroll
         for (int c = 0; c < F; c++) d.X[c] = __ldg(xs[c]), xs[c] += KW;
     }
-}
-
-// The group's scale pairs at sp, which then moves KW groups on: from global memory, or (SMEM)
-// from the block's copy in shared memory.
-template <int RT, int KW, int F, bool SMEM, class SB>
-__device__ __forceinline__ void tf_mma_load_scales(TfMmaGroup<RT, F, SB>& d, const SB** sp) {
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-        d.lo[r] = SMEM ? sp[r][0] : __ldg(sp[r]);
-        d.hi[r] = SMEM ? sp[r][8] : __ldg(sp[r] + 8);
-        sp[r] += 16 * KW;
-    }
-}
-
-// Both.
-template <int RT, int KW, int F, int SPLIT, bool SMEM, class SB>
-__device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint4** wp,
-                                            const SB** sp, const float** xs) {
-    tf_mma_load_codes<RT, KW, F, SPLIT>(d, wp, xs);
-    tf_mma_load_scales<RT, KW, F, SMEM>(d, sp);
 }
 
 // A lane's x row's parts (h0, h1, l0, l1: the hi and lo parts of the pairs at columns k + 2t
@@ -200,8 +184,6 @@ struct TfMmaX<1, KW> {
     __device__ __forceinline__ uint2 half(int m) const { return ((const uint2*)(p + 4 * m))[odd]; }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
-template <int KW>
-struct TfMmaX<3, KW> : TfMmaX<1, KW> {};  // x split once a call, copied to shared memory
 template <int KW>
 struct TfMmaX<2, KW> {
     const uint4* p;  // the split at (the lane's row, G, m = 0, t)
@@ -248,7 +230,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
             if (PLANT == 1 && n > 1 && xr.odd) b.x = 0u, b.y = 0u;
 #pragma unroll
             for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][0], a[r][m], b.x, b.y);
-            if (STAGED < 2) tf_mma_16816(X[0], ones, b.x, b.y);
+            if (STAGED != 2) tf_mma_16816(X[0], ones, b.x, b.y);
         } else {
             const uint4 v = xr.at(m);
             const bool drop = PLANT == 1 && n > 1;
@@ -258,7 +240,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
                 tf_mma_16816(acc[r][0], a[r][m], v.x, v.y);
                 tf_mma_16816(acc[r][1], a[r][m], l0, l1);
             }
-            if (STAGED < 2) {
+            if (STAGED != 2) {
                 tf_mma_16816(X[0], ones, v.x, v.y);
                 tf_mma_16816(X[1], ones, l0, l1);
             }
@@ -276,7 +258,7 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
             const int c = F == 1 ? 0 : o & 1;  // the x row's X among the lane's
             const float s = F == 1 ? acc[r][0][2 * o] + acc[r][0][2 * o + 1]
                                    : acc[r][0][o] + acc[r][1][o];
-            const float xv = STAGED >= 2 ? d.X[c]
+            const float xv = STAGED == 2 ? d.X[c]
                                          : (F == 1 ? X[0][0] + X[0][1] : X[0][c] + X[1][c]);
             yacc[r][o] = fmaf(sc.x, s, fmaf(sc.y, xv, yacc[r][o]));
         }
@@ -291,7 +273,7 @@ __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
                                             TfMmaX<STAGED, KW>& xr, u32 mask, int n,
                                             float (*yacc)[2 * F]) {
     if constexpr (PLANT >= 2) {
-        static_assert(STAGED >= 2 && F == 1, "the loads probe is of the four-row split product");
+        static_assert(STAGED == 2 && F == 1, "the loads probe is of the four-row split product");
         u32 f = 0u;
 #pragma unroll
         for (int r = 0; r < RT; r++) {
@@ -312,25 +294,13 @@ __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
     }
 }
 
-// The block's dynamic shared memory.
-__device__ __forceinline__ uint4* tf_mma_dyn_smem() {
-#ifdef TF_HOST_SIMT
-    return (uint4*)tf_dyn_smem;
-#else
-    extern __shared__ uint4 tf_mma_dyn[];
-    return tf_mma_dyn;
-#endif
-}
-
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
 // of `rows` rows whose tiles' codes are at wq and scale pairs at sb; KW warps along the groups, two
 // groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused); STAGED 3: the same, its parts copied to the block's shared memory by
-// the entry (tf_mma_split_smem) and the tiles' scale pairs after them here, each by one
-// 16-byte copy a thread where the loads a lane makes for them were many and small.
+// xp and xsum (x unused).
 template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const SB* __restrict__ sb,
@@ -362,25 +332,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
 #pragma unroll
         for (int c = 0; c < F; c++)
             xs[c] = xsum + (size_t)(j0 + min(F == 1 ? t : 2 * t + c, live - 1)) * groups + w;
-    } else if constexpr (STAGED == 3) {
-        uint4* st = tf_mma_dyn_smem();
-        SB* ss = (SB*)(st + (size_t)live * groups * 16);
-        const int per = groups * 16 * (int)sizeof(SB) / 16;  // uint4 of a tile's pairs
-        for (int i = threadIdx.x; i < RT * per; i += blockDim.x) {
-            const int r = i / per;
-            const SB* from = sb + (size_t)min(tile0 + r, tiles - 1) * groups * 16;
-            tf_cp_async16((uint4*)ss + i, (const uint4*)from + (i - r * per));
-        }
-        tf_cp_async_commit();
-#pragma unroll
-        for (int r = 0; r < RT; r++) sp[r] = ss + ((size_t)r * groups + w) * 16 + g;
-        xr.p = st + ((size_t)row * groups + w) * 16 + t;
-        xr.odd = g & 1;
-#pragma unroll
-        for (int c = 0; c < F; c++)
-            xs[c] = xsum + (size_t)(j0 + min(F == 1 ? t : 2 * t + c, live - 1)) * groups + w;
     } else if constexpr (STAGED == 1) {
-        uint4* st = tf_mma_dyn_smem();
+#ifdef TF_HOST_SIMT
+        uint4* st = (uint4*)tf_dyn_smem;
+#else
+        extern __shared__ uint4 st[];
+#endif
         for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) {
             const int rg = i >> 4, m = (i >> 2) & 3, tt = i & 3;
             st[i] = tf_mma_parts(x + (size_t)(j0 + rg / groups) * cols + 64 * (rg % groups) +
@@ -400,24 +357,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
     TfMmaGroup<RT, F, SB> a, b;
-    constexpr int SPLIT = STAGED >= 2;
-    constexpr bool SMEM = STAGED == 3;
-    if constexpr (SMEM) {
-        // The first two groups' codes fly while the copies land.
-        if (steps > 0) tf_mma_load_codes<RT, KW, F, SPLIT>(a, wp, xs);
-        if (steps > 1) tf_mma_load_codes<RT, KW, F, SPLIT>(b, wp, xs);
-        tf_cp_async_wait<0>();
-        __syncthreads();
-        if (steps > 0) tf_mma_load_scales<RT, KW, F, SMEM>(a, sp);
-        if (steps > 1) tf_mma_load_scales<RT, KW, F, SMEM>(b, sp);
-    } else if (steps > 0) {
-        tf_mma_load<RT, KW, F, SPLIT, SMEM>(a, wp, sp, xs);
-    }
+    if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
     for (int i = 0; i < steps; i += 2) {
-        if (i + 1 < steps && !(SMEM && i == 0)) tf_mma_load<RT, KW, F, SPLIT, SMEM>(b, wp, sp, xs);
+        if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
         tf_mma_step<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
         if (i + 1 >= steps) break;
-        if (i + 2 < steps) tf_mma_load<RT, KW, F, SPLIT, SMEM>(a, wp, sp, xs);
+        if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
         tf_mma_step<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
@@ -495,40 +440,6 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
-
-// The split products with x's parts and each tile's scale pairs copied to shared memory
-// (STAGED 3): the block's x rows' parts once, before its tiles (dynamic shared memory: the x
-// rows' parts, rows x groups x 256 bytes, then RT tiles' pairs, groups x 16 pairs each).
-template <int RT, int F, class SB>
-__device__ __forceinline__ void tf_mma_split_smem(const u8* __restrict__ W,
-                                                  const uint4* __restrict__ xp,
-                                                  const float* __restrict__ xsum,
-                                                  float* __restrict__ y, int n, int rows, int cols,
-                                                  int from, int to) {
-    const int groups = cols >> 6, j0 = blockIdx.y * 4 * F, live = min(4 * F, n - j0);
-    const SB* sb = tf_mma_scales<SB>(W, (rows + 15) >> 4, cols);
-    uint4* st = tf_mma_dyn_smem();
-    const uint4* src = xp + (size_t)j0 * groups * 16;
-    // Committed with the first tile's pairs (tf_mma_body).
-    for (int i = threadIdx.x; i < live * groups * 16; i += blockDim.x) tf_cp_async16(st + i, src + i);
-    for (int t0 = from + (int)blockIdx.x * RT; t0 < to; t0 += (int)gridDim.x * RT)
-        tf_mma_body<RT, MMA_KW, 3, 0, F>((const uint4*)W, sb, nullptr, y, n, j0, t0, rows, cols, xp,
-                                         xsum);
-    tf_cp_async_commit();
-    tf_cp_async_wait<0>();
-}
-#define TF_MMA_SMEM_ENTRY_SB(NAME, RT, F, SB)                                                  \
-    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
-        NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
-             int cols, int from, int to) {                                                     \
-        tf_follow();                                                                           \
-        tf_mma_split_smem<RT, F, SB>(W, xp, xsum, y, n, rows, cols, from, to);                 \
-    }
-#define TF_MMA_SMEM_ENTRY(NAME, RT, F)                                                         \
-    TF_MMA_SMEM_ENTRY_SB(NAME, RT, F, float2)                                                  \
-    TF_MMA_SMEM_ENTRY_SB(NAME##_b16, RT, F, u32)
-TF_MMA_SMEM_ENTRY(tf_mma_mlx4_r1_split_x4_smem, 1, 1)
-TF_MMA_SMEM_ENTRY(tf_mma_mlx4_r2_split_x4_smem, 2, 1)
 
 // tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), and fewer of them, for
 // tf-cuda-mmbench: launched as it is, their y meaningless.

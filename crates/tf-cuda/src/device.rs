@@ -311,22 +311,17 @@ impl Gpu {
                 .map_err(drv("raising a kernel's shared memory limit"))?;
             }
         }
-        // The tensor cores' products stage x (and scale pairs) beside their static reduction
-        // buffer.
+        // The tensor cores' product stages x beside its static reduction buffer.
         let staged = crate::mma::TILE_READERS
             .iter()
             .map(|n| n.to_string())
-            .chain(crate::mma::compact_kernel_names());
+            .chain(crate::mma::compact_kernel_names())
+            .filter(|n| n.trim_end_matches("_b16").ends_with("_staged"));
         for name in staged {
-            let most = match name.trim_end_matches("_b16") {
-                n if n.ends_with("_staged") => crate::mma::STAGING_MAX,
-                n if n.ends_with("_smem") => crate::mma::SMEM_MAX,
-                _ => continue,
-            };
             let (f, _) = &functions[&name];
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                most as i32,
+                crate::mma::STAGING_MAX as i32,
             )
             .map_err(drv("raising a kernel's shared memory limit"))?;
         }

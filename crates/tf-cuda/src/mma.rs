@@ -20,7 +20,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 36] = [
+pub const KERNEL_NAMES: [&str; 34] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -42,8 +42,6 @@ pub const KERNEL_NAMES: [&str; 36] = [
     "tf_add_rms_norm_split_wide",
     "tf_add2_rms_norm_split_wide",
     "tf_mamba_gated_norm_split_wide",
-    SMEM_KERNELS_X4[0],
-    SMEM_KERNELS_X4[1],
     LOADS_PROBES[0],
     LOADS_PROBES[1],
     LOADS_PROBES[2],
@@ -61,7 +59,7 @@ pub const KERNEL_NAMES: [&str; 36] = [
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 19] = [
+pub const TILE_READERS: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -71,8 +69,6 @@ pub const TILE_READERS: [&str; 19] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
-    SMEM_KERNELS_X4[0],
-    SMEM_KERNELS_X4[1],
     "tf_moe_mma_mlx4",
     "tf_moe_mma_mlx4_staged",
     "tf_moe_mma_mlx4_split",
@@ -103,31 +99,6 @@ pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_sp
 /// [`SPLIT_KERNELS`] with 4 x rows a block, half the tensor cores' work: for calls of at most
 /// four rows (the same bits).
 pub const SPLIT_KERNELS_X4: [&str; 2] = ["tf_mma_mlx4_r1_split_x4", "tf_mma_mlx4_r2_split_x4"];
-
-/// [`SPLIT_KERNELS_X4`] with x's parts and each tile's scale pairs copied to shared memory
-/// first, by one 16-byte copy a thread, where a lane made many small loads (the same bits).
-pub const SMEM_KERNELS_X4: [&str; 2] = [
-    "tf_mma_mlx4_r1_split_x4_smem",
-    "tf_mma_mlx4_r2_split_x4_smem",
-];
-
-/// Shared memory of [`SMEM_KERNELS_X4`]`[rt - 1]` for `n` (at most 4) x rows of `cols` columns:
-/// x's parts, then `rt` tiles' scale pairs (8 bytes each in the f32 tiles, 4 in the compact).
-pub(crate) fn smem_bytes(rt: usize, n: usize, cols: usize, layout: Layout) -> usize {
-    let groups = cols / GROUP;
-    let pair = if layout == Layout::MmaTilesB16 { 4 } else { 8 };
-    n.min(4) * groups * 256 + rt * groups * 16 * pair
-}
-
-/// The most shared memory [`SMEM_KERNELS_X4`] take: two blocks an SM.
-pub(crate) const SMEM_MAX: usize = 96 << 10;
-
-/// Whether the split products of at most four rows take [`SMEM_KERNELS_X4`]
-/// (`TF_CUDA_MMA_SMEM=1`; read once).
-fn smem_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_SMEM").is_ok_and(|v| v == "1"))
-}
 
 /// x rows a block of the split products for a call of `n` rows: 4 ([`SPLIT_KERNELS_X4`]) where
 /// `n` is at most 4, else 8.
@@ -620,36 +591,6 @@ pub fn matmul_split_span(
     span: std::ops::Range<usize>,
     blocks: Blocks,
 ) -> Result<()> {
-    split_span(gpu, rt, w, s, n, y, span, blocks, smem_on())
-}
-
-/// [`matmul_split_with`] through [`SMEM_KERNELS_X4`] where `n` is at most 4 and their shared
-/// memory fits (tf-cuda-mmbench; the same bits).
-pub fn matmul_split_smem(
-    gpu: &Gpu,
-    rt: usize,
-    w: &GpuMatrix,
-    s: &SplitX,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-) -> Result<()> {
-    let tiles = w.rows().div_ceil(16);
-    split_span(gpu, rt, w, s, n, y, 0..tiles, Blocks::Every, true)
-}
-
-/// [`matmul_split_span`], through [`SMEM_KERNELS_X4`] where `smem` asks and they serve.
-#[allow(clippy::too_many_arguments)]
-fn split_span(
-    gpu: &Gpu,
-    rt: usize,
-    w: &GpuMatrix,
-    s: &SplitX,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-    span: std::ops::Range<usize>,
-    blocks: Blocks,
-    smem: bool,
-) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
@@ -671,13 +612,8 @@ fn split_span(
     if n == 0 || span.is_empty() {
         return Ok(());
     }
-    let bytes = smem_bytes(rt, n, w.cols(), w.layout());
-    if smem && n <= 4 && bytes <= SMEM_MAX {
-        let kernel = entry_for(SMEM_KERNELS_X4[rt - 1], w.layout());
-        return launch_split(gpu, &kernel, rt, w, s, n, y, span, blocks, bytes as u32);
-    }
     let kernel = entry_for(split_kernel(rt, n), w.layout());
-    launch_split(gpu, &kernel, rt, w, s, n, y, span, blocks, 0)
+    launch_split(gpu, &kernel, rt, w, s, n, y, span, blocks)
 }
 
 /// The one-row split product's loads alone (kernels/mma.cu, for tf-cuda-mmbench only): what its
@@ -709,7 +645,7 @@ pub fn loads_probe(
         });
     }
     let tiles = w.rows().div_ceil(16);
-    launch_split(gpu, LOADS_PROBES[probe], 1, w, s, 1, y, 0..tiles, Blocks::Every, 0)
+    launch_split(gpu, LOADS_PROBES[probe], 1, w, s, 1, y, 0..tiles, Blocks::Every)
 }
 
 /// The plain read probes (kernels/mma.cu, for tf-cuda-mmbench only), by loads a thread in flight.
@@ -774,8 +710,7 @@ pub fn tiles_probe(
     unsafe { b.go(cfg, "launching the tile codes probe") }
 }
 
-/// Launches the split product `kernel` (checked by the caller) over the tiles `span`, each
-/// block taking `smem` bytes of dynamic shared memory.
+/// Launches the split product `kernel` (checked by the caller) over the tiles `span`.
 #[allow(clippy::too_many_arguments)]
 fn launch_split(
     gpu: &Gpu,
@@ -787,18 +722,16 @@ fn launch_split(
     y: &mut CudaSlice<f32>,
     span: std::ops::Range<usize>,
     blocks: Blocks,
-    smem: u32,
 ) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     let c = Choice { rt, staged: false };
     let (n_, rows, cols) = (i32_of(OP, "n", n)?, w.rows() as i32, w.cols() as i32);
     let (from, to) = (span.start as i32, span.end as i32);
     let mut cfg = launch(c, split_rows_a_block(n), 16 * span.len(), w.cols(), n);
-    cfg.shared_mem_bytes = smem;
     let cap = match blocks {
         Blocks::Every => None,
         Blocks::OneWave => {
-            Some(gpu.resident_blocks(kernel, cfg.block_dim.0, smem)? * gpu.info().multiprocessors)
+            Some(gpu.resident_blocks(kernel, cfg.block_dim.0, 0)? * gpu.info().multiprocessors)
         }
         Blocks::AtMost(b) => Some(b),
     };

@@ -122,23 +122,6 @@ fn harness() -> String {
     };
     let whole = "(rows + 15) / 16";
     let compact = |rt: usize, xr: usize| product_of(rt, xr, "_b16", "tiles16");
-    // The products with x's parts and scale pairs in shared memory (4 x rows a block): on a
-    // block a group of tiles, or (one_block) all on one block, which takes them in turn.
-    let smem = |rt: usize, suffix: &str, tiles: &str, one_block: bool| {
-        let pair = if suffix.is_empty() { 8 } else { 4 };
-        let blocks = if one_block {
-            "1".to_string()
-        } else {
-            format!("(unsigned)((rows + {t} - 1) / {t})", t = 16 * rt)
-        };
-        format!(
-            "    std::fill(y.begin(), y.end(), 0.0f);\n\
-             \x20   tf_launch(D3{{{blocks}, (unsigned)((n + 3) / 4), 1}}, {threads}, (size_t)std::min(n, 4) * (cols / 64) * 256 + {rt} * (cols / 64) * 16 * {pair}, [&] {{ {k}{suffix}({tiles}.data(), parts.data(), sums.data(), y.data(), n, rows, cols, 0, (rows + 15) / 16); }});\n\
-             \x20   fwrite(y.data(), 4, y.size(), fo);\n",
-            k = SMEM_KERNELS_X4[rt - 1],
-            threads = 32 * WARPS,
-        )
-    };
     for part in [
         split("tf_mma_split"),
         product(1, 8),
@@ -166,11 +149,6 @@ fn harness() -> String {
         compact(2, 8),
         compact(1, 4),
         compact(2, 4),
-        smem(1, "", "tiles", false),
-        smem(2, "", "tiles", false),
-        smem(1, "_b16", "tiles16", false),
-        smem(2, "_b16", "tiles16", false),
-        smem(1, "_b16", "tiles16", true),
     ] {
         calls.push_str(&part);
     }
@@ -189,7 +167,7 @@ fn harness() -> String {
          \x20   fwrite(wide, 4, 2, fo);\n",
     );
     format!(
-        "{prelude}\n{common}\n{source}\n\
+        "{prelude}\n{source}\n\
          int main(int argc, char** argv) {{\n\
          \x20   FILE *fi, *fo;\n\
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
@@ -208,7 +186,6 @@ fn harness() -> String {
          \x20   return 0;\n\
          }}\n",
         prelude = host_cxx::SIMT_PRELUDE,
-        common = host_cxx::common(),
         source = include_str!("../../kernels/mma.cu"),
     )
 }
@@ -216,7 +193,7 @@ fn harness() -> String {
 /// One emulated run: the tiles, then y of each choice and of the plant, then of the split
 /// products (one and two tiles a block), of two as spans of tiles and of a planted short span,
 /// and of the planted split; then, of the compact tiles, y of each choice, of the four split
-/// products, of the five shared memory ones (`smem` in the harness) and of the planted swap; the scales' check of the matrix and of the planted bias.
+/// products and of the planted swap; the scales' check of the matrix and of the planted bias.
 struct Run {
     tiles: Vec<u8>,
     ys: Vec<Vec<f32>>,
@@ -247,7 +224,7 @@ fn emulate(
         .map(<[f32]>::to_vec)
         .collect();
     let wide = [0, 4].map(|at| u32::from_le_bytes(wide[at..at + 4].try_into().unwrap()));
-    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 19);
+    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 14);
     let (ys, compact) = ys.split_at(Choice::ALL.len() + 9);
     Run {
         tiles: out[..tb].to_vec(),
@@ -360,17 +337,9 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
                 let d = host_cxx::differing(y, &base[rows_of.clone()]);
                 assert_eq!(d, 0, "{rows}x{cols} {k}_b16");
             }
-            // x's parts and the scale pairs in shared memory, each tile on a block of its own
-            // or all on one block: the same bits.
-            let smem = &compact[Choice::ALL.len() + 4..Choice::ALL.len() + 9];
-            let names = ["r1", "r2", "r1 b16", "r2 b16", "r1 b16 on one block"];
-            for (k, y) in names.iter().zip(smem) {
-                let d = host_cxx::differing(y, &base[rows_of.clone()]);
-                assert_eq!(d, 0, "{rows}x{cols} smem {k}");
-            }
             // Control: the pairs' halves swapped change the bits.
             assert_ne!(
-                host_cxx::differing(&compact[Choice::ALL.len() + 9], &base[rows_of]),
+                host_cxx::differing(&compact[Choice::ALL.len() + 4], &base[rows_of]),
                 0
             );
         }
@@ -426,7 +395,6 @@ fn twinned_in_sources() -> Vec<String> {
     let macros = [
         "TF_MMA_ENTRY(",
         "TF_MMA_SPLIT_ENTRY(",
-        "TF_MMA_SMEM_ENTRY(",
         "TF_MOE_MMA_ENTRY(",
         "TF_MOE_MMA_SPLIT_ENTRY(",
         "TF_MOE_MMA_ONE_ENTRY(",
@@ -512,7 +480,7 @@ fn moe_harness() -> String {
     .map(|head| host_cxx::extract(moe, head))
     .join("\n");
     format!(
-        "{prelude}\n{common}\n{source}\n{block_expert}\n{body}\n{entries}\n{split}\n\
+        "{prelude}\n{source}\n{block_expert}\n{body}\n{entries}\n{split}\n\
          int main(int argc, char** argv) {{\n\
          \x20   FILE *fi, *fo;\n\
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
@@ -563,7 +531,6 @@ fn moe_harness() -> String {
          \x20   return 0;\n\
          }}\n",
         prelude = host_cxx::SIMT_PRELUDE,
-        common = host_cxx::common(),
         source = include_str!("../../kernels/mma.cu"),
         threads = 32 * MOE_WARPS,
     )
