@@ -146,13 +146,28 @@ struct TfMmaGroup {
     float X[F];
 };
 
+// A lane's codes of a tile and group, read once: with TF_CODES_STREAM (TF_CUDA_CODES_STREAM=1,
+// src/compile.rs) not kept in L1, so that the x parts and scale pairs the warps read again stay
+// there.
+__device__ __forceinline__ uint4 tf_mma_codes_load(const uint4* p) {
+#if defined(TF_CODES_STREAM) && !defined(TF_HOST_SIMT)
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+#else
+    return __ldg(p);
+#endif
+}
+
 // The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
 template <int RT, int KW, int F, int SPLIT, class SB>
 __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint4** wp,
                                             const SB** sp, const float** xs) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        d.q[r] = __ldg(wp[r]);
+        d.q[r] = tf_mma_codes_load(wp[r]);
         d.lo[r] = __ldg(sp[r]);
         d.hi[r] = __ldg(sp[r] + 8);
         wp[r] += 32 * KW, sp[r] += 16 * KW;
