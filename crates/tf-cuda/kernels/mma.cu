@@ -10,7 +10,7 @@
 // k = 16 m: register 0 is row g, columns k + 2t, k + 2t + 1; register 1 row g + 8, the same
 // columns; registers 2 and 3 the same rows, columns + 8 (the PTX ISA's m16n8k16 A layout).
 // After every tile's codes: f32 (s, b - 128 s) for (T, G, row r of the tile), at (T groups + G)
-// 16 + r; or, in the compact tiles (entries NAME_b16; src/mma.rs), their bf16
+// 16 + 2 (r % 8) + r / 8 (rows r and r + 8 side by side: a lane's two pairs in one load); or, in the compact tiles (entries NAME_b16; src/mma.rs), their bf16
 // pair (s in the low half, b in the high) as a u32 there, the kernel forming b - 128 s as the
 // tile maker does (tf_mma_sb): the same f32 values, 576 bytes a tile and group, as the
 // checkpoint holds them, against 640.
@@ -161,6 +161,16 @@ __device__ __forceinline__ uint4 tf_mma_codes_load(const uint4* p) {
 #endif
 }
 
+// A lane's scale pairs of a tile and group, rows g and g + 8, side by side at p: one load.
+__device__ __forceinline__ void tf_mma_pairs(const u32* p, u32& lo, u32& hi) {
+    const uint2 v = __ldg((const uint2*)p);
+    lo = v.x, hi = v.y;
+}
+__device__ __forceinline__ void tf_mma_pairs(const float2* p, float2& lo, float2& hi) {
+    const float4 v = __ldg((const float4*)p);
+    lo.x = v.x, lo.y = v.y, hi.x = v.z, hi.y = v.w;
+}
+
 // The group of the RT tiles at wp, sp (and SPLIT, its X at xs), which then move KW groups on.
 template <int RT, int KW, int F, int SPLIT, class SB>
 __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint4** wp,
@@ -168,8 +178,7 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         d.q[r] = tf_mma_codes_load(wp[r]);
-        d.lo[r] = __ldg(sp[r]);
-        d.hi[r] = __ldg(sp[r] + 8);
+        tf_mma_pairs(sp[r], d.lo[r], d.hi[r]);
         wp[r] += 32 * KW, sp[r] += 16 * KW;
     }
     if (SPLIT) {
@@ -333,7 +342,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     for (int r = 0; r < RT; r++) {
         const size_t tg = (size_t)min(tile0 + r, tiles - 1) * groups + w;
         wp[r] = wq + tg * 32 + lane;
-        sp[r] = sb + tg * 16 + g;
+        sp[r] = sb + tg * 16 + 2 * g;
     }
     // The lane's x row (its B column's) and those of its D columns (F of them). A lane past
     // the last x row reads the last (its D columns are not stored; columns do not mix).
@@ -630,13 +639,14 @@ __device__ __forceinline__ void tf_mma_tile(const u8* src, u8* dst, int rows, in
             s = p[4], b = p[5];
         }
         u8* pairs = dst + (size_t)tiles * groups * 512;
+        const size_t at = tg * 16 + 2 * (lane & 7) + (lane >> 3);  // row r beside row r + 8
         if (COMPACT) {
-            ((u32*)pairs)[tg * 16 + lane] = (b & 0xffff0000u) | (s >> 16);
+            ((u32*)pairs)[at] = (b & 0xffff0000u) | (s >> 16);
         } else {
             float2 v;
             v.x = __int_as_float((int)s);
             v.y = __int_as_float((int)b) - 128.0f * v.x;  // 128 s is exact: one rounding
-            ((float2*)pairs)[tg * 16 + lane] = v;
+            ((float2*)pairs)[at] = v;
         }
     }
 }

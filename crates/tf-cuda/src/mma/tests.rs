@@ -47,7 +47,7 @@ fn tile_host(rows_bytes: &[u8], rows: usize, cols: usize) -> Vec<u8> {
             for r in 0..16 {
                 let row = 16 * tile + r;
                 if row < rows {
-                    let at = sb_at + (tg * 16 + r) * 8;
+                    let at = sb_at + (tg * 16 + 2 * (r % 8) + r / 8) * 8;
                     let (sc, b) = (word(row, 2 * grp, 4), word(row, 2 * grp, 5));
                     let b = f32::from_bits(b) - 128.0 * f32::from_bits(sc);
                     out[at..at + 4].copy_from_slice(&sc.to_le_bytes());
