@@ -315,7 +315,12 @@ fn bench_mma(
             let mut out = gpu.zeros::<u32>(tiles[0].storage_bytes().div_ceil(16 * 256))?;
             for (probe, (depth, k)) in mma::STREAM_PROBES.iter().enumerate() {
                 let us = time_us::<Error>(gpu.stream(), iters, |i| {
-                    Ok(mma::stream_probe(gpu, &tiles[i % tiles.len()], probe, &mut out)?)
+                    Ok(mma::stream_probe(
+                        gpu,
+                        &tiles[i % tiles.len()],
+                        probe,
+                        &mut out,
+                    )?)
                 })?;
                 let name = format!("{label} ({k}: a plain read, {depth} a thread)");
                 println!(

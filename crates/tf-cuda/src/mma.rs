@@ -645,7 +645,17 @@ pub fn loads_probe(
         });
     }
     let tiles = w.rows().div_ceil(16);
-    launch_split(gpu, LOADS_PROBES[probe], 1, w, s, 1, y, 0..tiles, Blocks::Every)
+    launch_split(
+        gpu,
+        LOADS_PROBES[probe],
+        1,
+        w,
+        s,
+        1,
+        y,
+        0..tiles,
+        Blocks::Every,
+    )
 }
 
 /// The plain read probes (kernels/mma.cu, for tf-cuda-mmbench only), by loads a thread in flight.
@@ -659,7 +669,12 @@ pub const STREAM_PROBES: [(usize, &str); 5] = [
 
 /// Reads `w`'s bytes (whole uint4s) with [`STREAM_PROBES`]`[probe]`, 256 threads a block; `out`
 /// (a u32 a block) is written only where a fold comes out at a value no load is likely to give.
-pub fn stream_probe(gpu: &Gpu, w: &GpuMatrix, probe: usize, out: &mut CudaSlice<u32>) -> Result<()> {
+pub fn stream_probe(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    probe: usize,
+    out: &mut CudaSlice<u32>,
+) -> Result<()> {
     const OP: &str = "plain read probe";
     let (depth, kernel) = STREAM_PROBES[probe];
     let n = (w.storage_bytes() / 16) as u64;
