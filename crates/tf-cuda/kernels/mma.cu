@@ -146,21 +146,6 @@ struct TfMmaGroup {
     float X[F];
 };
 
-// A lane's codes of a tile and group, read once: with TF_CODES_STREAM (TF_CUDA_CODES_STREAM=1,
-// src/compile.rs) not kept in L1, so that the x parts and scale pairs the warps read again stay
-// there.
-__device__ __forceinline__ uint4 tf_mma_codes_load(const uint4* p) {
-#if defined(TF_CODES_STREAM) && !defined(TF_HOST_SIMT)
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-#else
-    return __ldg(p);
-#endif
-}
-
 // A lane's scale pairs of a tile and group, rows g and g + 8, side by side at p: one load.
 __device__ __forceinline__ void tf_mma_pairs(const u32* p, u32& lo, u32& hi) {
     const uint2 v = __ldg((const uint2*)p);
@@ -177,7 +162,7 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint
                                             const SB** sp, const float** xs) {
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        d.q[r] = tf_mma_codes_load(wp[r]);
+        d.q[r] = __ldg(wp[r]);
         tf_mma_pairs(sp[r], d.lo[r], d.hi[r]);
         wp[r] += 32 * KW, sp[r] += 16 * KW;
     }

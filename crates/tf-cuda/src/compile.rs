@@ -45,9 +45,6 @@ pub fn program_source() -> String {
     if crate::timeline::on() {
         s.push_str("#define TF_TIMELINE\n");
     }
-    if std::env::var("TF_CUDA_CODES_STREAM").is_ok_and(|v| v == "1") {
-        s.push_str("#define TF_CODES_STREAM\n");
-    }
     s.push_str(COMMON);
     for (name, text) in SOURCES {
         s.push_str(&format!("\n// ---- {name} ----\n"));
