@@ -10,10 +10,11 @@
 // k = 16 m: register 0 is row g, columns k + 2t, k + 2t + 1; register 1 row g + 8, the same
 // columns; registers 2 and 3 the same rows, columns + 8 (the PTX ISA's m16n8k16 A layout).
 // After every tile's codes: f32 (s, b - 128 s) for (T, G, row r of the tile), at (T groups + G)
-// 16 + 2 (r % 8) + r / 8 (rows r and r + 8 side by side: a lane's two pairs in one load); or, in the compact tiles (entries NAME_b16; src/mma.rs), their bf16
-// pair (s in the low half, b in the high) as a u32 there, the kernel forming b - 128 s as the
-// tile maker does (tf_mma_sb): the same f32 values, 576 bytes a tile and group, as the
-// checkpoint holds them, against 640.
+// 16 + 2 (r % 8) + r / 8 (rows r and r + 8 side by side: a lane's two pairs in one load); or,
+// in the compact tiles (entries NAME_b16; src/mma.rs), their bf16 pair (s in the low half, b
+// in the high) as a u32 there, the kernel forming b - 128 s as the tile maker does
+// (tf_mma_sb): the same f32 values, 576 bytes a tile and group, as the checkpoint holds them,
+// against 640.
 //
 // x (f32, n rows), 4 or 8 rows a block. Each value is split into bf16 parts hi = bf16(v) and
 // lo = bf16(v - hi); per 16 columns the tensor cores sum 128 + q (exact in bf16) against each

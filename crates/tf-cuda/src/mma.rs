@@ -710,6 +710,12 @@ pub fn tiles_probe(
     out: &mut CudaSlice<u32>,
 ) -> Result<()> {
     const OP: &str = "tile codes probe";
+    if !w.layout().is_mma() {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{:?}: the probe reads the mma tiles", w.layout()),
+        });
+    }
     let (tiles, groups) = (w.rows().div_ceil(16), w.cols() / 64);
     need(OP, "out", out.len(), tiles)?;
     let cfg = LaunchConfig {
