@@ -423,24 +423,36 @@ fn tile_readers_are_the_entries_the_sources_twin() {
     assert_ne!(twinned, planted, "the planted short list was not caught");
 }
 
-/// The names the entry macros that take a whole name (`..._SB(`) are given at a line's start in
-/// `src`.
-fn named_by_sb_macros(src: &str) -> Vec<&str> {
+/// The entries mma.cu's macros define by a name they are given at a line's start in `src`: the
+/// first argument of a `..._SB(` or `TF_PROBE_TILES(` macro, and `tf_probe_stream_dD` of
+/// `TF_PROBE_STREAM(D)`.
+fn named_whole(src: &str) -> Vec<String> {
+    fn first(l: &str) -> Option<&str> {
+        l.split_once('(')?.1.split([',', ')']).next().map(str::trim)
+    }
     src.lines()
-        .filter(|l| l.starts_with("TF_") && l.contains("_SB("))
-        .filter_map(|l| l.split_once('(')?.1.split(',').next())
-        .map(str::trim)
+        .filter(|l| l.starts_with("TF_"))
+        .filter_map(|l| {
+            if l.starts_with("TF_PROBE_STREAM(") {
+                Some(format!("tf_probe_stream_d{}", first(l)?))
+            } else if l.contains("_SB(") || l.starts_with("TF_PROBE_TILES(") {
+                first(l).map(str::to_string)
+            } else {
+                None
+            }
+        })
         .collect()
 }
 
-/// Every entry a `..._SB(` macro defines by its whole name (the probe) is in the program's
-/// kernel list, so `Gpu::launcher` finds it. Planted: a name the list lacks is caught.
+/// Every entry mma.cu defines by a whole name (the probes) is in the program's kernel list, so
+/// `Gpu::launcher` finds it. Planted: names the list lacks, one of each macro, are caught.
 #[test]
 fn entries_named_whole_are_in_the_kernel_list() {
     let names = crate::device::all_kernel_names();
-    let named = named_by_sb_macros(include_str!("../../kernels/mma.cu"));
-    for p in LOADS_PROBES {
-        assert!(named.contains(&p), "{named:?}");
+    let named = named_whole(include_str!("../../kernels/mma.cu"));
+    let probes = LOADS_PROBES.iter().chain(&TILE_PROBES);
+    for p in probes.chain(STREAM_PROBES.iter().map(|(_, k)| k)) {
+        assert!(named.iter().any(|n| n == p), "{p} not found in {named:?}");
     }
     for n in &named {
         assert!(
@@ -448,9 +460,14 @@ fn entries_named_whole_are_in_the_kernel_list() {
             "{n} is not in all_kernel_names"
         );
     }
-    let planted = "TF_MMA_SPLIT_ENTRY_SB(tf_not_listed, 1, 1, u32, 2)";
-    let missing = named_by_sb_macros(planted);
-    assert!(missing.iter().any(|n| !names.iter().any(|k| k == n)));
+    let planted = "TF_MMA_SPLIT_ENTRY_SB(tf_not_listed, 1, 1, u32, 2)\n\
+                   TF_PROBE_TILES(tf_probe_tiles_d3, 3, 0)\n\
+                   TF_PROBE_STREAM(3)";
+    let missing = named_whole(planted);
+    assert_eq!(missing.len(), 3, "{missing:?}");
+    for n in &missing {
+        assert!(!names.iter().any(|k| k == n), "{n}");
+    }
 }
 
 /// The grouped expert products' host harness: reads (experts, rows each, cols, slots, staged),
