@@ -477,6 +477,7 @@ __device__ __forceinline__ void tf_probe_stream(const uint4* __restrict__ p, u64
 }
 #define TF_PROBE_STREAM(D)                                                                     \
     extern "C" __global__ void tf_probe_stream_d##D(const uint4* p, u64 n, u32* out) {         \
+        tf_follow();                                                                           \
         tf_probe_stream<D>(p, n, out);                                                         \
     }
 TF_PROBE_STREAM(1)
@@ -510,6 +511,7 @@ __device__ __forceinline__ void tf_probe_tiles(const uint4* __restrict__ W, int 
 #define TF_PROBE_TILES(NAME, DEPTH, GMAJOR)                                                    \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW)                                  \
         NAME(const uint4* W, int tiles, int groups, u32* out) {                                \
+        tf_follow();                                                                           \
         tf_probe_tiles<MMA_KW, DEPTH, GMAJOR>(W, tiles, groups, out);                          \
     }
 TF_PROBE_TILES(tf_probe_tiles_d1, 1, 0)
