@@ -329,23 +329,21 @@ fn bench_mma(
                 );
             }
             // The tiles' codes alone, as the one-tile product reads them: two blocks an SM (80 KB
-            // of shared memory each, as the product's registers allow), then as many as fit.
+            // of shared memory each, as the product's registers allow), and two loads a warp in
+            // flight with as many blocks as fit (none).
             let mut out = gpu.zeros::<u32>(rows.div_ceil(16))?;
-            for (probe, k) in mma::TILE_PROBES.iter().enumerate() {
-                for smem in [80u32 << 10, 0] {
-                    if smem == 0 && probe != 1 {
-                        continue;
-                    }
-                    let us = time_us::<Error>(gpu.stream(), iters, |i| {
-                        let m = &tiles[i % tiles.len()];
-                        Ok(mma::tiles_probe(gpu, m, probe, smem, &mut out)?)
-                    })?;
-                    let name = format!("{label} ({k}, {} KB shared)", smem >> 10);
-                    println!(
-                        "{}",
-                        table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
-                    );
-                }
+            let two = 80u32 << 10;
+            for (probe, smem) in [(0, two), (1, two), (1, 0), (2, two), (3, two)] {
+                let us = time_us::<Error>(gpu.stream(), iters, |i| {
+                    let m = &tiles[i % tiles.len()];
+                    Ok(mma::tiles_probe(gpu, m, probe, smem, &mut out)?)
+                })?;
+                let k = mma::TILE_PROBES[probe];
+                let name = format!("{label} ({k}, {} KB shared)", smem >> 10);
+                println!(
+                    "{}",
+                    table_row(&name, GpuFormat::Mlx4, rows, cols, bytes, n, us, peak)
+                );
             }
         }
         for c in Choice::ALL.into_iter().filter(|c| c.fits(n, cols)) {

@@ -116,6 +116,7 @@ pub fn all_kernel_names() -> Vec<String> {
         .chain(crate::slices::KERNEL_NAMES.iter())
         .chain(crate::mma::KERNEL_NAMES.iter())
         .map(|s| s.to_string())
+        .chain(crate::mma::probe_kernel_names().map(str::to_string))
         .chain(crate::mma::compact_kernel_names())
         .chain(
             mmq_kernels()

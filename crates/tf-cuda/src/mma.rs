@@ -20,7 +20,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 34] = [
+pub const KERNEL_NAMES: [&str; 21] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -42,20 +42,14 @@ pub const KERNEL_NAMES: [&str; 34] = [
     "tf_add_rms_norm_split_wide",
     "tf_add2_rms_norm_split_wide",
     "tf_mamba_gated_norm_split_wide",
-    LOADS_PROBES[0],
-    LOADS_PROBES[1],
-    LOADS_PROBES[2],
-    LOADS_PROBES[3],
-    STREAM_PROBES[0].1,
-    STREAM_PROBES[1].1,
-    STREAM_PROBES[2].1,
-    STREAM_PROBES[3].1,
-    STREAM_PROBES[4].1,
-    TILE_PROBES[0],
-    TILE_PROBES[1],
-    TILE_PROBES[2],
-    TILE_PROBES[3],
 ];
+
+/// The probes' entries (kernels/mma.cu, for tf-cuda-mmbench only): [`LOADS_PROBES`],
+/// [`STREAM_PROBES`], [`TILE_PROBES`].
+pub fn probe_kernel_names() -> impl Iterator<Item = &'static str> {
+    let streams = STREAM_PROBES.iter().map(|&(_, k)| k);
+    LOADS_PROBES.into_iter().chain(streams).chain(TILE_PROBES)
+}
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
@@ -678,13 +672,9 @@ pub fn stream_probe(
     const OP: &str = "plain read probe";
     let (depth, kernel) = STREAM_PROBES[probe];
     let n = (w.storage_bytes() / 16) as u64;
-    let blocks = n.div_ceil(256 * depth as u64).max(1) as usize;
-    need(OP, "out", out.len(), blocks)?;
-    let cfg = LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    // A thread a `depth` of the uint4s.
+    let cfg = grid((n as usize).div_ceil(depth), 256);
+    need(OP, "out", out.len(), cfg.grid_dim.0 as usize)?;
     let mut b = gpu.launcher(kernel)?;
     b.arg(w.bytes()).arg(&n).arg(out);
     // SAFETY: (uint4*, u64, u32*); the matrix holds n whole uint4 and out a u32 a block.
