@@ -28,8 +28,7 @@
 // cores sum each D column on its own, so both give the same bits.
 //
 // x split once a call (tf_mma_split, or the norm that writes it: norm_split.cu): for each (row,
-// group) 16 uint4, four for each t: the (h0, h1) of k-steps 0 and 1, of 2 and 3, then their
-// (l0, l1) the same (tf_mma_split_store: a four-row lane's half in two loads), and the group's X at
+// group) the 16 uint4 (h0, h1, l0, l1) at (m, t) of the staging's layout, and the group's X at
 // sums[row * groups + G], from the same fragments times the same ones, in the same order: the
 // bits the products compute in place, which the split products (tf_mma_mlx4_r*_split) read
 // instead.
@@ -181,18 +180,9 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint
 // takes in the four-row layout (the high parts for even g, the low for odd).
 template <int STAGED, int KW>
 struct TfMmaX;
-// Pair h (0: x and y, 1: z and w) of v.
-__device__ __forceinline__ uint2 tf_mma_pair(uint4 v, int h) {
-    uint2 r;
-    r.x = h ? v.z : v.x;
-    r.y = h ? v.w : v.y;
-    return r;
-}
 template <int KW>
 struct TfMmaX<0, KW> {
     const float* p;  // the lane's x row at column 64 G + 2t
-    template <int F>
-    __device__ __forceinline__ void fetch() {}
     __device__ __forceinline__ uint4 at(int m) const { return tf_mma_parts(p + 16 * m); }
     __device__ __forceinline__ void next() { p += 64 * KW; }
 };
@@ -200,29 +190,18 @@ template <int KW>
 struct TfMmaX<1, KW> {
     const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
     int odd;         // the lane's column g is odd
-    template <int F>
-    __device__ __forceinline__ void fetch() {}
     __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
     __device__ __forceinline__ uint2 half(int m) const { return ((const uint2*)(p + 4 * m))[odd]; }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 template <int KW>
 struct TfMmaX<2, KW> {
-    const uint4* p;  // the split at (the lane's row, G, t): its four uint4 (tf_mma_split_store)
+    const uint4* p;  // the split at (the lane's row, G, m = 0, t)
     int odd;         // the lane's column g is odd
-    uint4 c[4];      // what fetch read: the high parts of k-steps 0, 1 and 2, 3, then the low
-    // Reads the group's parts a lane takes: all four uint4 (F = 2), or (F = 1) the two of the
-    // half its B column takes, side by side: two loads a group, not one a k-step.
-    template <int F>
-    __device__ __forceinline__ void fetch() {
-#pragma unroll
-        for (int j = 0; j < 2 * F; j++) c[j] = __ldg(p + (F == 1 ? 2 * odd : 0) + j);
+    __device__ __forceinline__ uint4 at(int m) const { return __ldg(p + 4 * m); }
+    __device__ __forceinline__ uint2 half(int m) const {
+        return __ldg((const uint2*)(p + 4 * m) + odd);
     }
-    __device__ __forceinline__ uint4 at(int m) const {
-        const uint2 h = tf_mma_pair(c[m >> 1], m & 1), l = tf_mma_pair(c[2 + (m >> 1)], m & 1);
-        return make_uint4(h.x, h.y, l.x, l.y);
-    }
-    __device__ __forceinline__ uint2 half(int m) const { return tf_mma_pair(c[m >> 1], m & 1); }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
@@ -235,7 +214,6 @@ struct TfMmaX<2, KW> {
 template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfMmaX<STAGED, KW>& xr,
                                              u32 mask, int n, float (*yacc)[2 * F]) {
-    xr.template fetch<F>();
     u32 a[RT][4][4];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -313,7 +291,6 @@ __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
             if (PLANT <= 4) f ^= d.lo[r] ^ d.hi[r];
         }
         if (PLANT <= 3) f ^= (u32)__float_as_int(d.X[0]);
-        if (PLANT == 2) xr.template fetch<F>();
         if (PLANT == 2)
 #pragma unroll
             for (int m = 0; m < 4; m++) {
@@ -360,7 +337,7 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     TfMmaX<STAGED, KW> xr;
     const float* xs[F];
     if constexpr (STAGED == 2) {
-        xr.p = xp + ((size_t)(j0 + row) * groups + w) * 16 + 4 * t;
+        xr.p = xp + ((size_t)(j0 + row) * groups + w) * 16 + t;
         xr.odd = g & 1;
 #pragma unroll
         for (int c = 0; c < F; c++)
@@ -542,16 +519,6 @@ TF_PROBE_TILES(tf_probe_tiles_d2, 2, 0)
 TF_PROBE_TILES(tf_probe_tiles_d4, 4, 0)
 TF_PROBE_TILES(tf_probe_tiles_d2_gmajor, 2, 1)
 
-// A lane's parts (h0, h1, l0, l1) of k-steps 0 .. 3 of its row and group, stored at its t's
-// four uint4 of the split (q): the high parts of k-steps 0 and 1, of 2 and 3, then the low
-// parts the same, so a four-row product's lane reads the half it takes in two loads.
-__device__ __forceinline__ void tf_mma_split_store(uint4* __restrict__ q, const uint4* v) {
-    q[0] = make_uint4(v[0].x, v[0].y, v[1].x, v[1].y);
-    q[1] = make_uint4(v[2].x, v[2].y, v[3].x, v[3].y);
-    q[2] = make_uint4(v[0].z, v[0].w, v[1].z, v[1].w);
-    q[3] = make_uint4(v[2].z, v[2].w, v[3].z, v[3].w);
-}
-
 // A warp splits group G (of `groups`) of x rows 0 .. live - 1 (at most 8; x: row 0's first
 // value of the group, rows `stride` apart) into parts and sums (each at its row 0): lane (g, t)
 // the parts of row g, and the sums of rows 2t, 2t + 1 as the eight-row products take X in place
@@ -567,16 +534,15 @@ __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, 
     const float* p = x + min(g, live - 1) * stride + 2 * t;
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
     float hi[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lo[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    uint4 v[4];
 #pragma unroll
     for (int m = 0; m < 4; m++) {
         // Plain loads: a norm's block reads back the row it has just written.
         const float* q = p + 16 * m;
-        v[m] = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
-        tf_mma_16816(hi, ones, v[m].x, v[m].y);
-        tf_mma_16816(lo, ones, v[m].z, v[m].w);
+        const uint4 v = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
+        if (g < live) parts[((size_t)g * groups + G) * 16 + 4 * m + t] = v;
+        tf_mma_16816(hi, ones, v.x, v.y);
+        tf_mma_16816(lo, ones, v.z, v.w);
     }
-    if (g < live) tf_mma_split_store(parts + ((size_t)g * groups + G) * 16 + 4 * t, v);
 #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int row = 2 * t + c;
