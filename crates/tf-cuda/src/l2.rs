@@ -13,7 +13,8 @@
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::weights::GpuMatrix;
-use cudarc::driver::{CudaSlice, LaunchConfig};
+use cudarc::driver::{CudaView, LaunchConfig};
+use std::ops::Range;
 
 /// Kernel entry points defined in kernels/l2.cu.
 pub const KERNEL_NAMES: [&str; 1] = ["tf_l2_prefetch"];
@@ -25,8 +26,8 @@ pub(crate) const THREADS: u32 = 128;
 /// 1 KiB pieces over every SM measured slower than these over a few (docs/perf.md, session 28).
 pub const PIECE: u32 = 16 << 10;
 
-/// Bytes of a Mamba in_proj the `next` site asks for: its first blocks' tiles, not all of it,
-/// which would not fit in L2 beside the rest.
+/// Bytes of a Mamba in_proj the `next` site asks for: those of its first blocks on the path,
+/// not all of it, which would not fit in L2 beside the rest.
 pub const IN_PROJ_HEAD: usize = 16 << 20;
 
 /// Where a round prefetches (`TF_CUDA_L2`).
@@ -69,19 +70,21 @@ pub(crate) fn blocks(bytes: usize, max: usize) -> u32 {
         .clamp(1, max.max(1)) as u32
 }
 
-/// Asks L2 for the first `bytes` bytes of each matrix (all of it where `bytes` is at least its
-/// size), on the prefetch stream; nothing without side streams.
-pub fn prefetch(g: &Gpu, parts: &[(&GpuMatrix, usize)]) -> Result<()> {
-    for four in parts.chunks(4) {
-        let len = |i: usize| -> u64 {
-            four.get(i)
-                .map_or(0, |(m, b)| (*b).min(m.storage_bytes()) as u64)
-        };
+/// Asks L2 for each byte range of a matrix's device bytes (clipped to them), on the prefetch
+/// stream; nothing without side streams.
+pub fn prefetch(g: &Gpu, parts: &[(&GpuMatrix, Range<usize>)]) -> Result<()> {
+    let views: Vec<CudaView<u8>> = parts
+        .iter()
+        .map(|(m, r)| {
+            let end = r.end.min(m.storage_bytes());
+            m.bytes().slice(r.start.min(end)..end)
+        })
+        .filter(|v| v.len() > 0)
+        .collect();
+    for four in views.chunks(4) {
+        let len = |i: usize| four.get(i).map_or(0, |v| v.len() as u64);
         let total: u64 = (0..4).map(len).sum();
-        if total == 0 {
-            continue;
-        }
-        let ptr = |i: usize| -> &CudaSlice<u8> { four.get(i).unwrap_or(&four[0]).0.bytes() };
+        let view = |i: usize| four.get(i).unwrap_or(&four[0]);
         let cfg = LaunchConfig {
             grid_dim: (blocks(total as usize, g.info().multiprocessors), 1, 1),
             block_dim: (THREADS, 1, 1),
@@ -89,11 +92,11 @@ pub fn prefetch(g: &Gpu, parts: &[(&GpuMatrix, usize)]) -> Result<()> {
         };
         g.beside_l2(|| {
             let mut b = g.launcher("tf_l2_prefetch")?;
-            b.arg(ptr(0)).arg(ptr(1)).arg(ptr(2)).arg(ptr(3));
+            b.arg(view(0)).arg(view(1)).arg(view(2)).arg(view(3));
             let (n0, n1, n2, n3) = (len(0), len(1), len(2), len(3));
             b.arg(&n0).arg(&n1).arg(&n2).arg(&n3).arg(&PIECE);
-            // SAFETY: (u8* x4, u64 x4, u32); each length is at most its buffer's size, and the
-            // kernel only asks L2 for those bytes (it reads and writes nothing).
+            // SAFETY: (u8* x4, u64 x4, u32); each length is its view's, and the kernel only
+            // asks L2 for those bytes (it reads and writes nothing).
             unsafe { b.go(cfg, "launching an L2 prefetch") }
         })?;
     }
@@ -102,7 +105,7 @@ pub fn prefetch(g: &Gpu, parts: &[(&GpuMatrix, usize)]) -> Result<()> {
 
 /// Each matrix whole.
 pub fn prefetch_whole(g: &Gpu, ms: &[&GpuMatrix]) -> Result<()> {
-    let parts: Vec<_> = ms.iter().map(|m| (*m, usize::MAX)).collect();
+    let parts: Vec<_> = ms.iter().map(|m| (*m, 0..usize::MAX)).collect();
     prefetch(g, &parts)
 }
 

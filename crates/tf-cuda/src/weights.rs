@@ -6,6 +6,7 @@ use crate::device::Gpu;
 use crate::error::{CudaError, Result};
 use cudarc::driver::CudaSlice;
 use std::borrow::Cow;
+use std::ops::Range;
 use tf_formats::gguf::GgmlType;
 use tf_kernels::matmul::{FloatType, PackedMatrix, WeightData};
 
@@ -277,6 +278,32 @@ impl Layout {
     }
 }
 
+/// The byte ranges that hold rows `rows` of a `[rows, cols]` matrix in `layout` (rows of
+/// `row_bytes`): one in the rows layout; in the tiles, those of their whole 16-row tiles, the
+/// codes' range, then the scale pairs'.
+pub fn row_spans(
+    layout: Layout,
+    row_bytes: usize,
+    n_rows: usize,
+    cols: usize,
+    rows: Range<usize>,
+) -> Vec<Range<usize>> {
+    let end = rows.end.min(n_rows);
+    let start = rows.start.min(end);
+    let pairs = match layout {
+        Layout::Rows => return vec![start * row_bytes..end * row_bytes],
+        Layout::MmaTiles => 128,
+        Layout::MmaTilesB16 => 64,
+    };
+    let (groups, tiles) = (cols / 64, n_rows.div_ceil(16));
+    let (t0, t1) = (start / 16, end.div_ceil(16));
+    let scales = tiles * groups * 512;
+    vec![
+        t0 * groups * 512..t1 * groups * 512,
+        scales + t0 * groups * pairs..scales + t1 * groups * pairs,
+    ]
+}
+
 /// A `[rows, cols]` weight matrix in device memory, in the checkpoint's own bytes (MLX re-laid).
 pub struct GpuMatrix {
     rows: usize,
@@ -431,6 +458,12 @@ impl GpuMatrix {
         self.bytes.len()
     }
 
+    /// The byte ranges of the device bytes that hold rows `rows` ([`row_spans`]).
+    pub fn row_spans(&self, rows: Range<usize>) -> Vec<Range<usize>> {
+        let row_bytes = self.format.row_bytes(self.cols);
+        row_spans(self.layout, row_bytes, self.rows, self.cols, rows)
+    }
+
     /// The device bytes.
     pub fn bytes(&self) -> &CudaSlice<u8> {
         &self.bytes
@@ -446,6 +479,33 @@ impl GpuMatrix {
 mod tests {
     use super::*;
     use crate::device::{all_kernel_names, fused_kernel_name, FUSED_VARIANTS};
+
+    /// Bolt's Mamba in_proj: 18,560 rows of 4,096, z the first 8,192.
+    const IN_PROJ: (usize, usize, usize) = (18_560, 4_096, 8_192);
+
+    #[test]
+    fn row_spans_of_the_tiles_split_the_storage_at_a_tile() {
+        let (rows, cols, z) = IN_PROJ;
+        for (layout, compact) in [(Layout::MmaTiles, false), (Layout::MmaTilesB16, true)] {
+            let whole = crate::mma::tile_bytes(rows, cols, compact);
+            let all = row_spans(layout, 0, rows, cols, 0..rows);
+            assert_eq!(all.iter().map(|r| r.len()).sum::<usize>(), whole, "{layout:?}");
+            assert_eq!((all[0].start, all[1].end), (0, whole), "{layout:?}");
+            let (a, b) = (
+                row_spans(layout, 0, rows, cols, 0..z),
+                row_spans(layout, 0, rows, cols, z..rows),
+            );
+            // z's tiles and the rest's meet, codes and pairs alike, at tile z / 16.
+            assert_eq!((a[0].end, a[1].end), (b[0].start, b[1].start), "{layout:?}");
+            assert_eq!(b[0].start, z / 16 * (cols / 64) * 512, "{layout:?}");
+            assert_eq!(a[1].start, all[0].end, "{layout:?}: the pairs follow every code");
+            // A partial tile is taken whole; a range past the end is clipped.
+            assert_eq!(row_spans(layout, 0, rows, cols, 1..2)[0].len(), 64 * 512);
+            assert!(row_spans(layout, 0, rows, cols, rows..rows + 9)[0].is_empty());
+        }
+        let rb = GpuFormat::Mlx4.row_bytes(cols);
+        assert_eq!(row_spans(Layout::Rows, rb, rows, cols, z..rows), vec![z * rb..rows * rb]);
+    }
 
     #[test]
     fn every_format_has_its_kernels_and_a_distinct_id() {

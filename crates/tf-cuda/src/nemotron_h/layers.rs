@@ -11,6 +11,7 @@ use crate::moe::{ExpertMlp, GpuExperts, Routing};
 use crate::ops::AttnShape;
 use crate::weights::{GpuFormat, GpuMatrix};
 use cudarc::driver::CudaSlice;
+use std::ops::Range;
 use tf_families::nemotron_h::{
     ExpertWeights, MambaSpec, MoeSpec, NemotronBlock, NemotronHPlan, NemotronLayer, NemotronMixer,
 };
@@ -89,18 +90,33 @@ impl MlpLayer {
 }
 
 impl Layer {
-    /// The products its mixer runs first, from its normed input (each with the bytes worth
-    /// asking L2 for ahead: a Mamba in_proj's first `head` bytes, the others whole).
-    pub fn first_products(&self, head: usize) -> Vec<(&GpuMatrix, usize)> {
-        let whole = usize::MAX;
+    /// The products its mixer runs first, from its normed input, each with the byte ranges
+    /// worth asking L2 for ahead: a Mamba in_proj's first `head` bytes of the rows past z (z's
+    /// rows run beside the conv and the scan, off the path: mixers::in_proj_z_beside), the
+    /// scale pairs first; the others whole.
+    pub fn first_products(&self, head: usize) -> Vec<(&GpuMatrix, Range<usize>)> {
+        let whole = |w| (w, 0..usize::MAX);
         match &self.mixer {
-            Mixer::Mamba(m) => vec![(&m.in_proj, head)],
-            Mixer::Attention(a) => vec![(&a.q, whole), (&a.k, whole), (&a.v, whole)],
-            Mixer::Mlp(m) => vec![(&m.up, whole)],
+            Mixer::Mamba(m) => {
+                let w = &m.in_proj;
+                let mut spans = w.row_spans(m.mixer.shape().inner()..w.rows());
+                spans.reverse();
+                let mut left = head;
+                spans
+                    .into_iter()
+                    .map(|r| {
+                        let take = r.len().min(left);
+                        left -= take;
+                        (w, r.start..r.start + take)
+                    })
+                    .collect()
+            }
+            Mixer::Attention(a) => vec![whole(&a.q), whole(&a.k), whole(&a.v)],
+            Mixer::Mlp(m) => vec![whole(&m.up)],
             Mixer::Moe(m) => std::iter::once(&m.gate)
                 .chain(m.latent.as_ref().map(|(fc1, _)| fc1))
                 .chain(m.shared.as_ref().map(|s| &s.up))
-                .map(|w| (w, whole))
+                .map(whole)
                 .collect(),
         }
     }
