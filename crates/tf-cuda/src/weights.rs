@@ -489,7 +489,11 @@ mod tests {
         for (layout, compact) in [(Layout::MmaTiles, false), (Layout::MmaTilesB16, true)] {
             let whole = crate::mma::tile_bytes(rows, cols, compact);
             let all = row_spans(layout, 0, rows, cols, 0..rows);
-            assert_eq!(all.iter().map(|r| r.len()).sum::<usize>(), whole, "{layout:?}");
+            assert_eq!(
+                all.iter().map(|r| r.len()).sum::<usize>(),
+                whole,
+                "{layout:?}"
+            );
             assert_eq!((all[0].start, all[1].end), (0, whole), "{layout:?}");
             let (a, b) = (
                 row_spans(layout, 0, rows, cols, 0..z),
@@ -498,13 +502,19 @@ mod tests {
             // z's tiles and the rest's meet, codes and pairs alike, at tile z / 16.
             assert_eq!((a[0].end, a[1].end), (b[0].start, b[1].start), "{layout:?}");
             assert_eq!(b[0].start, z / 16 * (cols / 64) * 512, "{layout:?}");
-            assert_eq!(a[1].start, all[0].end, "{layout:?}: the pairs follow every code");
+            assert_eq!(
+                a[1].start, all[0].end,
+                "{layout:?}: the pairs follow every code"
+            );
             // A partial tile is taken whole; a range past the end is clipped.
             assert_eq!(row_spans(layout, 0, rows, cols, 1..2)[0].len(), 64 * 512);
             assert!(row_spans(layout, 0, rows, cols, rows..rows + 9)[0].is_empty());
         }
         let rb = GpuFormat::Mlx4.row_bytes(cols);
-        assert_eq!(row_spans(Layout::Rows, rb, rows, cols, z..rows), vec![z * rb..rows * rb]);
+        assert_eq!(
+            row_spans(Layout::Rows, rb, rows, cols, z..rows),
+            vec![z * rb..rows * rb]
+        );
     }
 
     #[test]
