@@ -115,7 +115,12 @@ impl Layer {
             Mixer::Mlp(m) => vec![whole(&m.up)],
             Mixer::Moe(m) => std::iter::once(&m.gate)
                 .chain(m.latent.as_ref().map(|(fc1, _)| fc1))
-                .chain(m.shared.as_ref().map(|s| &s.up))
+                .chain(
+                    m.shared
+                        .as_ref()
+                        .filter(|_| std::env::var("TF_CUDA_L2_MOE").as_deref() != Ok("path"))
+                        .map(|s| &s.up),
+                )
                 .map(whole)
                 .collect(),
         }
