@@ -99,6 +99,11 @@ impl Layer {
         match &self.mixer {
             Mixer::Mamba(m) => {
                 let w = &m.in_proj;
+                match std::env::var("TF_CUDA_L2_MAMBA").as_deref() {
+                    Ok("rest") => {}
+                    Ok("none") => return vec![],
+                    _ => return vec![(w, 0..head)],
+                }
                 let mut spans = w.row_spans(m.mixer.shape().inner()..w.rows());
                 spans.reverse();
                 let mut left = head;
@@ -113,16 +118,20 @@ impl Layer {
             }
             Mixer::Attention(a) => vec![whole(&a.q), whole(&a.k), whole(&a.v)],
             Mixer::Mlp(m) => vec![whole(&m.up)],
-            Mixer::Moe(m) => std::iter::once(&m.gate)
-                .chain(m.latent.as_ref().map(|(fc1, _)| fc1))
-                .chain(
-                    m.shared
-                        .as_ref()
-                        .filter(|_| std::env::var("TF_CUDA_L2_MOE").as_deref() != Ok("path"))
-                        .map(|s| &s.up),
-                )
-                .map(whole)
-                .collect(),
+            Mixer::Moe(m) => {
+                let v = std::env::var("TF_CUDA_L2_MOE").unwrap_or_default();
+                let (fc1, shared) = match v.as_str() {
+                    "path" => (true, false),
+                    "gate" | "none" => (false, false),
+                    _ => (true, true),
+                };
+                std::iter::once(&m.gate)
+                    .filter(|_| v != "none")
+                    .chain(m.latent.as_ref().map(|(fc1, _)| fc1).filter(|_| fc1))
+                    .chain(m.shared.as_ref().map(|s| &s.up).filter(|_| shared))
+                    .map(whole)
+                    .collect()
+            }
         }
     }
 
