@@ -5,7 +5,8 @@
 //!
 //! `TF_CUDA_L2` picks where Nemotron-H prefetches in one-row rounds: a comma list of `within`
 //! (a mixer's later products: Mamba's out_proj, attention's o), `next` (the next layer's first
-//! products, during its norm). Unset means `within,next`, `0` none. Two more sites measured
+//! products on the path, during its norm: `Layer::first_products`). Unset means `within,next`,
+//! `0` none. Two more sites measured
 //! slower and were dropped (docs/perf.md, session 29): the next layer's first products asked
 //! for before the last product of the layer before, and the routed experts' down matrices
 //! after the routing.
@@ -26,8 +27,9 @@ pub(crate) const THREADS: u32 = 128;
 /// 1 KiB pieces over every SM measured slower than these over a few (docs/perf.md, session 28).
 pub const PIECE: u32 = 16 << 10;
 
-/// Bytes of a Mamba in_proj the `next` site asks for: those of its first blocks on the path,
-/// not all of it, which would not fit in L2 beside the rest.
+/// Bytes of a Mamba in_proj the `next` site asks for (of its rows on the path), not all of
+/// them (24 MB measured slower, while a MoE layer's asks still took its shared expert:
+/// docs/perf.md, session 44).
 pub const IN_PROJ_HEAD: usize = 16 << 20;
 
 /// Where a round prefetches (`TF_CUDA_L2`).

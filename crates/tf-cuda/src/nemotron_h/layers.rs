@@ -90,23 +90,21 @@ impl MlpLayer {
 }
 
 impl Layer {
-    /// The products its mixer runs first, from its normed input, each with the byte ranges
-    /// worth asking L2 for ahead: a Mamba in_proj's first `head` bytes of the rows past z (z's
-    /// rows run beside the conv and the scan, off the path: mixers::in_proj_z_beside), the
-    /// scale pairs first; the others whole.
+    /// The products on the path its mixer runs first, from its normed input, each with the
+    /// byte ranges worth asking L2 for ahead (docs/perf.md, session 44):
+    /// - Mamba: in_proj's rows past z, the first `head` bytes, scale pairs first (z's rows run
+    ///   beside the conv and the scan, off the path: mixers::in_proj_z_beside);
+    /// - MoE: the router and the latent fc1 whole, not the shared expert, which has the whole
+    ///   layer to finish;
+    /// - the others' first products whole.
     pub fn first_products(&self, head: usize) -> Vec<(&GpuMatrix, Range<usize>)> {
         let whole = |w| (w, 0..usize::MAX);
         match &self.mixer {
             Mixer::Mamba(m) => {
                 let w = &m.in_proj;
-                match std::env::var("TF_CUDA_L2_MAMBA").as_deref() {
-                    Ok("rest") => {}
-                    Ok("none") => return vec![],
-                    _ => return vec![(w, 0..head)],
-                }
+                let mut left = head;
                 let mut spans = w.row_spans(m.mixer.shape().inner()..w.rows());
                 spans.reverse();
-                let mut left = head;
                 spans
                     .into_iter()
                     .map(|r| {
@@ -118,20 +116,10 @@ impl Layer {
             }
             Mixer::Attention(a) => vec![whole(&a.q), whole(&a.k), whole(&a.v)],
             Mixer::Mlp(m) => vec![whole(&m.up)],
-            Mixer::Moe(m) => {
-                let v = std::env::var("TF_CUDA_L2_MOE").unwrap_or_default();
-                let (fc1, shared) = match v.as_str() {
-                    "path" => (true, false),
-                    "gate" | "none" => (false, false),
-                    _ => (true, true),
-                };
-                std::iter::once(&m.gate)
-                    .filter(|_| v != "none")
-                    .chain(m.latent.as_ref().map(|(fc1, _)| fc1).filter(|_| fc1))
-                    .chain(m.shared.as_ref().map(|s| &s.up).filter(|_| shared))
-                    .map(whole)
-                    .collect()
-            }
+            Mixer::Moe(m) => std::iter::once(&m.gate)
+                .chain(m.latent.as_ref().map(|(fc1, _)| fc1))
+                .map(whole)
+                .collect(),
         }
     }
 

@@ -554,11 +554,7 @@ impl GpuNemotronH {
         for l in &self.layers {
             // This layer's first products, during its norm.
             if sites.next {
-                let head = std::env::var("TF_CUDA_L2_HEAD_MB")
-                    .ok()
-                    .and_then(|v| v.parse::<usize>().ok())
-                    .map_or(l2::IN_PROJ_HEAD, |mb| mb << 20);
-                l2::prefetch(g, &l.first_products(head))?;
+                l2::prefetch(g, &l.first_products(l2::IN_PROJ_HEAD))?;
             }
             norm_into_h(g, pending, ws, &l.norm, self.eps, n)?;
             pending = Pending::Output;
