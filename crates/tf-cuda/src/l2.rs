@@ -81,7 +81,7 @@ pub fn prefetch(g: &Gpu, parts: &[(&GpuMatrix, Range<usize>)]) -> Result<()> {
             let end = r.end.min(m.storage_bytes());
             m.bytes().slice(r.start.min(end)..end)
         })
-        .filter(|v| v.len() > 0)
+        .filter(|v| !v.is_empty())
         .collect();
     for four in views.chunks(4) {
         let len = |i: usize| four.get(i).map_or(0, |v| v.len() as u64);

@@ -291,7 +291,10 @@ pub fn row_spans(
     let end = rows.end.min(n_rows);
     let start = rows.start.min(end);
     let pairs = match layout {
-        Layout::Rows => return vec![start * row_bytes..end * row_bytes],
+        Layout::Rows => {
+            let span = start * row_bytes..end * row_bytes;
+            return vec![span];
+        }
         Layout::MmaTiles => 128,
         Layout::MmaTilesB16 => 64,
     };
@@ -511,10 +514,8 @@ mod tests {
             assert!(row_spans(layout, 0, rows, cols, rows..rows + 9)[0].is_empty());
         }
         let rb = GpuFormat::Mlx4.row_bytes(cols);
-        assert_eq!(
-            row_spans(Layout::Rows, rb, rows, cols, z..rows),
-            vec![z * rb..rows * rb]
-        );
+        let span = z * rb..rows * rb;
+        assert_eq!(row_spans(Layout::Rows, rb, rows, cols, z..rows), vec![span]);
     }
 
     #[test]
