@@ -6,10 +6,9 @@
 //! `TF_CUDA_L2` picks where Nemotron-H prefetches in one-row rounds: a comma list of `within`
 //! (a mixer's later products: Mamba's out_proj, attention's o), `next` (the next layer's first
 //! products on the path, during its norm: `Layer::first_products`). Unset means `within,next`,
-//! `0` none. Two more sites measured
-//! slower and were dropped (docs/perf.md, session 29): the next layer's first products asked
-//! for before the last product of the layer before, and the routed experts' down matrices
-//! after the routing.
+//! `0` none. Two more sites measured slower and were dropped (docs/perf.md, session 29): the
+//! next layer's first products asked for before the last product of the layer before, and the
+//! routed experts' down matrices after the routing.
 
 use crate::device::Gpu;
 use crate::error::Result;

@@ -295,6 +295,7 @@ pub fn row_spans(
             let span = start * row_bytes..end * row_bytes;
             return vec![span];
         }
+        // A tile and group's 16 scale pairs, of 8 bytes (f32) or 4 (bf16).
         Layout::MmaTiles => 128,
         Layout::MmaTilesB16 => 64,
     };
