@@ -17,6 +17,7 @@ use crate::error::{CudaError, Result};
 use crate::ops::{grid, i32_of, need};
 use crate::weights::{GpuFormat, GpuMatrix, Layout};
 use cudarc::driver::{CudaSlice, LaunchConfig};
+use std::ops::Range;
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
@@ -169,10 +170,37 @@ fn compact_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_B16").map_or(true, |v| v != "0"))
 }
 
-/// Bytes of the tiles of a `[rows, cols]` matrix: a tile of 16 rows and a group takes 512 of
-/// codes and 16 scale pairs of 8 bytes, or of 4 (`compact`).
+/// Bytes of codes a tile of 16 rows and a group takes.
+const CODE_BYTES: usize = 512;
+
+/// Bytes of a tile and group's 16 scale pairs: 8 bytes each, or 4 (`compact`).
+fn pair_bytes(compact: bool) -> usize {
+    16 * if compact { 4 } else { 8 }
+}
+
+/// Bytes of the tiles of a `[rows, cols]` matrix: every tile and group's codes, then their
+/// scale pairs.
 pub fn tile_bytes(rows: usize, cols: usize, compact: bool) -> usize {
-    rows.div_ceil(16) * (cols / GROUP) * if compact { 576 } else { 640 }
+    rows.div_ceil(16) * (cols / GROUP) * (CODE_BYTES + pair_bytes(compact))
+}
+
+/// The byte ranges of a `[rows, cols]` matrix's tiles that hold rows `from..to` (at most
+/// `rows`): their whole tiles' codes, then their scale pairs.
+pub fn tile_spans(
+    rows: usize,
+    cols: usize,
+    compact: bool,
+    from: usize,
+    to: usize,
+) -> [Range<usize>; 2] {
+    let (groups, tiles) = (cols / GROUP, rows.div_ceil(16));
+    let (t0, t1) = (from / 16, to.div_ceil(16));
+    let (codes, pairs) = (groups * CODE_BYTES, groups * pair_bytes(compact));
+    let scales = tiles * codes;
+    [
+        t0 * codes..t1 * codes,
+        scales + t0 * pairs..scales + t1 * pairs,
+    ]
 }
 
 /// Whether every scale and bias of `m` (MLX 4-bit, rows layout of f32 pairs) is a bf16, asked of

@@ -290,22 +290,16 @@ pub fn row_spans(
 ) -> Vec<Range<usize>> {
     let end = rows.end.min(n_rows);
     let start = rows.start.min(end);
-    let pairs = match layout {
+    match layout {
         Layout::Rows => {
             let span = start * row_bytes..end * row_bytes;
-            return vec![span];
+            vec![span]
         }
-        // A tile and group's 16 scale pairs, of 8 bytes (f32) or 4 (bf16).
-        Layout::MmaTiles => 128,
-        Layout::MmaTilesB16 => 64,
-    };
-    let (groups, tiles) = (cols / 64, n_rows.div_ceil(16));
-    let (t0, t1) = (start / 16, end.div_ceil(16));
-    let scales = tiles * groups * 512;
-    vec![
-        t0 * groups * 512..t1 * groups * 512,
-        scales + t0 * groups * pairs..scales + t1 * groups * pairs,
-    ]
+        Layout::MmaTiles | Layout::MmaTilesB16 => {
+            let compact = layout == Layout::MmaTilesB16;
+            crate::mma::tile_spans(n_rows, cols, compact, start, end).to_vec()
+        }
+    }
 }
 
 /// A `[rows, cols]` weight matrix in device memory, in the checkpoint's own bytes (MLX re-laid).

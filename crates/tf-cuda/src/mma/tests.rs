@@ -450,8 +450,7 @@ fn named_whole(src: &str) -> Vec<String> {
 fn entries_named_whole_are_in_the_kernel_list() {
     let names = crate::device::all_kernel_names();
     let named = named_whole(include_str!("../../kernels/mma.cu"));
-    let probes = LOADS_PROBES.iter().chain(&TILE_PROBES);
-    for p in probes.chain(STREAM_PROBES.iter().map(|(_, k)| k)) {
+    for p in probe_kernel_names() {
         assert!(named.iter().any(|n| n == p), "{p} not found in {named:?}");
     }
     for n in &named {
