@@ -36,14 +36,23 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
     if (c >= cd) return;
     const float* wc = w + (size_t)c * kernel;
     const int taps = kernel - 1;  // state columns
-    float win[MAMBA_MAX_KERNEL - 1];
+    // The channel's weights (the window's taps, then x's) and bias, read once: they do not
+    // depend on the rows, so their loads fly with the first row's.
+    float wv[MAMBA_MAX_KERNEL - 1], win[MAMBA_MAX_KERNEL - 1];
 #pragma unroll
-    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) win[t] = 0.0f;
+    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
+        wv[t] = t < taps ? wc[PLANT == 1 ? taps - t : t] : 0.0f;
+        win[t] = 0.0f;
+    }
+    const float wx = wc[PLANT == 1 ? 0 : taps];
+    const float bc = has_bias ? bias[c] : 0.0f;
     int held = -1;
     for (int i = 0; i < n; i++) {
+        // The row's slot, position and x together: only the state waits on the slot.
         const int s = slots[i];
         if (s < 0 || s >= n_slots) continue;  // never: the host checks slots
         const bool fresh = pos[i] == 0;
+        const float x = proj[(size_t)i * proj_stride + x_off + c];
         if (s != held) {
             if (held >= 0) {
                 float* st = pool + (size_t)held * slot_stride + layer_off + c;
@@ -51,22 +60,25 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
                 for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
                     if (t < taps) st[(size_t)t * cd] = win[t];
             }
+            // Read even for a fresh row (then dropped), so the loads wait on the slot alone.
             const float* st = pool + (size_t)s * slot_stride + layer_off + c;
 #pragma unroll
             for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-                if (t < taps) win[t] = fresh ? 0.0f : st[(size_t)t * cd];
+                if (t < taps) {
+                    const float v = st[(size_t)t * cd];
+                    win[t] = fresh ? 0.0f : v;
+                }
             held = s;
         } else if (fresh) {
 #pragma unroll
             for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) win[t] = 0.0f;
         }
-        const float x = proj[(size_t)i * proj_stride + x_off + c];
         float acc = 0.0f;
 #pragma unroll
         for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-            if (t < taps) acc = fmaf(wc[PLANT == 1 ? taps - t : t], win[t], acc);
-        acc = fmaf(wc[PLANT == 1 ? 0 : taps], x, acc);
-        if (has_bias) acc = acc + bias[c];
+            if (t < taps) acc = fmaf(wv[t], win[t], acc);
+        acc = fmaf(wx, x, acc);
+        if (has_bias) acc = acc + bc;
         out[(size_t)i * cd + c] = tf_silu(acc);
 #pragma unroll
         for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++) {
@@ -111,8 +123,8 @@ __device__ __forceinline__ float tf_softplus(float v) {
 // dt_off + h]; y goes to y[i * heads * head_dim + h * head_dim + p]. Needs ns <= MAMBA_MAX_STATE.
 // PLANT = 1: no dt clamp (a planted control). PLANT = 2: y read from the state before the
 // update (a planted control).
-template <int PLANT>
-__device__ __forceinline__ void tf_mamba_ssm(
+template <int PLANT, int LANE>
+__device__ __forceinline__ void tf_mamba_ssm_lane(
     const float* __restrict__ xbc, int cd, const float* __restrict__ proj, int proj_stride,
     int dt_off, const float* __restrict__ a, const float* __restrict__ dskip,
     const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ pool,
@@ -124,9 +136,11 @@ __device__ __forceinline__ void tf_mamba_ssm(
     const bool active = hp < inner;
     const int h = active ? hp / head_dim : 0;
     const int g = h / (heads / groups);
-    float reg[MAMBA_LANE_STATE];
+    // The head's parameters, read once: they do not depend on the rows.
+    const float ah = a[h], dh = dskip[h], bh = dt_bias[h];
+    float reg[LANE];
 #pragma unroll
-    for (int j = 0; j < MAMBA_LANE_STATE; j++) reg[j] = 0.0f;
+    for (int j = 0; j < LANE; j++) reg[j] = 0.0f;
     int held = -1;
     for (int i = 0; i < n; i++) {
         float acc = 0.0f;
@@ -139,47 +153,79 @@ __device__ __forceinline__ void tf_mamba_ssm(
                 if (held >= 0) {
                     float* st = pool + (size_t)held * slot_stride + layer_off + (size_t)hp * ns;
 #pragma unroll
-                    for (int j = 0; j < MAMBA_LANE_STATE; j++)
+                    for (int j = 0; j < LANE; j++)
                         if (lane + 16 * j < ns) st[lane + 16 * j] = reg[j];
                 }
+                // Read even for a fresh row (then dropped): the loads wait on the slot alone.
                 const float* st = pool + (size_t)s * slot_stride + layer_off + (size_t)hp * ns;
 #pragma unroll
-                for (int j = 0; j < MAMBA_LANE_STATE; j++)
-                    if (lane + 16 * j < ns) reg[j] = fresh ? 0.0f : st[lane + 16 * j];
+                for (int j = 0; j < LANE; j++)
+                    if (lane + 16 * j < ns) {
+                        const float v = st[lane + 16 * j];
+                        reg[j] = fresh ? 0.0f : v;
+                    }
                 held = s;
             } else if (fresh) {
 #pragma unroll
-                for (int j = 0; j < MAMBA_LANE_STATE; j++) reg[j] = 0.0f;
+                for (int j = 0; j < LANE; j++) reg[j] = 0.0f;
             }
             const float* row = xbc + (size_t)i * cd;
             xi = row[hp];
             const float* bg = row + inner + (size_t)g * ns;
             const float* cg = row + inner + (size_t)(groups + g) * ns;
-            float dt = tf_softplus(proj[(size_t)i * proj_stride + dt_off + h] + dt_bias[h]);
+            // B and C asked for before the softplus, so their loads fly while it runs.
+            float bv[LANE], cv[LANE];
+#pragma unroll
+            for (int j = 0; j < LANE; j++) {
+                const int k = lane + 16 * j;
+                bv[j] = k < ns ? bg[k] : 0.0f;
+                cv[j] = k < ns ? cg[k] : 0.0f;
+            }
+            float dt = tf_softplus(proj[(size_t)i * proj_stride + dt_off + h] + bh);
             if (PLANT != 1) dt = fminf(fmaxf(dt, dt_lo), dt_hi);
-            const float da = tf_exp(dt * a[h]);
+            const float da = tf_exp(dt * ah);
             const float dtx = dt * xi;
 #pragma unroll
-            for (int j = 0; j < MAMBA_LANE_STATE; j++) {
+            for (int j = 0; j < LANE; j++) {
                 const int k = lane + 16 * j;
                 if (k < ns) {
                     const float old = reg[j];
-                    const float sn = da * old + dtx * bg[k];
+                    const float sn = da * old + dtx * bv[j];
                     reg[j] = sn;
-                    acc = fmaf(PLANT == 2 ? old : sn, cg[k], acc);
+                    acc = fmaf(PLANT == 2 ? old : sn, cv[j], acc);
                 }
             }
         }
         const float sum = tf_fold16_sum(acc);
-        if (ok && lane == 0) y[(size_t)i * inner + hp] = sum + xi * dskip[h];
+        if (ok && lane == 0) y[(size_t)i * inner + hp] = sum + xi * dh;
     }
     tf_mark("~ssm:summed");
     if (held >= 0) {
         float* st = pool + (size_t)held * slot_stride + layer_off + (size_t)hp * ns;
 #pragma unroll
-        for (int j = 0; j < MAMBA_LANE_STATE; j++)
+        for (int j = 0; j < LANE; j++)
             if (lane + 16 * j < ns) st[lane + 16 * j] = reg[j];
     }
+}
+
+// The scan with a lane's state in LANE registers: 8 for states of up to 128 (fewer registers,
+// so B and C are read ahead without spilling), else 16; the same arithmetic either way.
+template <int PLANT>
+__device__ __forceinline__ void tf_mamba_ssm(
+    const float* __restrict__ xbc, int cd, const float* __restrict__ proj, int proj_stride,
+    int dt_off, const float* __restrict__ a, const float* __restrict__ dskip,
+    const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ pool,
+    const int* slots, const int* pos, int n_slots, int slot_stride, int layer_off, int n,
+    int heads, int head_dim, int groups, int ns, float* __restrict__ y) {
+    if (ns <= 128)
+        tf_mamba_ssm_lane<PLANT, 8>(xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo,
+                                    dt_hi, pool, slots, pos, n_slots, slot_stride, layer_off, n,
+                                    heads, head_dim, groups, ns, y);
+    else
+        tf_mamba_ssm_lane<PLANT, MAMBA_LANE_STATE>(xbc, cd, proj, proj_stride, dt_off, a, dskip,
+                                                   dt_bias, dt_lo, dt_hi, pool, slots, pos,
+                                                   n_slots, slot_stride, layer_off, n, heads,
+                                                   head_dim, groups, ns, y);
 }
 
 #define TF_MAMBA_SSM_ENTRY(NAME, PLANT, BOUNDS)                                                  \

@@ -516,12 +516,41 @@ extern "C" __global__ void tf_moe_relu2(const float* x, float* out, int len) {
     }
 }
 
-// Weighted combine, block row i for row i (one block with the norm; else a block per blockDim.x
-// columns): out[i] = 0, then for each pick j in order with a
+// Weighted combine, block row i for row i (one block with the norm; else block y takes columns
+// y blockDim.x, ..., one a thread): out[i] = 0, then for each pick j in order with a
 // position p = where_[i * top_k + j] >= 0: out[i] = out[i] + w_j * f(yg[p]), with f the identity
 // (norm = 0) or Muse Spark's post-expert norm (norm = 1): v = yg[p] * gain, f = v * inv_rms(v)
 // (the RMSNorm of ops.cu with a unit gain). PLANT = 1 adds the picks in reverse order.
 #define MOE_PICK_BATCH 32  // picks whose positions, weights and norms a block holds at once
+#define MOE_PICK_AHEAD 16  // picks whose terms a thread loads at once (without the norm)
+
+// Without the norm: column c of row i (the picks' positions and weights read by each thread:
+// the same few words for all, no barrier), MOE_PICK_AHEAD picks' terms loaded before any is
+// added, so a column waits on two round trips, not one a pick; the same additions in order.
+template <int PLANT>
+__device__ __forceinline__ float tf_moe_combine_column(const float* __restrict__ yg,
+                                                       const int* __restrict__ where_,
+                                                       const float* __restrict__ weights, int i,
+                                                       int c, int top_k, int width) {
+    float acc = 0.0f;
+    for (int j0 = 0; j0 < top_k; j0 += MOE_PICK_AHEAD) {
+        int p[MOE_PICK_AHEAD];
+        float wt[MOE_PICK_AHEAD], v[MOE_PICK_AHEAD];
+#pragma unroll
+        for (int u = 0; u < MOE_PICK_AHEAD; u++) {
+            const int jj = j0 + u, j = PLANT == 1 ? top_k - 1 - jj : jj;
+            p[u] = jj < top_k ? where_[(size_t)i * top_k + j] : -1;
+            wt[u] = jj < top_k ? weights[(size_t)i * top_k + j] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < MOE_PICK_AHEAD; u++)
+            v[u] = p[u] >= 0 ? yg[(size_t)p[u] * width + c] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < MOE_PICK_AHEAD; u++)
+            if (p[u] >= 0) acc = acc + wt[u] * v[u];
+    }
+    return acc;
+}
 
 template <int PLANT>
 __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
@@ -529,16 +558,20 @@ __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
                                                const float* __restrict__ weights,
                                                const float* __restrict__ gain, float* out,
                                                int top_k, int width, int norm, float eps) {
+    if (!norm) {
+        const int c = blockIdx.y * blockDim.x + threadIdx.x;
+        if (c < width)
+            out[(size_t)blockIdx.x * width + c] =
+                tf_moe_combine_column<PLANT>(yg, where_, weights, blockIdx.x, c, top_k, width);
+        return;
+    }
     __shared__ int pos[MOE_PICK_BATCH];
     __shared__ float wt[MOE_PICK_BATCH], rn[MOE_PICK_BATCH];
     const int i = blockIdx.x;
     float* orow = out + (size_t)i * width;
-    // Without the norm, block y takes the columns y * blockDim.x .. (y + 1) * blockDim.x - 1.
-    const int c0 = norm ? 0 : blockIdx.y * blockDim.x;
-    const int c1 = norm ? width : min(width, c0 + (int)blockDim.x);
-    // Picks in batches (in pick order, reversed for the plant); within a batch each column
-    // adds its terms in a register, the batch's first term to 0 (or to the previous batch's
-    // sum read back): the same additions in the same order.
+    // With the norm, the block takes the row. Picks in batches (in pick order, reversed for the
+    // plant); within a batch each column adds its terms in a register, the batch's first term
+    // to 0 (or to the previous batch's sum read back): the same additions in the same order.
     for (int j0 = 0; j0 < top_k; j0 += MOE_PICK_BATCH) {
         const int nb = min(MOE_PICK_BATCH, top_k - j0);
         __syncthreads();  // the previous batch is consumed
@@ -549,21 +582,20 @@ __device__ __forceinline__ void tf_moe_combine(const float* __restrict__ yg,
             wt[b] = weights[(size_t)i * top_k + j];
         }
         __syncthreads();
-        if (norm)
-            for (int b = 0; b < nb; b++) {
-                if (pos[b] < 0) continue;
-                const float* d = yg + (size_t)pos[b] * width;
-                const float ss = tf_block_sumsq16([&](int c) { return d[c] * gain[c]; }, width);
-                if (threadIdx.x == 0) rn[b] = tf_inv_rms(ss, width, eps);
-            }
+        for (int b = 0; b < nb; b++) {
+            if (pos[b] < 0) continue;
+            const float* d = yg + (size_t)pos[b] * width;
+            const float ss = tf_block_sumsq16([&](int c) { return d[c] * gain[c]; }, width);
+            if (threadIdx.x == 0) rn[b] = tf_inv_rms(ss, width, eps);
+        }
         __syncthreads();
-        for (int c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+        for (int c = threadIdx.x; c < width; c += blockDim.x) {
             float acc = j0 == 0 ? 0.0f : orow[c];
             for (int b = 0; b < nb; b++) {
                 const int p = pos[b];
                 if (p < 0) continue;
                 const float v = yg[(size_t)p * width + c];
-                acc = norm ? acc + ((v * gain[c]) * rn[b]) * wt[b] : acc + wt[b] * v;
+                acc = acc + ((v * gain[c]) * rn[b]) * wt[b];
             }
             orow[c] = acc;
         }

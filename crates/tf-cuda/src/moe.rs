@@ -24,6 +24,8 @@ use crate::weights::geometry_kernel;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use tf_kernels::ops::{DroppedGroups, RouteParams};
 
+#[cfg(test)]
+mod combine_host;
 mod experts;
 #[cfg(test)]
 mod route_host;

@@ -312,6 +312,9 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         Case::new(2, 6, 5, 3, 7, 2, true, (0.001, 100.0)),
         Case::new(3, 8, 16, 2, 16, 4, true, (0.0, inf)),
         Case::new(4, 2, 4, 1, 40, 1, false, (0.05, 0.8)),
+        // The scan's two lane widths: 8 states a lane up to 128, 16 past it.
+        Case::new(5, 2, 4, 1, 128, 4, true, (0.05, 0.8)),
+        Case::new(6, 2, 4, 2, 150, 4, false, (0.0, inf)),
     ];
     for (ci, c) in cases.iter().enumerate() {
         let got = floats(&run(&dir, &exe, &format!("case{ci}"), &c.input()));
