@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
 fn host_source() -> String {
     let moe = include_str!("../../kernels/moe.cu");
     let define = |name: &str| {
-        let at = moe.find(&format!("#define {name} ")).expect("a define of moe.cu");
+        let at = moe
+            .find(&format!("#define {name} "))
+            .expect("a define of moe.cu");
         moe[at..].lines().next().unwrap_or_default().to_string()
     };
     let mut s = format!(
@@ -102,8 +104,17 @@ impl Case {
 
     fn input(&self, plant: bool) -> Vec<u8> {
         let n = self.picks.len();
-        let head = [n, self.k, self.width, self.outs.len() / self.width, plant as usize];
-        let mut b: Vec<u8> = head.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect();
+        let head = [
+            n,
+            self.k,
+            self.width,
+            self.outs.len() / self.width,
+            plant as usize,
+        ];
+        let mut b: Vec<u8> = head
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect();
         b.extend(self.picks.iter().flatten().flat_map(|p| p.0.to_le_bytes()));
         b.extend(self.picks.iter().flatten().flat_map(|p| p.1.to_le_bytes()));
         b.extend(self.outs.iter().flat_map(|v| v.to_le_bytes()));
@@ -147,7 +158,11 @@ fn combine_emulated_on_the_host_gives_the_cpu_bits() {
     ];
     for (ci, c) in cases.iter().enumerate() {
         let got = floats(&run(&dir, &exe, &format!("case{ci}"), &c.input(false)));
-        assert_eq!(differing(&got, &c.cpu()), 0, "case {ci}: the combine's bits");
+        assert_eq!(
+            differing(&got, &c.cpu()),
+            0,
+            "case {ci}: the combine's bits"
+        );
         let planted = floats(&run(&dir, &exe, &format!("plant{ci}"), &c.input(true)));
         assert!(
             differing(&planted, &c.cpu()) > 0,
