@@ -790,6 +790,110 @@ fn split_norms_give_the_norms_bits_and_their_split() {
     }
 }
 
+/// Reads (width, gate rows, add; eps; x, o, s, gain; the gate's bf16 bits, two a u32); writes,
+/// for one row over a block a group, the wide norm's x, y, parts and sums, then the gate norm's
+/// x, y, parts, sums and logits.
+const NORM_GATE_MAIN: &str = r#"
+static std::vector<float> vf(FILE* f, size_t n) { std::vector<float> v(n); if (std::fread(v.data(), 4, n, f) != n) std::exit(3); return v; }
+int main(int argc, char** argv) {
+    FILE *fi, *fo;
+    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
+    int h[3];
+    float eps;
+    if (std::fread(h, 4, 3, fi) != 3 || std::fread(&eps, 4, 1, fi) != 1) return 3;
+    const int w = h[0], rows = h[1], add = h[2];
+    auto x = vf(fi, w); auto o = vf(fi, w); auto s = vf(fi, w); auto g = vf(fi, w);
+    std::vector<u8> gate((size_t)rows * w * 2);
+    if (std::fread(gate.data(), 1, gate.size(), fi) != gate.size()) return 3;
+    const unsigned threads = (unsigned)((w / 8 + 31) / 32 * 32), blocks = (unsigned)(w / 64);
+    const size_t smem = 4 * (16 * ((size_t)w / 16 + 4) + 64);
+    for (int gated = 0; gated < 2; gated++) {
+        std::vector<float> xw(w), yw(w), sw(w / 64), logits(rows, -7.0f);
+        std::vector<uint4> pw(w / 4);
+        if (!add) xw = x;
+        tf_launch(D3{blocks, 1, 1}, threads, smem, [&] {
+            if (gated) {
+                if (add == 2) tf_add2_rms_norm_split_wide_gate(x.data(), xw.data(), o.data(), s.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate.data(), logits.data(), rows);
+                else if (add) tf_add_rms_norm_split_wide_gate(x.data(), xw.data(), o.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate.data(), logits.data(), rows);
+                else tf_rms_norm_split_wide_gate(x.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate.data(), logits.data(), rows);
+            } else {
+                if (add == 2) tf_add2_rms_norm_split_wide(x.data(), xw.data(), o.data(), s.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
+                else if (add) tf_add_rms_norm_split_wide(x.data(), xw.data(), o.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
+                else tf_rms_norm_split_wide(x.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
+            }
+        });
+        std::fwrite(xw.data(), 4, w, fo); std::fwrite(yw.data(), 4, w, fo);
+        std::fwrite(pw.data(), 4, w, fo); std::fwrite(sw.data(), 4, w / 64, fo);
+        if (gated) std::fwrite(logits.data(), 4, rows, fo);
+    }
+    std::fclose(fo);
+    return 0;
+}
+"#;
+
+/// The wide norms with a gate give the wide norms' x, y and split bit for bit, and the router's
+/// logits `tf_slices_bf16_one` makes of that y (the host reference of tf_slices' order): rows of
+/// 1,024 (a lane's 1 unit; 64 warps, 50 gate rows) and 4,096 (4 units; 256 warps, 240 rows, as
+/// Bolt's router), each residual form. A gate row read one unit off is caught (the plant below).
+#[test]
+fn gate_norms_give_the_norms_bits_and_the_routers() {
+    let Some(cxx) = host_cxx::compiler() else {
+        return;
+    };
+    const SMEM_DECL: &str = "extern __shared__ __align__(16) u8 tf_smem[];";
+    let slices =
+        include_str!("../../kernels/slices.cu").replace(SMEM_DECL, "u8* tf_smem = tf_dyn_smem;");
+    let source = format!(
+        "{}\n{}\n{}\n{slices}\n{}\n{}\n{}\n{NORM_GATE_MAIN}",
+        host_cxx::SIMT_PRELUDE,
+        host_cxx::common(),
+        include_str!("../../kernels/matmul.cu"),
+        include_str!("../../kernels/mma.cu"),
+        include_str!("../../kernels/ops.cu"),
+        include_str!("../../kernels/norm_split.cu"),
+    );
+    let (dir, exe) = host_cxx::build(&cxx, "norm_gate", &source);
+    let mut rng = Rng::new(0x3a3a_0009);
+    for (w, rows) in [(1024usize, 50usize), (4096, 240)] {
+        let (x, o) = (rng.vec_normal(w, 2.0), rng.vec_normal(w, 1.0));
+        let s = rng.vec_normal(w, 1.0);
+        let g = rng.vec_uniform(w, 0.5, 1.5);
+        let gate: Vec<u8> = rng
+            .vec_normal(rows * w, 0.05)
+            .iter()
+            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+            .collect();
+        for add in [0, 1, 2] {
+            let mut input = Vec::new();
+            for v in [w as i32, rows as i32, add] {
+                input.extend(v.to_le_bytes());
+            }
+            input.extend(1e-5f32.to_le_bytes());
+            for v in x.iter().chain(&o).chain(&s).chain(&g) {
+                input.extend(v.to_le_bytes());
+            }
+            input.extend(&gate);
+            let label = format!("w{w}a{add}");
+            let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
+            let one = 3 * w + w / 64;
+            assert_eq!(got.len(), 2 * one + rows, "{label}");
+            let (plain, rest) = got.split_at(one);
+            let (gated, logits) = rest.split_at(one);
+            assert_eq!(host_cxx::differing(plain, gated), 0, "{label}: the norm");
+            let y = &plain[w..2 * w];
+            let want = crate::slices::reference(GpuFormat::Bf16, &gate, rows, w, y, 1);
+            assert_eq!(host_cxx::differing(logits, &want), 0, "{label}: the logits");
+            // Control: a gate whose rows start one unit late gives other logits.
+            let late = crate::slices::reference(GpuFormat::Bf16, &gate[64..], rows - 1, w, y, 1);
+            assert_ne!(
+                host_cxx::differing(&logits[..rows - 1], &late),
+                0,
+                "{label}"
+            );
+        }
+    }
+}
+
 /// Reads (n, width, groups, z_stride, blocks; eps; y, z, gain); writes the gated norm's out and
 /// tf_mma_split's parts and sums of it, then the wide gated norm's out, parts and sums over
 /// `blocks` blocks a group, then the planted gated norm's out (a group's last element left out

@@ -205,7 +205,7 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
     )
 }
 
-/// MoE in mlx-lm's order: router → routing per row → fc1_latent_proj → routed experts →
+/// MoE in mlx-lm's order: router (unless `gated`: the norm made its logits) → routing per row → fc1_latent_proj → routed experts →
 /// combine in pick order → fc2_latent_proj → + shared expert (on the normed input; added to
 /// `ws.o` by the next norm, with the residual: `x + (o + shared)`). Two branches run beside the
 /// router and the routing, on the side streams: fc1 (joined before the experts) and the shared
@@ -218,6 +218,7 @@ pub(super) fn moe(
     m: &MoeLayer,
     buf: &mut MoeBuffers,
     n: usize,
+    gated: bool,
     ws: &mut Workspace,
 ) -> Result<()> {
     const FC1: usize = 0;
@@ -245,7 +246,9 @@ pub(super) fn moe(
             }
         })?;
     }
-    ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
+    if !gated {
+        ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
+    }
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
     let (xe, xe_split) = match &m.latent {
         Some(_) => {
