@@ -680,6 +680,27 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     );
 }
 
+/// The host emulation's source of the split norms (kernels/norm_split.cu) and what they use:
+/// the prelude, common.cuh, matmul.cu and slices.cu (the gate's product), mma.cu, ops.cu.
+fn norms_host() -> String {
+    const SMEM_DECL: &str = "extern __shared__ __align__(16) u8 tf_smem[];";
+    let slices = include_str!("../../kernels/slices.cu");
+    assert!(
+        slices.contains(SMEM_DECL),
+        "slices.cu's shared memory moved"
+    );
+    format!(
+        "{}\n{}\n{}\n{}\n{}\n{}\n{}\n",
+        host_cxx::SIMT_PRELUDE,
+        host_cxx::common(),
+        include_str!("../../kernels/matmul.cu"),
+        slices.replace(SMEM_DECL, "u8* tf_smem = tf_dyn_smem;"),
+        include_str!("../../kernels/mma.cu"),
+        include_str!("../../kernels/ops.cu"),
+        include_str!("../../kernels/norm_split.cu"),
+    )
+}
+
 /// Reads (n, width, add; eps; x, o, s, gain), add 0: no residual, 1: x + o, 2: x + (o + s);
 /// writes the split norm's x, y, parts and sums, then the plain norm's x and y and
 /// tf_mma_split's parts and sums of that y, then the planted split's sums of that y (f32 from
@@ -747,14 +768,7 @@ fn split_norms_give_the_norms_bits_and_their_split() {
     let Some(cxx) = host_cxx::compiler() else {
         return;
     };
-    let source = format!(
-        "{}\n{}\n{}\n{}\n{}\n{NORM_SPLIT_MAIN}",
-        host_cxx::SIMT_PRELUDE,
-        host_cxx::common(),
-        include_str!("../../kernels/mma.cu"),
-        include_str!("../../kernels/ops.cu"),
-        include_str!("../../kernels/norm_split.cu"),
-    );
+    let source = format!("{}{NORM_SPLIT_MAIN}", norms_host());
     let (dir, exe) = host_cxx::build(&cxx, "norm_split", &source);
     let mut rng = Rng::new(0x3a3a_0003);
     // 1024: the row held by 128 threads; 4160: the chunked path; 6208: split from y, not from
@@ -840,18 +854,7 @@ fn gate_norms_give_the_norms_bits_and_the_routers() {
     let Some(cxx) = host_cxx::compiler() else {
         return;
     };
-    const SMEM_DECL: &str = "extern __shared__ __align__(16) u8 tf_smem[];";
-    let slices =
-        include_str!("../../kernels/slices.cu").replace(SMEM_DECL, "u8* tf_smem = tf_dyn_smem;");
-    let source = format!(
-        "{}\n{}\n{}\n{slices}\n{}\n{}\n{}\n{NORM_GATE_MAIN}",
-        host_cxx::SIMT_PRELUDE,
-        host_cxx::common(),
-        include_str!("../../kernels/matmul.cu"),
-        include_str!("../../kernels/mma.cu"),
-        include_str!("../../kernels/ops.cu"),
-        include_str!("../../kernels/norm_split.cu"),
-    );
+    let source = format!("{}{NORM_GATE_MAIN}", norms_host());
     let (dir, exe) = host_cxx::build(&cxx, "norm_gate", &source);
     let mut rng = Rng::new(0x3a3a_0009);
     for (w, rows) in [(1024usize, 50usize), (4096, 240)] {
@@ -942,12 +945,8 @@ fn the_wide_gated_norm_gives_the_gated_norms_bits_and_their_split() {
         return;
     };
     let source = format!(
-        "{}\n{}\n{}\n{}\n{}\n{}\n{GATED_SPLIT_MAIN}",
-        host_cxx::SIMT_PRELUDE,
-        host_cxx::common(),
-        include_str!("../../kernels/mma.cu"),
-        include_str!("../../kernels/ops.cu"),
-        include_str!("../../kernels/norm_split.cu"),
+        "{}{}\n{GATED_SPLIT_MAIN}",
+        norms_host(),
         include_str!("../../kernels/mamba.cu"),
     );
     let (dir, exe) = host_cxx::build(&cxx, "gated_split", &source);
