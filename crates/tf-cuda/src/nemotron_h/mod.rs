@@ -170,11 +170,11 @@ fn norm_into_h(
     Ok(gated)
 }
 
-/// Whether one-row wide norms make the next MoE router's logits ([`ops::Gate`]; unless
-/// `TF_CUDA_NORM_GATE=0`): the same bits.
+/// Whether one-row wide norms make the next MoE router's logits ([`ops::Gate`]): only with
+/// `TF_CUDA_NORM_GATE=1`, until a GPU has timed it (docs/perf.md, session 45). The same bits.
 fn norm_gate() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_NORM_GATE").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| std::env::var("TF_CUDA_NORM_GATE").is_ok_and(|v| v == "1"))
 }
 
 fn mamba_shape(s: &tf_families::nemotron_h::MambaSpec) -> MambaShape {
