@@ -6,9 +6,10 @@
 //! `TF_CUDA_L2` picks where Nemotron-H prefetches in one-row rounds: a comma list of `within`
 //! (a mixer's later products: Mamba's out_proj, attention's o), `next` (the next layer's first
 //! products on the path, during its norm: `Layer::first_products`). Unset means `within,next`,
-//! `0` none. Two more sites measured slower and were dropped (docs/perf.md, session 29): the
-//! next layer's first products asked for before the last product of the layer before, and the
-//! routed experts' down matrices after the routing.
+//! `0` none. Sites measured slower or even and dropped (docs/perf.md): the next layer's first
+//! products asked for before the last product of the layer before (sessions 29 and 45), the
+//! routed experts' down matrices after the routing (29), a latent MoE's fc2 anywhere in its
+//! layer (33 and 45).
 
 use crate::device::Gpu;
 use crate::error::Result;
@@ -19,7 +20,9 @@ use std::ops::Range;
 /// Kernel entry points defined in kernels/l2.cu.
 pub const KERNEL_NAMES: [&str; 1] = ["tf_l2_prefetch"];
 
-/// Threads a block of the prefetch kernels.
+/// Threads a block of the prefetch kernels, a piece each: a 16 MB ask takes 8 SMs' bulk copy
+/// engines. 16 to 64 threads (more SMs) and 256 or 512 (fewer) measured slower (docs/perf.md,
+/// session 45).
 pub(crate) const THREADS: u32 = 128;
 
 /// Bytes a thread asks for at a time. An SM's bulk copy engine takes its asks in turn, yet
