@@ -48,7 +48,6 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
     const float bc = has_bias ? bias[c] : 0.0f;
     int held = -1;
     for (int i = 0; i < n; i++) {
-        // The row's slot, position and x together: only the state waits on the slot.
         const int s = slots[i];
         if (s < 0 || s >= n_slots) continue;  // never: the host checks slots
         const bool fresh = pos[i] == 0;

@@ -196,7 +196,7 @@ __device__ __forceinline__ void tf_norm_split_wide(const float* __restrict__ x,
     if (GATE)
 #pragma unroll
         for (int j = 0; j < TF_HOLD; j++) {
-            // Column k (unit u, float4 q of it) at tf_slices_one's xs[(8 (u / 32) + q) 32 + u % 32].
+            // Column k (unit u, its float4 q) at tf_slices_one's xs[(8 (u / 32) + q) 32 + u % 32].
             const int k = threadIdx.x + j * blockDim.x, u = k >> 5;
             if (k < width)
                 runs[4 * ((8 * (u >> 5) + ((k & 31) >> 2)) * 32 + (u & 31)) + (k & 3)] =

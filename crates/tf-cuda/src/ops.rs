@@ -375,8 +375,8 @@ impl Gate<'_> {
             return Err(CudaError::Shape {
                 op: "rms_norm (wide, gate)",
                 detail: format!(
-                    "{} rows: a {:?} gate of {} x {} over {warps} warps of a row of {width}",
-                    n,
+                    "a {:?} gate of {} x {} for {n} rows of {width}: one row, bf16, at most \
+                     {GATE_WIDTH} columns and {warps} rows (one a warp)",
                     self.w.format(),
                     self.w.rows(),
                     self.w.cols()

@@ -701,6 +701,18 @@ fn norms_host() -> String {
     )
 }
 
+/// A norm emulation's case: the i32s of `head`, eps 1e-5, then each vector's f32s.
+fn norm_input(head: &[i32], vecs: &[&[f32]]) -> Vec<u8> {
+    let mut b: Vec<u8> = head.iter().flat_map(|v| v.to_le_bytes()).collect();
+    b.extend(1e-5f32.to_le_bytes());
+    b.extend(
+        vecs.iter()
+            .flat_map(|v| v.iter())
+            .flat_map(|v| v.to_le_bytes()),
+    );
+    b
+}
+
 /// Reads (n, width, add; eps; x, o, s, gain), add 0: no residual, 1: x + o, 2: x + (o + s);
 /// writes the split norm's x, y, parts and sums, then the plain norm's x and y and
 /// tf_mma_split's parts and sums of that y, then the planted split's sums of that y (f32 from
@@ -778,14 +790,7 @@ fn split_norms_give_the_norms_bits_and_their_split() {
         let s = rng.vec_normal(n * w, 1.0);
         let g = rng.vec_uniform(w, 0.5, 1.5);
         for add in [0, 1, 2] {
-            let mut input = Vec::new();
-            for v in [n as i32, w as i32, add] {
-                input.extend(v.to_le_bytes());
-            }
-            input.extend(1e-5f32.to_le_bytes());
-            for v in x.iter().chain(&o).chain(&s).chain(&g) {
-                input.extend(v.to_le_bytes());
-            }
+            let input = norm_input(&[n as i32, w as i32, add], &[&x, &o, &s, &g]);
             let label = format!("n{n}w{w}a{add}");
             let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
             let one = 3 * n * w + n * w / 64;
@@ -855,6 +860,14 @@ fn gate_norms_give_the_norms_bits_and_the_routers() {
         return;
     };
     let source = format!("{}{NORM_GATE_MAIN}", norms_host());
+    // The host's limits are the kernel's.
+    let src = include_str!("../../kernels/norm_split.cu");
+    assert!(src.contains(&format!(
+        "#define TF_GATE_UNITS {} ",
+        crate::ops::GATE_WIDTH / 1024
+    )));
+    let threads = format!("#define TF_GATE_THREADS {} ", crate::ops::WIDE_NORM_THREADS);
+    assert!(src.contains(&threads));
     let (dir, exe) = host_cxx::build(&cxx, "norm_gate", &source);
     let mut rng = Rng::new(0x3a3a_0009);
     for (w, rows) in [(1024usize, 50usize), (4096, 240)] {
@@ -867,14 +880,7 @@ fn gate_norms_give_the_norms_bits_and_the_routers() {
             .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
             .collect();
         for add in [0, 1, 2] {
-            let mut input = Vec::new();
-            for v in [w as i32, rows as i32, add] {
-                input.extend(v.to_le_bytes());
-            }
-            input.extend(1e-5f32.to_le_bytes());
-            for v in x.iter().chain(&o).chain(&s).chain(&g) {
-                input.extend(v.to_le_bytes());
-            }
+            let mut input = norm_input(&[w as i32, rows as i32, add], &[&x, &o, &s, &g]);
             input.extend(&gate);
             let label = format!("w{w}a{add}");
             let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
@@ -962,14 +968,8 @@ fn the_wide_gated_norm_gives_the_gated_norms_bits_and_their_split() {
         let y = rng.vec_normal(n * w, 1.0);
         let z = rng.vec_normal(n * zs, 2.0);
         let g = rng.vec_uniform(w, 0.5, 1.5);
-        let mut input = Vec::new();
-        for v in [n, w, groups, zs, blocks] {
-            input.extend((v as i32).to_le_bytes());
-        }
-        input.extend(1e-5f32.to_le_bytes());
-        for v in y.iter().chain(&z).chain(&g) {
-            input.extend(v.to_le_bytes());
-        }
+        let head = [n, w, groups, zs, blocks].map(|v| v as i32);
+        let input = norm_input(&head, &[&y, &z, &g]);
         let label = format!("n{n}w{w}g{groups}b{blocks}");
         let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
         let one = 2 * n * w + n * w / 64;

@@ -205,14 +205,15 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
     )
 }
 
-/// MoE in mlx-lm's order: router (unless `gated`: the norm made its logits) → routing per row → fc1_latent_proj → routed experts →
-/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input; added to
-/// `ws.o` by the next norm, with the residual: `x + (o + shared)`). Two branches run beside the
-/// router and the routing, on the side streams: fc1 (joined before the experts) and the shared
-/// expert (joined at the end; a one-token round's on capped blocks, [`shared_cap`]). Each
-/// reads only `ws.h`, which nothing writes until the next layer, and writes only its own
-/// buffers (`ws.latent`; `ws.up`, `ws.act`, `ws.acts`, `ws.shared`), which no other branch
-/// touches; so each kernel reads what it read in order, and the bits are the same.
+/// MoE in mlx-lm's order: router (unless `gated`: the norm made its logits) → routing per row
+/// → fc1_latent_proj → routed experts → combine in pick order → fc2_latent_proj → + shared
+/// expert (on the normed input; added to `ws.o` by the next norm, with the residual: `x + (o +
+/// shared)`). Two branches run beside the router and the routing, on the side streams: fc1
+/// (joined before the experts) and the shared expert (joined at the end; a one-token round's
+/// on capped blocks, [`shared_cap`]). Each reads only `ws.h`, which nothing writes until the
+/// next layer, and writes only its own buffers (`ws.latent`; `ws.up`, `ws.act`, `ws.acts`,
+/// `ws.shared`), which no other branch touches; so each kernel reads what it read in order,
+/// and the bits are the same.
 pub(super) fn moe(
     g: &Gpu,
     m: &MoeLayer,

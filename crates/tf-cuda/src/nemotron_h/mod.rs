@@ -130,9 +130,9 @@ enum Pending {
 }
 
 /// `h = rms_norm(x)`, first adding to `x` what the last mixer left (`pending`); a wide norm
-/// ([`ops::residual_rms_norm_wide`]) writes that sum to `x_next`, which then becomes `x`.
-/// The layer's norm into `ws.h`; with `gate` (a MoE layer's router), where a one-row wide norm
-/// can, it also makes the router's logits in `ws.gates` ([`ops::Gate`]): true if it did.
+/// ([`ops::residual_rms_norm_wide`]) writes that sum to `x_next`, which then becomes `x`. With
+/// `gate` (a MoE layer's router), where a one-row wide norm can, it also makes the router's
+/// logits in `ws.gates` ([`ops::Gate`]): true if it did.
 fn norm_into_h(
     g: &Gpu,
     pending: Pending,
