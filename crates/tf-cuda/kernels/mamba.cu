@@ -123,7 +123,7 @@ __device__ __forceinline__ float tf_softplus(float v) {
 // PLANT = 1: no dt clamp (a planted control). PLANT = 2: y read from the state before the
 // update (a planted control).
 template <int PLANT, int LANE>
-__device__ __forceinline__ void tf_mamba_ssm_lane(
+__device__ __forceinline__ void tf_mamba_ssm(
     const float* __restrict__ xbc, int cd, const float* __restrict__ proj, int proj_stride,
     int dt_off, const float* __restrict__ a, const float* __restrict__ dskip,
     const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ pool,
@@ -207,26 +207,11 @@ __device__ __forceinline__ void tf_mamba_ssm_lane(
     }
 }
 
-// The scan with a lane's state in LANE registers: 8 for states of up to 128 (fewer registers,
-// so B and C are read ahead without spilling), else 16; the same arithmetic either way.
-template <int PLANT>
-__device__ __forceinline__ void tf_mamba_ssm(
-    const float* __restrict__ xbc, int cd, const float* __restrict__ proj, int proj_stride,
-    int dt_off, const float* __restrict__ a, const float* __restrict__ dskip,
-    const float* __restrict__ dt_bias, float dt_lo, float dt_hi, float* __restrict__ pool,
-    const int* slots, const int* pos, int n_slots, int slot_stride, int layer_off, int n,
-    int heads, int head_dim, int groups, int ns, float* __restrict__ y) {
-    if (ns <= 128)
-        tf_mamba_ssm_lane<PLANT, 8>(xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo,
-                                    dt_hi, pool, slots, pos, n_slots, slot_stride, layer_off, n,
-                                    heads, head_dim, groups, ns, y);
-    else
-        tf_mamba_ssm_lane<PLANT, MAMBA_LANE_STATE>(xbc, cd, proj, proj_stride, dt_off, a, dskip,
-                                                   dt_bias, dt_lo, dt_hi, pool, slots, pos,
-                                                   n_slots, slot_stride, layer_off, n, heads,
-                                                   head_dim, groups, ns, y);
-}
-
+// The entries hold a lane's state in LANE registers: 8 for states of up to 128 (fewer
+// registers, so B and C are read ahead), else 16; the same arithmetic either way.
+#define TF_MAMBA_SSM_ARGS                                                                         \
+    xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo, dt_hi, pool, slots, pos,       \
+        n_slots, slot_stride, layer_off, n, heads, head_dim, groups, ns, y
 #define TF_MAMBA_SSM_ENTRY(NAME, PLANT, BOUNDS)                                                  \
     extern "C" __global__ void BOUNDS NAME(const float* xbc, int cd, const float* proj,          \
                                     int proj_stride, int dt_off, const float* a,                 \
@@ -235,9 +220,8 @@ __device__ __forceinline__ void tf_mamba_ssm(
                                     const int* slots, const int* pos, int n_slots,               \
                                     int slot_stride, int layer_off, int n, int heads,            \
                                     int head_dim, int groups, int ns, float* y) { tf_follow();   \
-        tf_mamba_ssm<PLANT>(xbc, cd, proj, proj_stride, dt_off, a, dskip, dt_bias, dt_lo, dt_hi, \
-                            pool, slots, pos, n_slots, slot_stride, layer_off, n, heads,         \
-                            head_dim, groups, ns, y);                                            \
+        if (ns <= 128) tf_mamba_ssm<PLANT, 8>(TF_MAMBA_SSM_ARGS);                                \
+        else tf_mamba_ssm<PLANT, MAMBA_LANE_STATE>(TF_MAMBA_SSM_ARGS);                           \
     }
 
 TF_MAMBA_SSM_ENTRY(tf_mamba_ssm, 0, )

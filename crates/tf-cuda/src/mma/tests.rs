@@ -813,17 +813,16 @@ fn split_norms_give_the_norms_bits_and_their_split() {
 /// for one row over a block a group, the wide norm's x, y, parts and sums, then the gate norm's
 /// x, y, parts, sums and logits.
 const NORM_GATE_MAIN: &str = r#"
-static std::vector<float> vf(FILE* f, size_t n) { std::vector<float> v(n); if (std::fread(v.data(), 4, n, f) != n) std::exit(3); return v; }
 int main(int argc, char** argv) {
     FILE *fi, *fo;
     if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
-    int h[3];
-    float eps;
-    if (std::fread(h, 4, 3, fi) != 3 || std::fread(&eps, 4, 1, fi) != 1) return 3;
-    const int w = h[0], rows = h[1], add = h[2];
-    auto x = vf(fi, w); auto o = vf(fi, w); auto s = vf(fi, w); auto g = vf(fi, w);
-    std::vector<u8> gate((size_t)rows * w * 2);
-    if (std::fread(gate.data(), 1, gate.size(), fi) != gate.size()) return 3;
+    TfIn in;
+    if (!tf_read_all(fi, &in)) return 3;
+    const int w = in.i(), rows = in.i(), add = in.i();
+    const float eps = in.f();
+    auto x = in.vf(w); auto o = in.vf(w); auto s = in.vf(w); auto g = in.vf(w);
+    const auto bits = in.vi((size_t)rows * w / 2);
+    const u8* gate = (const u8*)bits.data();
     const unsigned threads = (unsigned)((w / 8 + 31) / 32 * 32), blocks = (unsigned)(w / 64);
     const size_t smem = 4 * (16 * ((size_t)w / 16 + 4) + 64);
     for (int gated = 0; gated < 2; gated++) {
@@ -832,9 +831,9 @@ int main(int argc, char** argv) {
         if (!add) xw = x;
         tf_launch(D3{blocks, 1, 1}, threads, smem, [&] {
             if (gated) {
-                if (add == 2) tf_add2_rms_norm_split_wide_gate(x.data(), xw.data(), o.data(), s.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate.data(), logits.data(), rows);
-                else if (add) tf_add_rms_norm_split_wide_gate(x.data(), xw.data(), o.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate.data(), logits.data(), rows);
-                else tf_rms_norm_split_wide_gate(x.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate.data(), logits.data(), rows);
+                if (add == 2) tf_add2_rms_norm_split_wide_gate(x.data(), xw.data(), o.data(), s.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate, logits.data(), rows);
+                else if (add) tf_add_rms_norm_split_wide_gate(x.data(), xw.data(), o.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate, logits.data(), rows);
+                else tf_rms_norm_split_wide_gate(x.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate, logits.data(), rows);
             } else {
                 if (add == 2) tf_add2_rms_norm_split_wide(x.data(), xw.data(), o.data(), s.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
                 else if (add) tf_add_rms_norm_split_wide(x.data(), xw.data(), o.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);

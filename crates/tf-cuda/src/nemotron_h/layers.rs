@@ -102,17 +102,17 @@ impl Layer {
         match &self.mixer {
             Mixer::Mamba(m) => {
                 let w = &m.in_proj;
-                let mut left = head;
-                let mut spans = w.row_spans(m.mixer.shape().inner()..w.rows());
-                spans.reverse();
-                spans
+                let (mut asks, mut left) = (Vec::new(), head);
+                for r in w
+                    .row_spans(m.mixer.shape().inner()..w.rows())
                     .into_iter()
-                    .map(|r| {
-                        let take = r.len().min(left);
-                        left -= take;
-                        (w, r.start..r.start + take)
-                    })
-                    .collect()
+                    .rev()
+                {
+                    let take = r.len().min(left);
+                    left -= take;
+                    asks.push((w, r.start..r.start + take));
+                }
+                asks
             }
             Mixer::Attention(a) => vec![whole(&a.q), whole(&a.k), whole(&a.v)],
             Mixer::Mlp(m) => vec![whole(&m.up)],
