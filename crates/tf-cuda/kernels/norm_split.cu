@@ -135,27 +135,14 @@ struct TfShare {
 // written to `xo`, another buffer, since one block may still be reading the row when another
 // writes it. Dynamic shared memory: the runs, then the share (64 ceil(groups / gridDim.x)
 // floats).
-//
-// GATE (one-row rounds, width <= TF_GATE_UNITS * 1024): the norm also makes a MoE layer's
-// router logits, gates[j] = W_j . y for a bf16 gate W of gate_rows rows (at most the grid's
-// warps), in tf_slices_one's order, so their bits are the router product's: warp w of block b
-// takes row b (blockDim.x / 32) + w, its units asked for at the start (weights are never
-// written); once the row's squares are summed, the block writes the whole normed row into the
-// runs (lane-major, as tf_slices_one copies x), and after its share the warp multiplies.
-#define TF_GATE_UNITS 4  // a lane's 32-column units of a gate row, at most
-#define TF_GATE_THREADS 512  // a block's threads, at most (src/ops.rs WIDE_NORM_THREADS)
-
-template <int ADD, int GATE>
+template <int ADD>
 __device__ __forceinline__ void tf_norm_split_wide(const float* __restrict__ x,
                                                    float* __restrict__ xo,
                                                    const float* __restrict__ o,
                                                    const float* __restrict__ s,
                                                    const float* __restrict__ g,
                                                    float* __restrict__ y, uint4* __restrict__ parts,
-                                                   float* __restrict__ sums, int width, float eps,
-                                                   const u8* __restrict__ gate = nullptr,
-                                                   float* __restrict__ gates = nullptr,
-                                                   int gate_rows = 0) {
+                                                   float* __restrict__ sums, int width, float eps) {
 #ifdef TF_HOST_SIMT
     float* runs = (float*)tf_dyn_smem;
 #else
@@ -166,17 +153,7 @@ __device__ __forceinline__ void tf_norm_split_wide(const float* __restrict__ x,
     const int lo = 64 * sh.G0, hi = 64 * sh.G1;
     float* share = runs + 16 * ((width >> 4) + 4);
     const size_t at = (size_t)row * width;
-    // GATE: the warp's gate row, and the lane's units of it (tf_slices_one's: p + 32 t).
-    const int p = threadIdx.x & 31, units = width >> 5;
-    const int gw = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
-    const int nu = units > p ? ((units - 1 - p) >> 5) + 1 : 0;
-    u32 wv[GATE ? TF_GATE_UNITS : 1][16];
-    if (GATE && gw < gate_rows)
-#pragma unroll
-        for (int t = 0; t < (GATE ? TF_GATE_UNITS : 1); t++)
-            if (t < nu)
-                tf_slice_load<FMT_BF16>(gate + ((size_t)gw * units + p + 32 * t) * 64, wv[t]);
-    float e[TF_HOLD], gv[TF_HOLD], ga[GATE ? TF_HOLD : 1];
+    float e[TF_HOLD], gv[TF_HOLD];
 #pragma unroll
     for (int j = 0; j < TF_HOLD; j++) {
         const int k = threadIdx.x + j * blockDim.x;
@@ -185,38 +162,13 @@ __device__ __forceinline__ void tf_norm_split_wide(const float* __restrict__ x,
                : ADD == 2 ? x[i] + (o[i] + s[i])
                : ADD      ? x[i] + o[i]
                           : x[i];
-        if (GATE) {
-            ga[j] = k < width ? g[k] : 0.0f;
-            gv[j] = k >= lo && k < hi ? ga[j] : 0.0f;
-        } else {
-            gv[j] = k >= lo && k < hi ? g[k] : 0.0f;
-        }
+        gv[j] = k >= lo && k < hi ? g[k] : 0.0f;
     }
     const float r = tf_inv_rms(tf_runs_sumsq16(e, width, runs), width, eps);
-    if (GATE)
-#pragma unroll
-        for (int j = 0; j < TF_HOLD; j++) {
-            // Column k (unit u, its float4 q) at tf_slices_one's xs[(8 (u / 32) + q) 32 + u % 32].
-            const int k = threadIdx.x + j * blockDim.x, u = k >> 5;
-            if (k < width)
-                runs[4 * ((8 * (u >> 5) + ((k & 31) >> 2)) * 32 + (u & 31)) + (k & 3)] =
-                    ga[j] * (e[j] * r);
-        }
     tf_norm_share(e, gv, r, lo, hi, y + at, share, [&](int k, float v) {
         if (ADD) xo[at + k] = v;
-    });  // its barrier also ends the normed row's writes
+    });
     tf_mma_split_share(share, sh.G0, sh.G1, groups, parts + at / 4, sums + at / 64);
-    if (GATE && gw < gate_rows) {  // the whole warp
-        const float4* xs = (const float4*)runs;
-        float c[1][1][4] = {};
-#pragma unroll
-        for (int t = 0; t < (GATE ? TF_GATE_UNITS : 1); t++)
-            if (t < nu)
-                tf_slice_unit<FMT_BF16, 1, 1>(
-                    &wv[t], [&](int, int q) { return xs[(8 * t + q) * 32 + p]; }, c,
-                    tf_exp_byte(gate_rows));
-        tf_slice_store<0, 1, 1>(c, gates, 0, gw, gate_rows);
-    }
 }
 
 extern "C" __global__ void tf_rms_norm_split_wide(const float* x, const float* g, float* y,
@@ -224,7 +176,7 @@ extern "C" __global__ void tf_rms_norm_split_wide(const float* x, const float* g
                                                   float eps) {
     tf_follow();
     tf_lead();
-    tf_norm_split_wide<0, 0>(x, nullptr, nullptr, nullptr, g, y, parts, sums, width, eps);
+    tf_norm_split_wide<0>(x, nullptr, nullptr, nullptr, g, y, parts, sums, width, eps);
 }
 
 extern "C" __global__ void tf_add_rms_norm_split_wide(const float* x, float* xo, const float* o,
@@ -232,7 +184,7 @@ extern "C" __global__ void tf_add_rms_norm_split_wide(const float* x, float* xo,
                                                       float* sums, int width, float eps) {
     tf_follow();
     tf_lead();
-    tf_norm_split_wide<1, 0>(x, xo, o, nullptr, g, y, parts, sums, width, eps);
+    tf_norm_split_wide<1>(x, xo, o, nullptr, g, y, parts, sums, width, eps);
 }
 
 extern "C" __global__ void tf_add2_rms_norm_split_wide(const float* x, float* xo, const float* o,
@@ -241,43 +193,7 @@ extern "C" __global__ void tf_add2_rms_norm_split_wide(const float* x, float* xo
                                                        float eps) {
     tf_follow();
     tf_lead();
-    tf_norm_split_wide<2, 0>(x, xo, o, s, g, y, parts, sums, width, eps);
-}
-
-// The wide norms (one row) that also make a MoE layer's router logits (GATE above).
-extern "C" __global__ void __launch_bounds__(TF_GATE_THREADS)
-tf_rms_norm_split_wide_gate(const float* x, const float* g, float* y,
-                                                       uint4* parts, float* sums, int width,
-                                                       float eps, const u8* gate, float* gates,
-                                                       int gate_rows) {
-    tf_follow();
-    tf_lead();
-    tf_norm_split_wide<0, 1>(x, nullptr, nullptr, nullptr, g, y, parts, sums, width, eps, gate,
-                             gates, gate_rows);
-}
-
-extern "C" __global__ void __launch_bounds__(TF_GATE_THREADS)
-tf_add_rms_norm_split_wide_gate(const float* x, float* xo,
-                                                           const float* o, const float* g,
-                                                           float* y, uint4* parts, float* sums,
-                                                           int width, float eps, const u8* gate,
-                                                           float* gates, int gate_rows) {
-    tf_follow();
-    tf_lead();
-    tf_norm_split_wide<1, 1>(x, xo, o, nullptr, g, y, parts, sums, width, eps, gate, gates,
-                             gate_rows);
-}
-
-extern "C" __global__ void __launch_bounds__(TF_GATE_THREADS)
-tf_add2_rms_norm_split_wide_gate(const float* x, float* xo,
-                                                            const float* o, const float* s,
-                                                            const float* g, float* y,
-                                                            uint4* parts, float* sums, int width,
-                                                            float eps, const u8* gate,
-                                                            float* gates, int gate_rows) {
-    tf_follow();
-    tf_lead();
-    tf_norm_split_wide<2, 1>(x, xo, o, s, g, y, parts, sums, width, eps, gate, gates, gate_rows);
+    tf_norm_split_wide<2>(x, xo, o, s, g, y, parts, sums, width, eps);
 }
 
 // The Mamba gated norm (mamba.cu's tf_mamba_gated_norm: h = silu(z) y, each group normed by its

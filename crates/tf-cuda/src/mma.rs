@@ -21,7 +21,7 @@ use std::ops::Range;
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 24] = [
+pub const KERNEL_NAMES: [&str; 21] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -42,9 +42,6 @@ pub const KERNEL_NAMES: [&str; 24] = [
     "tf_rms_norm_split_wide",
     "tf_add_rms_norm_split_wide",
     "tf_add2_rms_norm_split_wide",
-    "tf_rms_norm_split_wide_gate",
-    "tf_add_rms_norm_split_wide_gate",
-    "tf_add2_rms_norm_split_wide_gate",
     "tf_mamba_gated_norm_split_wide",
 ];
 

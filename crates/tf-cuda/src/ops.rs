@@ -350,60 +350,6 @@ pub(crate) const WIDE_NORM_WIDTH: usize = 8 * WIDE_NORM_THREADS;
 /// no room for 1024.
 pub(crate) const WIDE_NORM_THREADS: usize = 512;
 
-/// A MoE router a one-row wide norm also multiplies by its output (kernels/norm_split.cu's
-/// `_gate` entries), in `tf_slices_bf16_one`'s order, so `logits` gets the router product's
-/// bits and the layer skips that launch.
-pub struct Gate<'a> {
-    /// The router: bf16, one row a warp of the norm's grid.
-    pub w: &'a GpuMatrix,
-    /// Its logits (at least `w.rows()`).
-    pub logits: &'a mut CudaSlice<f32>,
-}
-
-impl Gate<'_> {
-    /// Whether a wide norm of one row of `width` over `warps` warps can make these logits.
-    pub fn fits(w: &GpuMatrix, width: usize, warps: usize) -> bool {
-        w.format() == crate::weights::GpuFormat::Bf16
-            && w.cols() == width
-            && width.is_multiple_of(32)
-            && width <= GATE_WIDTH
-            && w.rows() <= warps
-    }
-
-    fn check(&self, width: usize, n: usize, warps: usize) -> Result<()> {
-        if n != 1 || !Gate::fits(self.w, width, warps) {
-            return Err(CudaError::Shape {
-                op: "rms_norm (wide, gate)",
-                detail: format!(
-                    "a {:?} gate of {} x {} for {n} rows of {width}: one row, bf16, at most \
-                     {GATE_WIDTH} columns and {warps} rows (one a warp)",
-                    self.w.format(),
-                    self.w.rows(),
-                    self.w.cols()
-                ),
-            });
-        }
-        need(
-            "rms_norm (wide, gate)",
-            "logits",
-            self.logits.len(),
-            self.w.rows(),
-        )
-    }
-}
-
-/// Widest row a norm's gate takes: `TF_GATE_UNITS` (kernels/norm_split.cu) units of 32
-/// columns a lane.
-pub(crate) const GATE_WIDTH: usize = 4 * 32 * 32;
-
-/// Threads a block of a wide norm of rows of `width`: `TF_HOLD` elements each, whole warps.
-pub fn wide_norm_threads(width: usize) -> usize {
-    width
-        .div_ceil(WIDE_NORM_WIDTH / WIDE_NORM_THREADS)
-        .div_ceil(32)
-        * 32
-}
-
 /// Refuses a wide norm's launch of `threads` threads and `smem` bytes that no SM can hold
 /// (its registers as compiled for this device), before the driver would.
 pub(crate) fn wide_norm_launches(
@@ -427,7 +373,6 @@ pub(crate) fn wide_norm_launches(
 /// squares in the same order and writes its share of y and the split, so the bits are the same
 /// and the chain after the sum is shorter. x is read from `x` and, where there is a residual
 /// add, its sum written to `x_out` (another buffer: a block may read a row another is writing).
-/// `gate` ([`Gate`]): the norm also makes a MoE router's logits from y.
 #[allow(clippy::too_many_arguments)]
 pub fn residual_rms_norm_wide(
     gpu: &Gpu,
@@ -440,7 +385,6 @@ pub fn residual_rms_norm_wide(
     y: &mut CudaSlice<f32>,
     split: &mut crate::mma::SplitX,
     blocks: usize,
-    gate: Option<Gate>,
 ) -> Result<()> {
     const OP: &str = "rms_norm (wide)";
     let width = gain.len();
@@ -464,17 +408,10 @@ pub fn residual_rms_norm_wide(
     if n == 0 {
         return Ok(());
     }
-    let threads = wide_norm_threads(width);
-    if let Some(gt) = &gate {
-        gt.check(width, n, blocks * threads / 32)?;
-    }
-    let kernel = match (res, gate.is_some()) {
-        (Residual::None, false) => "tf_rms_norm_split_wide",
-        (Residual::Add(_), false) => "tf_add_rms_norm_split_wide",
-        (Residual::AddSum(..), false) => "tf_add2_rms_norm_split_wide",
-        (Residual::None, true) => "tf_rms_norm_split_wide_gate",
-        (Residual::Add(_), true) => "tf_add_rms_norm_split_wide_gate",
-        (Residual::AddSum(..), true) => "tf_add2_rms_norm_split_wide_gate",
+    let kernel = match res {
+        Residual::None => "tf_rms_norm_split_wide",
+        Residual::Add(_) => "tf_add_rms_norm_split_wide",
+        Residual::AddSum(..) => "tf_add2_rms_norm_split_wide",
     };
     let w = i32_of(OP, "width", width)?;
     let mut b = gpu.launcher(kernel)?;
@@ -490,10 +427,10 @@ pub fn residual_rms_norm_wide(
         .arg(&mut split.parts)
         .arg(&mut split.sums);
     b.arg(&w).arg(&eps);
-    let gate_rows = gate.as_ref().map_or(0, |gt| gt.w.rows() as i32);
-    if let Some(gt) = gate {
-        b.arg(gt.w.bytes()).arg(gt.logits).arg(&gate_rows);
-    }
+    let threads = width
+        .div_ceil(WIDE_NORM_WIDTH / WIDE_NORM_THREADS)
+        .div_ceil(32)
+        * 32;
     let floats = 16 * (width / 16 + 4) + crate::mma::GROUP * groups.div_ceil(blocks);
     wide_norm_launches(gpu, OP, kernel, threads, 4 * floats)?;
     let cfg = LaunchConfig {
@@ -501,9 +438,8 @@ pub fn residual_rms_norm_wide(
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: 4 * floats as u32,
     };
-    // SAFETY: (f32*, [f32*, f32*, [f32*,]] f32*, f32*, uint4*, f32*, i32, f32[, u8*, f32*,
-    // i32]); lengths checked above, the row held by the block's threads, the gate's rows one a
-    // warp ([`Gate::check`]).
+    // SAFETY: (f32*, [f32*, f32*, [f32*,]] f32*, f32*, uint4*, f32*, i32, f32); lengths
+    // checked above, the row held by the block's threads.
     unsafe { b.go(cfg, "launching rms_norm (wide)") }?;
     Ok(())
 }

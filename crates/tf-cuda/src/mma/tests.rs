@@ -681,20 +681,12 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
 }
 
 /// The host emulation's source of the split norms (kernels/norm_split.cu) and what they use:
-/// the prelude, common.cuh, matmul.cu and slices.cu (the gate's product), mma.cu, ops.cu.
+/// the prelude, common.cuh, mma.cu, ops.cu.
 fn norms_host() -> String {
-    const SMEM_DECL: &str = "extern __shared__ __align__(16) u8 tf_smem[];";
-    let slices = include_str!("../../kernels/slices.cu");
-    assert!(
-        slices.contains(SMEM_DECL),
-        "slices.cu's shared memory moved"
-    );
     format!(
-        "{}\n{}\n{}\n{}\n{}\n{}\n{}\n",
+        "{}\n{}\n{}\n{}\n{}\n",
         host_cxx::SIMT_PRELUDE,
         host_cxx::common(),
-        include_str!("../../kernels/matmul.cu"),
-        slices.replace(SMEM_DECL, "u8* tf_smem = tf_dyn_smem;"),
         include_str!("../../kernels/mma.cu"),
         include_str!("../../kernels/ops.cu"),
         include_str!("../../kernels/norm_split.cu"),
@@ -805,99 +797,6 @@ fn split_norms_give_the_norms_bits_and_their_split() {
             // Control: sums taken another way (f32 from y) are told apart.
             let sums = &split[3 * n * w..];
             assert_ne!(host_cxx::differing(sums, planted), 0, "{label}: the plant");
-        }
-    }
-}
-
-/// Reads (width, gate rows, add; eps; x, o, s, gain; the gate's bf16 bits, two a u32); writes,
-/// for one row over a block a group, the wide norm's x, y, parts and sums, then the gate norm's
-/// x, y, parts, sums and logits.
-const NORM_GATE_MAIN: &str = r#"
-int main(int argc, char** argv) {
-    FILE *fi, *fo;
-    if (!tf_open_io(argc, argv, &fi, &fo)) return 2;
-    TfIn in;
-    if (!tf_read_all(fi, &in)) return 3;
-    const int w = in.i(), rows = in.i(), add = in.i();
-    const float eps = in.f();
-    auto x = in.vf(w); auto o = in.vf(w); auto s = in.vf(w); auto g = in.vf(w);
-    const auto bits = in.vi((size_t)rows * w / 2);
-    const u8* gate = (const u8*)bits.data();
-    const unsigned threads = (unsigned)((w / 8 + 31) / 32 * 32), blocks = (unsigned)(w / 64);
-    const size_t smem = 4 * (16 * ((size_t)w / 16 + 4) + 64);
-    for (int gated = 0; gated < 2; gated++) {
-        std::vector<float> xw(w), yw(w), sw(w / 64), logits(rows, -7.0f);
-        std::vector<uint4> pw(w / 4);
-        if (!add) xw = x;
-        tf_launch(D3{blocks, 1, 1}, threads, smem, [&] {
-            if (gated) {
-                if (add == 2) tf_add2_rms_norm_split_wide_gate(x.data(), xw.data(), o.data(), s.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate, logits.data(), rows);
-                else if (add) tf_add_rms_norm_split_wide_gate(x.data(), xw.data(), o.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate, logits.data(), rows);
-                else tf_rms_norm_split_wide_gate(x.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps, gate, logits.data(), rows);
-            } else {
-                if (add == 2) tf_add2_rms_norm_split_wide(x.data(), xw.data(), o.data(), s.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
-                else if (add) tf_add_rms_norm_split_wide(x.data(), xw.data(), o.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
-                else tf_rms_norm_split_wide(x.data(), g.data(), yw.data(), pw.data(), sw.data(), w, eps);
-            }
-        });
-        std::fwrite(xw.data(), 4, w, fo); std::fwrite(yw.data(), 4, w, fo);
-        std::fwrite(pw.data(), 4, w, fo); std::fwrite(sw.data(), 4, w / 64, fo);
-        if (gated) std::fwrite(logits.data(), 4, rows, fo);
-    }
-    std::fclose(fo);
-    return 0;
-}
-"#;
-
-/// The wide norms with a gate give the wide norms' x, y and split bit for bit, and the router's
-/// logits `tf_slices_bf16_one` makes of that y (the host reference of tf_slices' order): rows of
-/// 1,024 (a lane's 1 unit; 64 warps, 50 gate rows) and 4,096 (4 units; 256 warps, 240 rows, as
-/// Bolt's router), each residual form. A gate row read one unit off is caught (the plant below).
-#[test]
-fn gate_norms_give_the_norms_bits_and_the_routers() {
-    let Some(cxx) = host_cxx::compiler() else {
-        return;
-    };
-    let source = format!("{}{NORM_GATE_MAIN}", norms_host());
-    // The host's limits are the kernel's.
-    let src = include_str!("../../kernels/norm_split.cu");
-    assert!(src.contains(&format!(
-        "#define TF_GATE_UNITS {} ",
-        crate::ops::GATE_WIDTH / 1024
-    )));
-    let threads = format!("#define TF_GATE_THREADS {} ", crate::ops::WIDE_NORM_THREADS);
-    assert!(src.contains(&threads));
-    let (dir, exe) = host_cxx::build(&cxx, "norm_gate", &source);
-    let mut rng = Rng::new(0x3a3a_0009);
-    for (w, rows) in [(1024usize, 50usize), (4096, 240)] {
-        let (x, o) = (rng.vec_normal(w, 2.0), rng.vec_normal(w, 1.0));
-        let s = rng.vec_normal(w, 1.0);
-        let g = rng.vec_uniform(w, 0.5, 1.5);
-        let gate: Vec<u8> = rng
-            .vec_normal(rows * w, 0.05)
-            .iter()
-            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
-            .collect();
-        for add in [0, 1, 2] {
-            let mut input = norm_input(&[w as i32, rows as i32, add], &[&x, &o, &s, &g]);
-            input.extend(&gate);
-            let label = format!("w{w}a{add}");
-            let got = host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input));
-            let one = 3 * w + w / 64;
-            assert_eq!(got.len(), 2 * one + rows, "{label}");
-            let (plain, rest) = got.split_at(one);
-            let (gated, logits) = rest.split_at(one);
-            assert_eq!(host_cxx::differing(plain, gated), 0, "{label}: the norm");
-            let y = &plain[w..2 * w];
-            let want = crate::slices::reference(GpuFormat::Bf16, &gate, rows, w, y, 1);
-            assert_eq!(host_cxx::differing(logits, &want), 0, "{label}: the logits");
-            // Control: a gate whose rows start one unit late gives other logits.
-            let late = crate::slices::reference(GpuFormat::Bf16, &gate[64..], rows - 1, w, y, 1);
-            assert_ne!(
-                host_cxx::differing(&logits[..rows - 1], &late),
-                0,
-                "{label}"
-            );
         }
     }
 }

@@ -205,21 +205,19 @@ pub(super) fn mlp(g: &Gpu, m: &MlpLayer, n: usize, ws: &mut Workspace) -> Result
     )
 }
 
-/// MoE in mlx-lm's order: router (unless `gated`: the norm made its logits) → routing per row
-/// → fc1_latent_proj → routed experts → combine in pick order → fc2_latent_proj → + shared
-/// expert (on the normed input; added to `ws.o` by the next norm, with the residual: `x + (o +
-/// shared)`). Two branches run beside the router and the routing, on the side streams: fc1
-/// (joined before the experts) and the shared expert (joined at the end; a one-token round's
-/// on capped blocks, [`shared_cap`]). Each reads only `ws.h`, which nothing writes until the
-/// next layer, and writes only its own buffers (`ws.latent`; `ws.up`, `ws.act`, `ws.acts`,
-/// `ws.shared`), which no other branch touches; so each kernel reads what it read in order,
-/// and the bits are the same.
+/// MoE in mlx-lm's order: router → routing per row → fc1_latent_proj → routed experts →
+/// combine in pick order → fc2_latent_proj → + shared expert (on the normed input; added to
+/// `ws.o` by the next norm, with the residual: `x + (o + shared)`). Two branches run beside the
+/// router and the routing, on the side streams: fc1 (joined before the experts) and the shared
+/// expert (joined at the end; a one-token round's on capped blocks, [`shared_cap`]). Each
+/// reads only `ws.h`, which nothing writes until the next layer, and writes only its own
+/// buffers (`ws.latent`; `ws.up`, `ws.act`, `ws.acts`, `ws.shared`), which no other branch
+/// touches; so each kernel reads what it read in order, and the bits are the same.
 pub(super) fn moe(
     g: &Gpu,
     m: &MoeLayer,
     buf: &mut MoeBuffers,
     n: usize,
-    gated: bool,
     ws: &mut Workspace,
 ) -> Result<()> {
     const FC1: usize = 0;
@@ -247,9 +245,7 @@ pub(super) fn moe(
             }
         })?;
     }
-    if !gated {
-        ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
-    }
+    ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
     let (xe, xe_split) = match &m.latent {
         Some(_) => {

@@ -130,9 +130,7 @@ enum Pending {
 }
 
 /// `h = rms_norm(x)`, first adding to `x` what the last mixer left (`pending`); a wide norm
-/// ([`ops::residual_rms_norm_wide`]) writes that sum to `x_next`, which then becomes `x`. With
-/// `gate` (a MoE layer's router), where a one-row wide norm can, it also makes the router's
-/// logits in `ws.gates` ([`ops::Gate`]): true if it did.
+/// ([`ops::residual_rms_norm_wide`]) writes that sum to `x_next`, which then becomes `x`.
 fn norm_into_h(
     g: &Gpu,
     pending: Pending,
@@ -140,8 +138,7 @@ fn norm_into_h(
     gain: &CudaSlice<f32>,
     eps: f32,
     n: usize,
-    gate: Option<&GpuMatrix>,
-) -> Result<bool> {
+) -> Result<()> {
     let res = match pending {
         Pending::Nothing => ops::Residual::None,
         Pending::Output => ops::Residual::Add(&ws.o),
@@ -149,32 +146,14 @@ fn norm_into_h(
     };
     let wide = ops::wide_norm_blocks(gain.len(), n);
     let (Some(split), Some(blocks)) = (ws.hs.as_mut(), wide) else {
-        ops::residual_rms_norm(g, &mut ws.x, res, gain, eps, n, &mut ws.h, ws.hs.as_mut())?;
-        return Ok(false);
+        return ops::residual_rms_norm(g, &mut ws.x, res, gain, eps, n, &mut ws.h, ws.hs.as_mut());
     };
-    let warps = blocks * ops::wide_norm_threads(gain.len()) / 32;
-    let gate = gate
-        .filter(|w| n == 1 && norm_gate() && ops::Gate::fits(w, gain.len(), warps))
-        .map(|w| ops::Gate {
-            w,
-            logits: &mut ws.gates,
-        });
-    let gated = gate.is_some();
     let (x, next) = (&ws.x, &mut ws.x_next);
-    ops::residual_rms_norm_wide(
-        g, x, next, res, gain, eps, n, &mut ws.h, split, blocks, gate,
-    )?;
+    ops::residual_rms_norm_wide(g, x, next, res, gain, eps, n, &mut ws.h, split, blocks)?;
     if !matches!(res, ops::Residual::None) {
         std::mem::swap(&mut ws.x, &mut ws.x_next);
     }
-    Ok(gated)
-}
-
-/// Whether one-row wide norms make the next MoE router's logits ([`ops::Gate`]): only with
-/// `TF_CUDA_NORM_GATE=1`, until a GPU has timed it (docs/perf.md, session 45). The same bits.
-fn norm_gate() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_NORM_GATE").is_ok_and(|v| v == "1"))
+    Ok(())
 }
 
 fn mamba_shape(s: &tf_families::nemotron_h::MambaSpec) -> MambaShape {
@@ -577,11 +556,7 @@ impl GpuNemotronH {
             if sites.next {
                 l2::prefetch(g, &l.first_products(l2::IN_PROJ_HEAD))?;
             }
-            let gate = match &l.mixer {
-                Mixer::Moe(m) => Some(&m.gate),
-                _ => None,
-            };
-            let gated = norm_into_h(g, pending, ws, &l.norm, self.eps, n, gate)?;
+            norm_into_h(g, pending, ws, &l.norm, self.eps, n)?;
             pending = Pending::Output;
             match &l.mixer {
                 Mixer::Mamba(m) => {
@@ -603,14 +578,14 @@ impl GpuNemotronH {
                         op: "nemotron_h",
                         detail: "no MoE buffers".into(),
                     })?;
-                    mixers::moe(g, m, buf, n, gated, ws)?;
+                    mixers::moe(g, m, buf, n, ws)?;
                     if m.shared.is_some() {
                         pending = Pending::OutputAndShared;
                     }
                 }
             }
         }
-        norm_into_h(g, pending, ws, &self.final_norm, self.eps, n, None)?;
+        norm_into_h(g, pending, ws, &self.final_norm, self.eps, n)?;
         let head = self.head.as_ref().unwrap_or(&self.embed);
         ops::matmul_of(g, head, &ws.h, ws.hs.as_ref(), n, &mut ws.logits)?;
         g.join_side(L2_STREAM)

@@ -164,7 +164,7 @@ fn case(
             Splitter::WideNorm(blocks) => {
                 let next = &mut x_next;
                 ops::residual_rms_norm_wide(
-                    gpu, x, next, res, &gain, 1e-5, n, &mut h, &mut sx, blocks, None,
+                    gpu, x, next, res, &gain, 1e-5, n, &mut h, &mut sx, blocks,
                 )?
             }
         }
@@ -210,34 +210,6 @@ fn case(
         compare_bits(planted, &want[..40 * rows]),
         compare_bits(planted_capped, &want[..40 * rows]),
     );
-    // The one-row wide norm with a gate: its y, and a bf16 router's logits as
-    // tf_slices_bf16_one makes them of that y, bit for bit.
-    if cols <= ops::GATE_WIDTH && cols <= ops::WIDE_NORM_WIDTH {
-        let blocks = cols / 64;
-        let warps = blocks * ops::wide_norm_threads(cols) / 32;
-        let hw = HostWeights::random(GpuFormat::Bf16, warps.min(50), cols, &mut r2);
-        let gm = GpuMatrix::upload(gpu, &hw.packed())?;
-        let (mut logits, mut want_logits) = (gpu.zeros(gm.rows())?, gpu.zeros(gm.rows())?);
-        let x0 = gpu.upload(&xs[0])?;
-        let mut norm = |gate: Option<ops::Gate>| -> Result<Vec<f32>> {
-            let (res, next) = (ops::Residual::None, &mut x_next);
-            ops::residual_rms_norm_wide(
-                gpu, &x0, next, res, &gain, 1e-5, 1, &mut h, &mut sx, blocks, gate,
-            )?;
-            gpu.download(&h, cols)
-        };
-        let gated = norm(Some(ops::Gate {
-            w: &gm,
-            logits: &mut logits,
-        }))?;
-        bits.add(compare_bits(&gated, &norm(None)?));
-        ops::matmul(gpu, &gm, &h, 1, &mut want_logits)?;
-        let (got, want) = (
-            gpu.download(&logits, gm.rows())?,
-            gpu.download(&want_logits, gm.rows())?,
-        );
-        bits.add(compare_bits(&got, &want));
-    }
     let verdict = bits.gate(v, "the launcher's bits").and_then(|r| {
         let taken = rows_kernels_taking(gpu, &w, &mut bufs.borrow_mut());
         match taken.is_empty() {
