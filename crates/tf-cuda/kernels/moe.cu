@@ -677,7 +677,7 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 // stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 4F at
 // a time. STAGED: x staged in shared memory (one-row rounds: every group one row). SB: the tiles'
 // scale pairs (mma.cu: float2, or u32 in the compact tiles of the NAME_b16 entries).
-template <int RT, int STAGED, int F, class SB>
+template <int RT, int STAGED, int F, class SB, int DEPTH = 2>
 __device__ __forceinline__ void tf_moe_mma_group(const u8* __restrict__ W, int e, int cnt,
                                                  int rows, int cols, int n_experts,
                                                  const float* __restrict__ xg,
@@ -689,8 +689,8 @@ __device__ __forceinline__ void tf_moe_mma_group(const u8* __restrict__ W, int e
     const uint4* wq = (const uint4*)W + first * 32;
     const SB* sb = tf_mma_scales<SB>(W, (size_t)n_experts * tiles, cols) + first * 16;
     for (int j0 = 0; j0 < cnt; j0 += 4 * F)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F>(wq, sb, xg, yg, cnt, j0, blockIdx.x * RT, rows,
-                                                  cols, xp, xsum);
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F, SB, DEPTH>(wq, sb, xg, yg, cnt, j0,
+                                                             blockIdx.x * RT, rows, cols, xp, xsum);
 }
 
 // The group's rows (x at xg, or split at xp, xsum; y at yg) from the first at offsets[e].
@@ -744,25 +744,28 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
 // tf_moe_mma_mlx4_split[_r1]_x4 of a one-token round whose row is split once at xp, xsum (the
 // norm's split, or the latent's): block row y takes pick y (its expert picks[y], its one row at
 // where_[y]) and reads that row, not a gathered copy; the same outputs where they were. The
-// routing just before wrote the picks, so they are read after the wait. The launch bounds are
-// the rest of the arguments: `_lb12` held to 40 registers, so 12 blocks fit an SM (Bolt's up
-// product, 9 picks of 168 tiles, then takes one wave of 132 SMs: TF_CUDA_MOE_LB=1; the same code).
-#define TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, SB, ...)                                             \
+// routing just before wrote the picks, so they are read after the wait. DEPTH: the groups'
+// loads a warp has in flight (tf_mma_body); the launch bounds are the rest of the arguments.
+// To measure: `_lb12` held to 40 registers, so 12 blocks fit an SM (Bolt's up product, 9 picks
+// of 168 tiles, then takes one wave of 132 SMs: TF_CUDA_MOE_LB=1), and `_d4` four groups in
+// flight (all of Bolt's up product's four a warp at once: TF_CUDA_MOE_DEPTH=4). The same sums.
+#define TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, SB, DEPTH, ...)                                      \
     extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                  \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* picks,      \
              const int* where_, int rows, int cols, int n_experts) {                           \
         tf_follow();                                                                           \
         const int e = picks[blockIdx.y], p = where_[blockIdx.y];                               \
         if (e < 0) return; /* the whole block */                                               \
-        tf_moe_mma_group<RT, 2, 1, SB>(W, e, 1, rows, cols, n_experts, nullptr,                \
-                                       yg + (size_t)p * rows, xp, xsum);                       \
+        tf_moe_mma_group<RT, 2, 1, SB, DEPTH>(W, e, 1, rows, cols, n_experts, nullptr,         \
+                                              yg + (size_t)p * rows, xp, xsum);                \
     }
-#define TF_MOE_MMA_ONE_ENTRY(NAME, RT, ...)                                                    \
-    TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, float2, __VA_ARGS__)                                     \
-    TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, RT, u32, __VA_ARGS__)
-TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one, 1, 32 * MMA_MOE_KW)
-TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2, 32 * MMA_MOE_KW)
-TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one_lb12, 1, 32 * MMA_MOE_KW, 12)
+#define TF_MOE_MMA_ONE_ENTRY(NAME, RT, DEPTH, ...)                                             \
+    TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, float2, DEPTH, __VA_ARGS__)                              \
+    TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, RT, u32, DEPTH, __VA_ARGS__)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one, 1, 2, 32 * MMA_MOE_KW)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2, 2, 32 * MMA_MOE_KW)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one_lb12, 1, 2, 32 * MMA_MOE_KW, 12)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one_d4, 1, 4, 32 * MMA_MOE_KW)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.
