@@ -88,7 +88,15 @@ impl Round {
         // SAFETY: a graph we own, not yet instantiated.
         round.edges = unsafe { follow_edges(round.graph, pdl) }?;
         // SAFETY: a complete graph; the executable is destroyed with the round.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut round.exec, round.graph, 0) }
+        // With stream priorities (TF_CUDA_LOW_SIDES), each kernel keeps its capture stream's.
+        let flags = match crate::device::low_sides() {
+            Some(_) => {
+                sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0
+                    as u64
+            }
+            None => 0,
+        };
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut round.exec, round.graph, flags) }
             .result()
             .map_err(drv("instantiating the round's graph"))?;
         Ok(round)

@@ -657,7 +657,7 @@ pub(crate) fn expert_matmul_split(
     cfg.shared_mem_bytes = 0;
     // An expert takes at most n rows of a round: its rows 4 at a time where n is at most 4.
     let kernel = match (one, one_tile, crate::mma::split_rows_a_block(n)) {
-        (true, true, _) if four_in_flight() => "tf_moe_mma_mlx4_split_r1_x4_one_d4",
+        (true, true, _) if four_in_flight(w.cols()) => "tf_moe_mma_mlx4_split_r1_x4_one_d4",
         (true, true, _) if twelve_an_sm() => "tf_moe_mma_mlx4_split_r1_x4_one_lb12",
         (true, true, _) => "tf_moe_mma_mlx4_split_r1_x4_one",
         (true, false, _) => "tf_moe_mma_mlx4_split_x4_one",
@@ -687,11 +687,17 @@ fn twelve_an_sm() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_LB").is_ok_and(|v| v == "1"))
 }
 
-/// Whether one-token one-tile expert products take the entry with four groups' loads a warp in
-/// flight (`TF_CUDA_MOE_DEPTH=4`, to measure): the same groups in the same order, the same bits.
-fn four_in_flight() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_DEPTH").is_ok_and(|v| v == "4"))
+/// Whether a one-token one-tile expert product of `cols` columns takes the entry with four
+/// groups' loads a warp in flight (to measure: `TF_CUDA_MOE_DEPTH=4` every such product, `=wide`
+/// those of at least 2,048 columns): the same groups in the same order, the same bits.
+fn four_in_flight(cols: usize) -> bool {
+    static ON: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let from = ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_DEPTH").as_deref() {
+        Ok("4") => Some(0),
+        Ok("wide") => Some(2048),
+        _ => None,
+    });
+    from.is_some_and(|f| cols >= f)
 }
 
 /// [`relu2`] of `slots` rows of `width`, the rows also split into `s`.
