@@ -38,6 +38,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_r1",
     "tf_moe_mma_mlx4_split_x4",
     "tf_moe_mma_mlx4_split_r1_x4",
+    "tf_moe_mma_mlx4_split_r1_x4_d4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one_lb12",
@@ -661,6 +662,7 @@ pub(crate) fn expert_matmul_split(
         (true, true, _) if twelve_an_sm() => "tf_moe_mma_mlx4_split_r1_x4_one_lb12",
         (true, true, _) => "tf_moe_mma_mlx4_split_r1_x4_one",
         (true, false, _) => "tf_moe_mma_mlx4_split_x4_one",
+        (false, true, 4) if four_in_flight(w.cols()) => "tf_moe_mma_mlx4_split_r1_x4_d4",
         (false, true, 4) => "tf_moe_mma_mlx4_split_r1_x4",
         (false, true, _) => "tf_moe_mma_mlx4_split_r1",
         (false, false, 4) => "tf_moe_mma_mlx4_split_x4",
@@ -687,9 +689,10 @@ fn twelve_an_sm() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_LB").is_ok_and(|v| v == "1"))
 }
 
-/// Whether a one-token one-tile expert product of `cols` columns takes the entry with four
-/// groups' loads a warp in flight (to measure: `TF_CUDA_MOE_DEPTH=4` every such product, `=wide`
-/// those of at least 2,048 columns): the same groups in the same order, the same bits.
+/// Whether a one-tile expert product (of at most four rows an expert) of `cols` columns takes
+/// the entry with four groups' loads a warp in flight (to measure: `TF_CUDA_MOE_DEPTH=4` every
+/// such product, `=wide` those of at least 2,048 columns): the same groups in the same order,
+/// the same bits.
 fn four_in_flight(cols: usize) -> bool {
     static ON: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let from = ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_DEPTH").as_deref() {

@@ -477,7 +477,7 @@ fn moe_harness() -> String {
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
     let body = [
         "template <int RT, int STAGED, int F, class SB, int DEPTH = 2>\n__device__ __forceinline__ void tf_moe_mma_group(",
-        "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma(",
+        "template <int RT, int STAGED, int F, class SB, int DEPTH = 2>\n__device__ __forceinline__ void tf_moe_mma(",
     ]
     .map(|head| host_cxx::extract(moe, head))
     .join("\n");
@@ -543,6 +543,7 @@ fn moe_harness() -> String {
          \x20       if (staged == 2 || staged == 5) tf_launch(grid, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_b16 : tf_moe_mma_mlx4_split)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20       else if (staged == 4) tf_launch(grid1, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_r1_b16 : tf_moe_mma_mlx4_split_r1)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20       else if (staged == 6) tf_launch(grid, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_x4_b16 : tf_moe_mma_mlx4_split_x4)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       else if (variant == 1) tf_launch(grid1, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_r1_x4_d4_b16 : tf_moe_mma_mlx4_split_r1_x4_d4)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20       else tf_launch(grid1, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_split_r1_x4_b16 : tf_moe_mma_mlx4_split_r1_x4)(W, parts.data(), sums.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   }} else if (staged) tf_launch(grid, {threads}, (size_t)(cols / 64) * 256, [&] {{ (compact ? tf_moe_mma_mlx4_staged_b16 : tf_moe_mma_mlx4_staged)(W, x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
          \x20   else tf_launch(grid, {threads}, 0, [&] {{ (compact ? tf_moe_mma_mlx4_b16 : tf_moe_mma_mlx4)(W, x.data(), y.data(), offsets.data(), rows, cols, ne); }});\n\
@@ -579,8 +580,8 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows); 6 and
     // 7: 2 and 4 with 4 x rows at a time (_x4); 8 and 9: row 0 alone split (tf_mma_split),
     // read by every pick, a block row a pick, two tiles a block and one (_x4_one,
-    // _r1_x4_one); 10 and up: that mode of the compact tiles; 20 and 40 up: 9's entry with
-    // four groups in flight (_d4) and held to 12 blocks an SM (_lb12).
+    // _r1_x4_one); 10 and up: that mode of the compact tiles; 20 and 40 up: 7's and 9's
+    // entries with four groups in flight (_d4), 9's held to 12 blocks an SM (_lb12).
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
@@ -602,6 +603,11 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         (4, "one tile a block"),
         (6, "two tiles a block, 4 x rows at a time"),
         (7, "one tile a block, 4 x rows at a time"),
+        (
+            27,
+            "one tile a block, 4 x rows at a time, four groups in flight",
+        ),
+        (37, "the same of the compact tiles"),
     ] {
         let split = run(&offsets, &x, mode);
         let d = host_cxx::differing(&split, &y);
