@@ -748,12 +748,9 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4_d4, 1, 1, 4)
 // norm's split, or the latent's): block row y takes pick y (its expert picks[y], its one row at
 // where_[y]) and reads that row, not a gathered copy; the same outputs where they were. The
 // routing just before wrote the picks, so they are read after the wait. DEPTH: the groups'
-// loads a warp has in flight (tf_mma_body); the launch bounds are the rest of the arguments.
-// To measure: `_lb12` held to 40 registers, so 12 blocks fit an SM (Bolt's up product, 9 picks
-// of 168 tiles, then takes one wave of 132 SMs: TF_CUDA_MOE_LB=1), and `_d4` four groups in
-// flight (all of Bolt's up product's four a warp at once: TF_CUDA_MOE_DEPTH=4). The same sums.
-#define TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, SB, DEPTH, ...)                                      \
-    extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                  \
+// loads a warp has in flight (tf_mma_body; to measure, `_d4`: TF_CUDA_MOE_DEPTH, src/moe.rs).
+#define TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, SB, DEPTH)                                           \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* picks,      \
              const int* where_, int rows, int cols, int n_experts) {                           \
         tf_follow();                                                                           \
@@ -762,13 +759,12 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4_d4, 1, 1, 4)
         tf_moe_mma_group<RT, 2, 1, SB, DEPTH>(W, e, 1, rows, cols, n_experts, nullptr,         \
                                               yg + (size_t)p * rows, xp, xsum);                \
     }
-#define TF_MOE_MMA_ONE_ENTRY(NAME, RT, DEPTH, ...)                                             \
-    TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, float2, DEPTH, __VA_ARGS__)                              \
-    TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, RT, u32, DEPTH, __VA_ARGS__)
-TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one, 1, 2, 32 * MMA_MOE_KW)
-TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2, 2, 32 * MMA_MOE_KW)
-TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one_lb12, 1, 2, 32 * MMA_MOE_KW, 12)
-TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one_d4, 1, 4, 32 * MMA_MOE_KW)
+#define TF_MOE_MMA_ONE_ENTRY(NAME, RT, DEPTH)                                                  \
+    TF_MOE_MMA_ONE_ENTRY_SB(NAME, RT, float2, DEPTH)                                           \
+    TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, RT, u32, DEPTH)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one, 1, 2)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2, 2)
+TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one_d4, 1, 4)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

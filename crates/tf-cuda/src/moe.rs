@@ -41,7 +41,6 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_r1_x4_d4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
-    "tf_moe_mma_mlx4_split_r1_x4_one_lb12",
     "tf_moe_mma_mlx4_split_r1_x4_one_d4",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
@@ -659,7 +658,6 @@ pub(crate) fn expert_matmul_split(
     // An expert takes at most n rows of a round: its rows 4 at a time where n is at most 4.
     let kernel = match (one, one_tile, crate::mma::split_rows_a_block(n)) {
         (true, true, _) if four_in_flight(w.cols()) => "tf_moe_mma_mlx4_split_r1_x4_one_d4",
-        (true, true, _) if twelve_an_sm() => "tf_moe_mma_mlx4_split_r1_x4_one_lb12",
         (true, true, _) => "tf_moe_mma_mlx4_split_r1_x4_one",
         (true, false, _) => "tf_moe_mma_mlx4_split_x4_one",
         (false, true, 4) if four_in_flight(w.cols()) => "tf_moe_mma_mlx4_split_r1_x4_d4",
@@ -680,13 +678,6 @@ pub(crate) fn expert_matmul_split(
     // tiles made for this shape; every group lies within the `slots` rows of the split (its
     // row 0 for the picks) and of y checked above, and a pick's expert is < n_experts or -1.
     unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
-}
-
-/// Whether one-token one-tile expert products take the entry held to 40 registers, 12 blocks
-/// an SM (`TF_CUDA_MOE_LB=1`, to measure): the same code, so the same bits.
-fn twelve_an_sm() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MOE_LB").is_ok_and(|v| v == "1"))
 }
 
 /// Whether a one-tile expert product (of at most four rows an expert) of `cols` columns takes
