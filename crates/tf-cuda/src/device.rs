@@ -20,10 +20,10 @@ pub(crate) fn low_sides() -> Option<u32> {
     static LOW: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *LOW.get_or_init(|| {
         let v = std::env::var("TF_CUDA_LOW_SIDES").ok()?;
-        let ks = v
+        let mut ks = v
             .split(',')
             .map(|k| k.trim().parse::<u32>().ok().filter(|&k| k < 32));
-        ks.map(|k| k.map(|k| 1u32 << k)).sum()
+        ks.try_fold(0u32, |bits, k| k.map(|k| bits | 1 << k))
     })
 }
 

@@ -87,7 +87,6 @@ impl Round {
         let pdl = !std::env::var("TF_CUDA_PDL").is_ok_and(|v| v == "0");
         // SAFETY: a graph we own, not yet instantiated.
         round.edges = unsafe { follow_edges(round.graph, pdl) }?;
-        // SAFETY: a complete graph; the executable is destroyed with the round.
         // With stream priorities (TF_CUDA_LOW_SIDES), each kernel keeps its capture stream's.
         let flags = match crate::device::low_sides() {
             Some(_) => {
@@ -96,6 +95,7 @@ impl Round {
             }
             None => 0,
         };
+        // SAFETY: a complete graph; the executable is destroyed with the round.
         unsafe { sys::cuGraphInstantiateWithFlags(&mut round.exec, round.graph, flags) }
             .result()
             .map_err(drv("instantiating the round's graph"))?;
