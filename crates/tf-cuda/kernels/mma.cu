@@ -307,7 +307,8 @@ __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
 // of `rows` rows whose tiles' codes are at wq and scale pairs at sb; KW warps along the groups, two
 // groups' loads in turn so one is in flight while the other is multiplied (DEPTH > 2: DEPTH
-// groups' loads in flight, a ring of DEPTH; the same groups in the same order, so the same sums). STAGED: the block
+// groups' loads in flight, a ring of DEPTH; the same groups in the same order, so the same
+// sums; DEPTH 2 keeps its own loop, the SASS every product has run). STAGED: the block
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
