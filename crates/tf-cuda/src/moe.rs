@@ -434,6 +434,56 @@ fn route_lead() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_ROUTE_LEAD").map_or(true, |v| v != "0"))
 }
 
+/// Where each expert's bytes lie in a stack of `n_experts` experts of `rows` rows and `cols`
+/// columns in the mma tiles (`layout`): (codes an expert, where the scale pairs start, pairs an
+/// expert), expert e's codes at e times the first and its pairs at the second plus e times the
+/// third; `None` in the rows layout.
+pub(crate) fn expert_spans(
+    layout: crate::weights::Layout,
+    rows: usize,
+    n_experts: usize,
+    cols: usize,
+) -> Option<(u64, u64, u64)> {
+    if layout == crate::weights::Layout::Rows {
+        return None;
+    }
+    let spans = crate::weights::row_spans(layout, 0, rows * n_experts, cols, 0..rows);
+    let [codes, pairs] = spans.as_slice() else {
+        return None;
+    };
+    (codes.start == 0).then_some((codes.len() as u64, pairs.start as u64, pairs.len() as u64))
+}
+
+/// Asks L2 (on the prefetch stream, [`crate::l2`]) for the bytes of the experts in `w` a
+/// one-token round's [`route`] just picked, while the products before `w`'s run; nothing for
+/// other rounds or the rows layout. A prefetch writes nothing: the same bits.
+pub fn prefetch_picked(gpu: &Gpu, w: &GpuExperts, buf: &MoeBuffers) -> Result<()> {
+    let (n, k, e) = buf.routed()?;
+    let m = w.matrix();
+    let Some((codes, pairs_at, pairs)) = expert_spans(m.layout(), w.rows(), e, w.cols()) else {
+        return Ok(());
+    };
+    if n != 1 || w.n_experts() != e {
+        return Ok(());
+    }
+    let bytes = k * (codes + pairs) as usize;
+    let cfg = LaunchConfig {
+        grid_dim: (crate::l2::blocks(bytes, gpu.info().multiprocessors), 1, 1),
+        block_dim: (crate::l2::THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let k_ = k as i32;
+    gpu.beside_l2(|| {
+        let mut b = gpu.launcher("tf_moe_l2_prefetch_picks")?;
+        b.arg(m.bytes()).arg(&buf.experts).arg(&k_);
+        b.arg(&codes).arg(&pairs_at).arg(&pairs).arg(&crate::l2::PIECE);
+        // SAFETY: (u8*, i32*, i32, u64 x3, u32); the routing wrote k picks, each an expert
+        // < e or -1, and expert e's codes and pairs lie in the stack's bytes (expert_spans);
+        // the kernel reads the picks and only asks L2 for those bytes.
+        unsafe { b.go(cfg, "launching the picked experts' L2 prefetch") }
+    })
+}
+
 /// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
 pub fn experts_with(
     gpu: &Gpu,
