@@ -21,15 +21,6 @@ __device__ __forceinline__ void tf_l2_range(const u8* p, u64 bytes, u32 chunk, u
         tf_l2_ask(p + at, (u32)(bytes - at < chunk ? bytes - at : chunk));
 }
 
-// The pieces of `bytes` bytes at p that thread t of `threads` asks for when `before` pieces of
-// other ranges came first in the grid's turn (so a call's pieces spread over every thread).
-__device__ __forceinline__ void tf_l2_range_after(const u8* p, u64 bytes, u32 chunk, u64 t,
-                                                  u64 threads, u64 before) {
-    bytes &= ~15ull;
-    for (u64 q = (t + threads - before % threads) % threads; q * chunk < bytes; q += threads)
-        tf_l2_ask(p + q * chunk, (u32)(bytes - q * chunk < chunk ? bytes - q * chunk : chunk));
-}
-
 // Up to four ranges (`n_i` bytes at `p_i`; 0 for none) over the grid's threads. The asks go
 // before the wait: they read nothing another kernel writes.
 extern "C" __global__ void tf_l2_prefetch(const u8* p0, const u8* p1, const u8* p2, const u8* p3,
@@ -40,23 +31,4 @@ extern "C" __global__ void tf_l2_prefetch(const u8* p0, const u8* p1, const u8* 
     tf_l2_range(p2, n2, chunk, t, threads);
     tf_l2_range(p3, n3, chunk, t, threads);
     tf_follow();
-}
-
-// The bytes of the experts a one-token round picked in a stack in the mma tiles (src/moe.rs,
-// prefetch_picked): pick j's expert e = picks[j] (-1: none) holds `codes` bytes at w + e codes
-// and `pairs` bytes at w + pairs_at + e pairs. The routing just before wrote the picks, hence
-// the wait first.
-extern "C" __global__ void tf_moe_l2_prefetch_picks(const u8* w, const int* picks, int k,
-                                                    u64 codes, u64 pairs_at, u64 pairs,
-                                                    u32 chunk) {
-    tf_follow();
-    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x, threads = (u64)gridDim.x * blockDim.x;
-    const u64 per = ((codes & ~15ull) + chunk - 1) / chunk + ((pairs & ~15ull) + chunk - 1) / chunk;
-    for (int j = 0; j < k; j++) {
-        const int e = picks[j];
-        if (e < 0) continue;
-        tf_l2_range_after(w + e * codes, codes, chunk, t, threads, j * per);
-        tf_l2_range_after(w + pairs_at + e * pairs, pairs, chunk, t, threads,
-                          j * per + ((codes & ~15ull) + chunk - 1) / chunk);
-    }
 }

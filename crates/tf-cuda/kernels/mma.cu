@@ -306,14 +306,12 @@ __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
 
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
 // of `rows` rows whose tiles' codes are at wq and scale pairs at sb; KW warps along the groups, two
-// groups' loads in turn so one is in flight while the other is multiplied (DEPTH > 2: DEPTH
-// groups' loads in flight, a ring of DEPTH; the same groups in the same order, so the same
-// sums; DEPTH 2 keeps its own loop, the SASS every product has run). STAGED: the block
+// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
 // xp and xsum (x unused).
-template <int RT, int KW, int STAGED, int PLANT, int F, class SB, int DEPTH = 2>
+template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const SB* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
@@ -368,28 +366,14 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         for (int o = 0; o < 2 * F; o++) yacc[r][o] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    if constexpr (DEPTH == 2) {
-        TfMmaGroup<RT, F, SB> a, b;
-        if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
-        for (int i = 0; i < steps; i += 2) {
-            if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
-            tf_mma_step<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
-            if (i + 1 >= steps) break;
-            if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
-            tf_mma_step<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
-        }
-    } else {
-        TfMmaGroup<RT, F, SB> d[DEPTH];
-#pragma unroll
-        for (int j = 0; j < DEPTH; j++)
-            if (j < steps) tf_mma_load<RT, KW, F, STAGED == 2>(d[j], wp, sp, xs);
-        for (int i0 = 0; i0 < steps; i0 += DEPTH)
-#pragma unroll
-            for (int j = 0; j < DEPTH; j++) {
-                if (i0 + j >= steps) break;
-                tf_mma_step<RT, KW, STAGED, PLANT, F>(d[j], xr, mask, n, yacc);
-                if (i0 + j + DEPTH < steps) tf_mma_load<RT, KW, F, STAGED == 2>(d[j], wp, sp, xs);
-            }
+    TfMmaGroup<RT, F, SB> a, b;
+    if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
+    for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
+        tf_mma_step<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
+        if (i + 1 >= steps) break;
+        if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
+        tf_mma_step<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll

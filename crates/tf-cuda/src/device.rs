@@ -14,19 +14,6 @@ use std::time::{Duration, Instant};
 /// Oldest compute capability the kernels are built for (warp shuffles with widths, fp16 cvt).
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 0);
 
-/// `TF_CUDA_LOW_SIDES=K,...` (to measure): the side streams to run at the least priority, as
-/// bits (the rest, and the main stream, at the greatest; the round's graph keeps them).
-pub(crate) fn low_sides() -> Option<u32> {
-    static LOW: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    *LOW.get_or_init(|| {
-        let v = std::env::var("TF_CUDA_LOW_SIDES").ok()?;
-        let mut ks = v
-            .split(',')
-            .map(|k| k.trim().parse::<u32>().ok().filter(|&k| k < 32));
-        ks.try_fold(0u32, |bits, k| k.map(|k| bits | 1 << k))
-    })
-}
-
 /// Side streams a [`Gpu`] has for [`Gpu::beside`]; the last is [`L2_STREAM`].
 pub const SIDE_STREAMS: usize = 3;
 
@@ -262,28 +249,13 @@ impl Gpu {
         // One stream, ordered launches: the driver-side event tracking is not needed.
         // SAFETY: no other stream uses this context's buffers.
         unsafe { ctx.disable_event_tracking() };
-        // A created stream (not the legacy default stream): graph capture needs one. With
-        // `TF_CUDA_LOW_SIDES` (to measure), the main stream and the side streams it does not
-        // list run at the greatest priority, those it lists at the least.
-        let low = low_sides();
-        let (least, greatest) = match low {
-            Some(_) => cudarc::driver::result::stream::get_priority_range()
-                .map_err(drv("reading the stream priorities"))?,
-            None => (0, 0),
-        };
-        let make = |p: i32| match low {
-            Some(_) => ctx.new_stream_with_priority(p),
-            None => ctx.new_stream(),
-        };
-        let stream = make(greatest).map_err(drv("creating a stream"))?;
+        // A created stream (not the legacy default stream): graph capture needs one.
+        let stream = ctx.new_stream().map_err(drv("creating a stream"))?;
         let side_off = std::env::var("TF_CUDA_SIDE_STREAM").is_ok_and(|v| v == "0");
         let side = match side_off {
             true => Vec::new(),
             false => (0..SIDE_STREAMS)
-                .map(|k| {
-                    let lowered = low.is_some_and(|l| l & (1 << k) != 0);
-                    make(if lowered { least } else { greatest }).map_err(drv("creating a stream"))
-                })
+                .map(|_| ctx.new_stream().map_err(drv("creating a stream")))
                 .collect::<Result<_>>()?,
         };
         let arch = format!("compute_{}{}", cc.0, cc.1);

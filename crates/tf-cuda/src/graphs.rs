@@ -87,16 +87,8 @@ impl Round {
         let pdl = !std::env::var("TF_CUDA_PDL").is_ok_and(|v| v == "0");
         // SAFETY: a graph we own, not yet instantiated.
         round.edges = unsafe { follow_edges(round.graph, pdl) }?;
-        // With stream priorities (TF_CUDA_LOW_SIDES), each kernel keeps its capture stream's.
-        let flags = match crate::device::low_sides() {
-            Some(_) => {
-                sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0
-                    as u64
-            }
-            None => 0,
-        };
         // SAFETY: a complete graph; the executable is destroyed with the round.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut round.exec, round.graph, flags) }
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut round.exec, round.graph, 0) }
             .result()
             .map_err(drv("instantiating the round's graph"))?;
         Ok(round)

@@ -5,13 +5,11 @@
 //!
 //! `TF_CUDA_L2` picks where Nemotron-H prefetches in one-row rounds: a comma list of `within`
 //! (a mixer's later products: Mamba's out_proj, attention's o), `next` (the next layer's first
-//! products on the path, during its norm: `Layer::first_products`), and, to measure, `experts`
-//! (a MoE layer's picked experts' down matrices, after the routing: `moe::prefetch_picked`) and
-//! `fc2` (a latent MoE's fc2, after the routing). Unset means `within,next`, `0` none. Sites
-//! measured slower or even and dropped (docs/perf.md): the next layer's first products asked
-//! for before the last product of the layer before (sessions 29 and 45), a latent MoE's fc2
-//! during the combine (33) or by the norm (45). Session 29's `experts` asked for the experts'
-//! bytes in the rows layout's places, not the mma tiles' (their codes, then their pairs).
+//! products on the path, during its norm: `Layer::first_products`). Unset means `within,next`,
+//! `0` none. Sites measured slower or even and dropped (docs/perf.md): the next layer's first
+//! products asked for before the last product of the layer before (sessions 29 and 45), the
+//! routed experts' down matrices after the routing (29, and 47 in the mma tiles' places), a
+//! latent MoE's fc2 anywhere in its layer (33, 45 and 47).
 
 use crate::device::Gpu;
 use crate::error::Result;
@@ -20,7 +18,7 @@ use cudarc::driver::{CudaView, LaunchConfig};
 use std::ops::Range;
 
 /// Kernel entry points defined in kernels/l2.cu.
-pub const KERNEL_NAMES: [&str; 2] = ["tf_l2_prefetch", "tf_moe_l2_prefetch_picks"];
+pub const KERNEL_NAMES: [&str; 1] = ["tf_l2_prefetch"];
 
 /// Threads a block of the prefetch kernels, a piece each: a 16 MB ask takes 8 SMs' bulk copy
 /// engines. 16 to 64 threads (more SMs) and 256 or 512 (fewer) measured slower (docs/perf.md,
@@ -43,10 +41,6 @@ pub struct Sites {
     pub within: bool,
     /// The next layer's first products, during its norm.
     pub next: bool,
-    /// A MoE layer's picked experts' down matrices, after the routing.
-    pub experts: bool,
-    /// A latent MoE's fc2, after the routing (and the experts' asks).
-    pub fc2: bool,
 }
 
 impl Sites {
@@ -57,8 +51,6 @@ impl Sites {
         Sites {
             within: on("within"),
             next: on("next"),
-            experts: on("experts"),
-            fc2: on("fc2"),
         }
     }
 
@@ -70,8 +62,6 @@ impl Sites {
         Sites {
             within: s.within && n == 1,
             next: s.next && n == 1,
-            experts: s.experts && n == 1,
-            fc2: s.fc2 && n == 1,
         }
     }
 }

@@ -54,7 +54,7 @@ pub fn probe_kernel_names() -> impl Iterator<Item = &'static str> {
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 19] = [
+pub const TILE_READERS: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -70,10 +70,8 @@ pub const TILE_READERS: [&str; 19] = [
     "tf_moe_mma_mlx4_split_r1",
     "tf_moe_mma_mlx4_split_x4",
     "tf_moe_mma_mlx4_split_r1_x4",
-    "tf_moe_mma_mlx4_split_r1_x4_d4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
-    "tf_moe_mma_mlx4_split_r1_x4_one_d4",
 ];
 
 /// The `_b16` twins' names.

@@ -38,10 +38,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_r1",
     "tf_moe_mma_mlx4_split_x4",
     "tf_moe_mma_mlx4_split_r1_x4",
-    "tf_moe_mma_mlx4_split_r1_x4_d4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
-    "tf_moe_mma_mlx4_split_r1_x4_one_d4",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -434,56 +432,6 @@ fn route_lead() -> bool {
     *ON.get_or_init(|| std::env::var("TF_CUDA_ROUTE_LEAD").map_or(true, |v| v != "0"))
 }
 
-/// Where each expert's bytes lie in a stack of `n_experts` experts of `rows` rows and `cols`
-/// columns in the mma tiles (`layout`): (codes an expert, where the scale pairs start, pairs an
-/// expert), expert e's codes at e times the first and its pairs at the second plus e times the
-/// third; `None` in the rows layout.
-pub(crate) fn expert_spans(
-    layout: crate::weights::Layout,
-    rows: usize,
-    n_experts: usize,
-    cols: usize,
-) -> Option<(u64, u64, u64)> {
-    if layout == crate::weights::Layout::Rows {
-        return None;
-    }
-    let spans = crate::weights::row_spans(layout, 0, rows * n_experts, cols, 0..rows);
-    let [codes, pairs] = spans.as_slice() else {
-        return None;
-    };
-    (codes.start == 0).then_some((codes.len() as u64, pairs.start as u64, pairs.len() as u64))
-}
-
-/// Asks L2 (on the prefetch stream, [`crate::l2`]) for the bytes of the experts in `w` a
-/// one-token round's [`route`] just picked, while the products before `w`'s run; nothing for
-/// other rounds or the rows layout. A prefetch writes nothing: the same bits.
-pub fn prefetch_picked(gpu: &Gpu, w: &GpuExperts, buf: &MoeBuffers) -> Result<()> {
-    let (n, k, e) = buf.routed()?;
-    let m = w.matrix();
-    let Some((codes, pairs_at, pairs)) = expert_spans(m.layout(), w.rows(), e, w.cols()) else {
-        return Ok(());
-    };
-    if n != 1 || w.n_experts() != e {
-        return Ok(());
-    }
-    let bytes = k * (codes + pairs) as usize;
-    let cfg = LaunchConfig {
-        grid_dim: (crate::l2::blocks(bytes, gpu.info().multiprocessors), 1, 1),
-        block_dim: (crate::l2::THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let k_ = k as i32;
-    gpu.beside_l2(|| {
-        let mut b = gpu.launcher("tf_moe_l2_prefetch_picks")?;
-        b.arg(m.bytes()).arg(&buf.experts).arg(&k_);
-        b.arg(&codes).arg(&pairs_at).arg(&pairs).arg(&crate::l2::PIECE);
-        // SAFETY: (u8*, i32*, i32, u64 x3, u32); the routing wrote k picks, each an expert
-        // < e or -1, and expert e's codes and pairs lie in the stack's bytes (expert_spans);
-        // the kernel reads the picks and only asks L2 for those bytes.
-        unsafe { b.go(cfg, "launching the picked experts' L2 prefetch") }
-    })
-}
-
 /// [`experts`], with `plant` running the planted row-count-dependent matmul (q4_1 only).
 pub fn experts_with(
     gpu: &Gpu,
@@ -707,10 +655,8 @@ pub(crate) fn expert_matmul_split(
     cfg.shared_mem_bytes = 0;
     // An expert takes at most n rows of a round: its rows 4 at a time where n is at most 4.
     let kernel = match (one, one_tile, crate::mma::split_rows_a_block(n)) {
-        (true, true, _) if four_in_flight(w.cols()) => "tf_moe_mma_mlx4_split_r1_x4_one_d4",
         (true, true, _) => "tf_moe_mma_mlx4_split_r1_x4_one",
         (true, false, _) => "tf_moe_mma_mlx4_split_x4_one",
-        (false, true, 4) if four_in_flight(w.cols()) => "tf_moe_mma_mlx4_split_r1_x4_d4",
         (false, true, 4) => "tf_moe_mma_mlx4_split_r1_x4",
         (false, true, _) => "tf_moe_mma_mlx4_split_r1",
         (false, false, 4) => "tf_moe_mma_mlx4_split_x4",
@@ -728,20 +674,6 @@ pub(crate) fn expert_matmul_split(
     // tiles made for this shape; every group lies within the `slots` rows of the split (its
     // row 0 for the picks) and of y checked above, and a pick's expert is < n_experts or -1.
     unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
-}
-
-/// Whether a one-tile expert product (of at most four rows an expert) of `cols` columns takes
-/// the entry with four groups' loads a warp in flight (to measure: `TF_CUDA_MOE_DEPTH=4` every
-/// such product, `=wide` those of at least 2,048 columns): the same groups in the same order,
-/// the same bits.
-fn four_in_flight(cols: usize) -> bool {
-    static ON: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let from = ON.get_or_init(|| match std::env::var("TF_CUDA_MOE_DEPTH").as_deref() {
-        Ok("4") => Some(0),
-        Ok("wide") => Some(2048),
-        _ => None,
-    });
-    from.is_some_and(|f| cols >= f)
 }
 
 /// [`relu2`] of `slots` rows of `width`, the rows also split into `s`.

@@ -4,32 +4,22 @@
 //! long) must fail the same checks. Skipped, with a message, without a C++ compiler.
 
 use super::{blocks, Sites, PIECE};
-use crate::weights::{row_spans, Layout};
 
 #[test]
 fn sites_parse_unset_as_both_zero_as_none_and_lists() {
     let none = Sites {
         within: false,
         next: false,
-        experts: false,
-        fc2: false,
     };
     let both = Sites {
         within: true,
         next: true,
-        ..none
     };
     assert_eq!(Sites::parse(None), both);
     assert_eq!(Sites::parse(Some("within, next")), both);
     assert_eq!(Sites::parse(Some("0")), none);
     assert_eq!(Sites::parse(Some("next")), Sites { next: true, ..none });
     assert_eq!(Sites::parse(Some("within,next,early")), both);
-    let all = Sites {
-        experts: true,
-        fc2: true,
-        ..both
-    };
-    assert_eq!(Sites::parse(Some("within,next,experts,fc2")), all);
 }
 
 #[test]
@@ -70,37 +60,12 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// `CHUNK BLOCKS CODES PAIRS_AT PAIRS PICK...`: tf_moe_l2_prefetch_picks over a stack at 1 << 40.
-const MAIN_PICKS: &str = r#"
-int main(int argc, char** argv) {
-    if (argc < 7) return 2;
-    const u8* w = (const u8*)(uintptr_t)(1ull << 40);
-    const u32 chunk = (u32)std::stoul(argv[1]);
-    const unsigned blocks = (unsigned)std::stoul(argv[2]);
-    const u64 codes = std::stoull(argv[3]), pairs_at = std::stoull(argv[4]);
-    const u64 pairs = std::stoull(argv[5]);
-    std::vector<int> picks;
-    for (int i = 6; i < argc; i++) picks.push_back(std::stoi(argv[i]));
-    const int* p = picks.data();
-    const int k = (int)picks.size();
-    tf_launch(D3{blocks, 1, 1}, 128, 0, [=] {
-        tf_moe_l2_prefetch_picks(w, p, k, codes, pairs_at, pairs, chunk);
-    });
-    for (auto& a : tf_asks) std::printf("%llu %u\n", a.first, a.second);
-    return 0;
-}
-"#;
-
-fn source_with(kernels: &str, main: &str) -> String {
+fn source(kernels: &str) -> String {
     format!(
-        "{}\n{}\n{HARNESS}\n{kernels}\n{main}",
+        "{}\n{}\n{HARNESS}\n{kernels}\n{MAIN}",
         crate::host_cxx::SIMT_PRELUDE,
         crate::host_cxx::common()
     )
-}
-
-fn source(kernels: &str) -> String {
-    source_with(kernels, MAIN)
 }
 
 /// The asks of one run, as (address, bytes).
@@ -176,56 +141,4 @@ fn kernel_asks_for_every_wanted_byte_once_and_a_planted_one_is_caught() {
     let planted = source(&kernels.replace(from, to));
     let (_, exe) = crate::host_cxx::build(&cxx, "l2_plant", &planted);
     assert!(check(&exe).is_err(), "planted `{to}` went uncaught");
-}
-
-/// The picks kernel's check: Ok only if it asks, for each pick but -1, its expert's codes and
-/// pairs ([`crate::moe::expert_spans`] of Bolt's down stack), every byte once, nothing else.
-fn check_picks(exe: &std::path::Path) -> Result<(), String> {
-    let (layout, rows, n, cols) = (Layout::MmaTilesB16, 1_024, 240, 2_688);
-    let (codes, pairs_at, pairs) = crate::moe::expert_spans(layout, rows, n, cols).unwrap();
-    let (chunk, picks) = (16_384u64, [7i64, 239, -1, 0, 118]);
-    let mut args = vec![chunk.to_string(), "2".into()];
-    args.extend([codes, pairs_at, pairs].iter().map(|v| v.to_string()));
-    args.extend(picks.iter().map(|v| v.to_string()));
-    let base = 1u64 << 40;
-    let want: Vec<_> = picks
-        .iter()
-        .filter(|&&e| e >= 0)
-        .flat_map(|&e| {
-            let e = e as u64;
-            [(base + e * codes, codes), (base + pairs_at + e * pairs, pairs)]
-        })
-        .collect();
-    covers(asks(exe, &args), &want, chunk)
-}
-
-#[test]
-fn expert_spans_are_each_experts_row_spans() {
-    let (rows, n, cols) = (1_024, 5, 2_688);
-    for layout in [Layout::MmaTiles, Layout::MmaTilesB16] {
-        let (codes, at, pairs) = crate::moe::expert_spans(layout, rows, n, cols).unwrap();
-        let (codes, at, pairs) = (codes as usize, at as usize, pairs as usize);
-        for e in 0..n {
-            let want = vec![e * codes..(e + 1) * codes, at + e * pairs..at + (e + 1) * pairs];
-            let spans = row_spans(layout, 0, rows * n, cols, e * rows..(e + 1) * rows);
-            assert_eq!(spans, want, "{layout:?} expert {e}");
-        }
-    }
-    assert_eq!(crate::moe::expert_spans(Layout::Rows, rows, n, cols), None);
-}
-
-#[test]
-fn picks_kernel_asks_for_the_picked_experts_once_and_a_planted_one_is_caught() {
-    let Some(cxx) = crate::host_cxx::compiler() else {
-        return;
-    };
-    let kernels = include_str!("../../kernels/l2.cu");
-    let (_, exe) = crate::host_cxx::build(&cxx, "l2_picks", &source_with(kernels, MAIN_PICKS));
-    check_picks(&exe).unwrap_or_else(|e| panic!("{e}"));
-    // Session 29's mistake: an expert's pairs where the rows layout would have them.
-    let (from, to) = ("w + pairs_at + e * pairs", "w + pairs_at + e * codes");
-    assert!(kernels.contains(from), "l2.cu lost `{from}`");
-    let planted = source_with(&kernels.replace(from, to), MAIN_PICKS);
-    let (_, exe) = crate::host_cxx::build(&cxx, "l2_picks_plant", &planted);
-    assert!(check_picks(&exe).is_err(), "planted `{to}` went uncaught");
 }

@@ -247,13 +247,6 @@ pub(super) fn moe(
     }
     ops::matmul_of(g, &m.gate, &ws.h, ws.hs.as_ref(), n, &mut ws.gates)?;
     moe::route(g, &m.routing, &ws.gates, &m.correction, n, buf)?;
-    let sites = l2::Sites::for_rows(n);
-    if sites.experts {
-        moe::prefetch_picked(g, &m.experts.down, buf)?;
-    }
-    if let Some((_, fc2)) = m.latent.as_ref().filter(|_| sites.fc2) {
-        l2::prefetch_whole(g, &[fc2])?;
-    }
     let (xe, xe_split) = match &m.latent {
         Some(_) => {
             g.join_side(FC1)?;
