@@ -21,7 +21,7 @@ use std::ops::Range;
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 21] = [
+pub const KERNEL_NAMES: [&str; 23] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -34,6 +34,8 @@ pub const KERNEL_NAMES: [&str; 21] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
+    SPLIT_KERNELS_X4_D4[0],
+    SPLIT_KERNELS_X4_D4[1],
     "tf_mma_split",
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
@@ -54,7 +56,7 @@ pub fn probe_kernel_names() -> impl Iterator<Item = &'static str> {
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 17] = [
+pub const TILE_READERS: [&str; 19] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -64,6 +66,8 @@ pub const TILE_READERS: [&str; 17] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
+    SPLIT_KERNELS_X4_D4[0],
+    SPLIT_KERNELS_X4_D4[1],
     "tf_moe_mma_mlx4",
     "tf_moe_mma_mlx4_staged",
     "tf_moe_mma_mlx4_split",
@@ -95,6 +99,19 @@ pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_sp
 /// four rows (the same bits).
 pub const SPLIT_KERNELS_X4: [&str; 2] = ["tf_mma_mlx4_r1_split_x4", "tf_mma_mlx4_r2_split_x4"];
 
+/// [`SPLIT_KERNELS_X4`] with four groups' loads a warp in flight, not two (to measure:
+/// `TF_CUDA_MMA_DEPTH=4`): the same groups in the same order, the same bits.
+pub const SPLIT_KERNELS_X4_D4: [&str; 2] = [
+    "tf_mma_mlx4_r1_split_x4_d4",
+    "tf_mma_mlx4_r2_split_x4_d4",
+];
+
+/// Whether the four-row split products take [`SPLIT_KERNELS_X4_D4`] (`TF_CUDA_MMA_DEPTH=4`).
+fn four_in_flight() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_DEPTH").is_ok_and(|v| v == "4"))
+}
+
 /// x rows a block of the split products for a call of `n` rows: 4 ([`SPLIT_KERNELS_X4`]) where
 /// `n` is at most 4, else 8.
 pub(crate) fn split_rows_a_block(n: usize) -> usize {
@@ -108,6 +125,7 @@ pub(crate) fn split_rows_a_block(n: usize) -> usize {
 /// The split product [`matmul_split_with`] launches for `rt` (1 or 2) tiles a block and `n` rows.
 pub fn split_kernel(rt: usize, n: usize) -> &'static str {
     let kernels = match split_rows_a_block(n) {
+        4 if four_in_flight() => SPLIT_KERNELS_X4_D4,
         4 => SPLIT_KERNELS_X4,
         _ => SPLIT_KERNELS,
     };

@@ -98,12 +98,18 @@ fn harness() -> String {
             "    tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ {kernel}(x.data(), parts.data(), sums.data(), n, cols); }});\n"
         )
     };
+    // xr 4: the four-row products; 5: the same with four groups in flight (_d4).
     let product_of = |rt: usize, xr: usize, suffix: &str, tiles: &str| {
+        let k = match xr {
+            4 => SPLIT_KERNELS_X4,
+            5 => SPLIT_KERNELS_X4_D4,
+            _ => SPLIT_KERNELS,
+        }[rt - 1];
         format!(
             "    tf_launch(D3{{(unsigned)((rows + {t} - 1) / {t}), (unsigned)((n + {xr} - 1) / {xr}), 1}}, {threads}, 0, [&] {{ {k}{suffix}({tiles}.data(), parts.data(), sums.data(), y.data(), n, rows, cols, 0, (rows + 15) / 16); }});\n\
              \x20   fwrite(y.data(), 4, y.size(), fo);\n",
             t = 16 * rt,
-            k = if xr == 4 { SPLIT_KERNELS_X4 } else { SPLIT_KERNELS }[rt - 1],
+            xr = xr.min(4),
             threads = 32 * WARPS,
         )
     };
@@ -131,6 +137,8 @@ fn harness() -> String {
         spans(1, 8, whole),
         spans(2, 4, whole),
         spans(1, 4, "(rows + 15) / 16 - 1"),
+        product(1, 5),
+        product(2, 5),
         split(PLANT_SPLIT_SUMS),
         product(1, 8),
     ] {
@@ -149,6 +157,8 @@ fn harness() -> String {
         compact(2, 8),
         compact(1, 4),
         compact(2, 4),
+        compact(1, 5),
+        compact(2, 5),
     ] {
         calls.push_str(&part);
     }
@@ -224,8 +234,8 @@ fn emulate(
         .map(<[f32]>::to_vec)
         .collect();
     let wide = [0, 4].map(|at| u32::from_le_bytes(wide[at..at + 4].try_into().unwrap()));
-    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 14);
-    let (ys, compact) = ys.split_at(Choice::ALL.len() + 9);
+    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 18);
+    let (ys, compact) = ys.split_at(Choice::ALL.len() + 11);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.to_vec(),
@@ -260,8 +270,9 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
     };
     let (dir, exe) = host_cxx::build(&cxx, "mma", &harness());
     let mut rng = Rng::new(0x3a3a_0001);
-    // 40 rows: a partial tile; 256 columns: 4 groups, fewer than the block's warps.
-    for (rows, cols, group) in [(40, 256, 64), (32, 2048, 128)] {
+    // 40 rows: a partial tile; 256 columns: 4 groups, fewer than the block's warps; 5,120
+    // columns: five groups a warp, so a ring of four wraps and one of two ends half full.
+    for (rows, cols, group) in [(40, 256, 64), (32, 5120, 128)] {
         let hw = HostWeights::random_mlx(4, group, FloatType::BF16, rows, cols, &mut rng);
         let src = device_bytes(&hw.packed())
             .expect("rows layout")
@@ -320,9 +331,13 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
                 host_cxx::differing(&run.ys[at + 6], &base[rows_of.clone()]),
                 0
             );
+            // Four groups in flight: the same bits.
+            for (k, y) in SPLIT_KERNELS_X4_D4.iter().zip(&run.ys[at + 7..at + 9]) {
+                assert_eq!(host_cxx::differing(y, &base[rows_of.clone()]), 0, "{k}");
+            }
             // Control: the planted split's sums (f32 from x) change the bits.
             assert_ne!(
-                host_cxx::differing(&run.ys[at + 7], &base[rows_of.clone()]),
+                host_cxx::differing(&run.ys[at + 9], &base[rows_of.clone()]),
                 0
             );
             // The compact tiles: every choice and split product the bits of the f32 pairs'.
@@ -331,15 +346,15 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
                 let d = host_cxx::differing(y, &base[rows_of.clone()]);
                 assert_eq!(d, 0, "{rows}x{cols} {c:?} of the compact tiles");
             }
-            let split = &compact[Choice::ALL.len()..Choice::ALL.len() + 4];
+            let split = &compact[Choice::ALL.len()..Choice::ALL.len() + 6];
             let kernels = SPLIT_KERNELS.iter().chain(&SPLIT_KERNELS_X4);
-            for (k, y) in kernels.zip(split) {
+            for (k, y) in kernels.chain(&SPLIT_KERNELS_X4_D4).zip(split) {
                 let d = host_cxx::differing(y, &base[rows_of.clone()]);
                 assert_eq!(d, 0, "{rows}x{cols} {k}_b16");
             }
             // Control: the pairs' halves swapped change the bits.
             assert_ne!(
-                host_cxx::differing(&compact[Choice::ALL.len() + 4], &base[rows_of]),
+                host_cxx::differing(&compact[Choice::ALL.len() + 6], &base[rows_of]),
                 0
             );
         }
