@@ -106,10 +106,12 @@ pub const SPLIT_KERNELS_X4_D4: [&str; 2] = [
     "tf_mma_mlx4_r2_split_x4_d4",
 ];
 
-/// Whether the four-row split products take [`SPLIT_KERNELS_X4_D4`] (`TF_CUDA_MMA_DEPTH=4`).
-fn four_in_flight() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_MMA_DEPTH").is_ok_and(|v| v == "4"))
+/// Whether the four-row split products of `rt` tiles a block take [`SPLIT_KERNELS_X4_D4`]
+/// (`TF_CUDA_MMA_DEPTH=4` both, `=r1` or `=r2` one).
+fn four_in_flight(rt: usize) -> bool {
+    static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let v = ON.get_or_init(|| std::env::var("TF_CUDA_MMA_DEPTH").unwrap_or_default());
+    v == "4" || *v == format!("r{rt}")
 }
 
 /// x rows a block of the split products for a call of `n` rows: 4 ([`SPLIT_KERNELS_X4`]) where
@@ -125,7 +127,7 @@ pub(crate) fn split_rows_a_block(n: usize) -> usize {
 /// The split product [`matmul_split_with`] launches for `rt` (1 or 2) tiles a block and `n` rows.
 pub fn split_kernel(rt: usize, n: usize) -> &'static str {
     let kernels = match split_rows_a_block(n) {
-        4 if four_in_flight() => SPLIT_KERNELS_X4_D4,
+        4 if four_in_flight(rt.clamp(1, 2)) => SPLIT_KERNELS_X4_D4,
         4 => SPLIT_KERNELS_X4,
         _ => SPLIT_KERNELS,
     };
