@@ -449,8 +449,8 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 2)
 // from .. to - 1 (from a multiple of RT; to one too, or the last tile), RT at a time, the
 // block bx taking from + RT bx, then every RT gridDim.x after: a tile's outputs the same
 // whichever block takes it, so a product may run as spans, or on fewer blocks than tiles.
-// DEPTH: a warp's groups' loads in flight (tf_mma_body; to measure, `_d4`: TF_CUDA_MMA_DEPTH,
-// src/mma.rs).
+// DEPTH: a warp's groups' loads in flight (tf_mma_body; to measure, `_d4` and `_d1`:
+// TF_CUDA_MMA_DEPTH, src/mma.rs).
 #define TF_MMA_SPLIT_ENTRY_DEPTH(NAME, RT, F, SB, PLANT, DEPTH)                                \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
@@ -473,6 +473,8 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4_d4, 1, 1, 4)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4_d4, 2, 1, 4)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4_d1, 1, 1, 1)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4_d1, 2, 1, 1)
 
 // tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), and fewer of them, for
 // tf-cuda-mmbench: launched as it is, their y meaningless.

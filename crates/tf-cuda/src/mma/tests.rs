@@ -98,11 +98,13 @@ fn harness() -> String {
             "    tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ {kernel}(x.data(), parts.data(), sums.data(), n, cols); }});\n"
         )
     };
-    // xr 4: the four-row products; 5: the same with four groups in flight (_d4).
+    // xr 4: the four-row products; 5 and 6: the same with four groups in flight (_d4) and one
+    // (_d1).
     let product_of = |rt: usize, xr: usize, suffix: &str, tiles: &str| {
         let k = match xr {
             4 => SPLIT_KERNELS_X4,
             5 => SPLIT_KERNELS_X4_D4,
+            6 => SPLIT_KERNELS_X4_D1,
             _ => SPLIT_KERNELS,
         }[rt - 1];
         format!(
@@ -139,6 +141,8 @@ fn harness() -> String {
         spans(1, 4, "(rows + 15) / 16 - 1"),
         product(1, 5),
         product(2, 5),
+        product(1, 6),
+        product(2, 6),
         split(PLANT_SPLIT_SUMS),
         product(1, 8),
     ] {
@@ -159,6 +163,8 @@ fn harness() -> String {
         compact(2, 4),
         compact(1, 5),
         compact(2, 5),
+        compact(1, 6),
+        compact(2, 6),
     ] {
         calls.push_str(&part);
     }
@@ -234,8 +240,8 @@ fn emulate(
         .map(<[f32]>::to_vec)
         .collect();
     let wide = [0, 4].map(|at| u32::from_le_bytes(wide[at..at + 4].try_into().unwrap()));
-    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 18);
-    let (ys, compact) = ys.split_at(Choice::ALL.len() + 11);
+    assert_eq!(ys.len(), 2 * Choice::ALL.len() + 22);
+    let (ys, compact) = ys.split_at(Choice::ALL.len() + 13);
     Run {
         tiles: out[..tb].to_vec(),
         ys: ys.to_vec(),
@@ -331,13 +337,14 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
                 host_cxx::differing(&run.ys[at + 6], &base[rows_of.clone()]),
                 0
             );
-            // Four groups in flight: the same bits.
-            for (k, y) in SPLIT_KERNELS_X4_D4.iter().zip(&run.ys[at + 7..at + 9]) {
+            // Four groups in flight, or one: the same bits.
+            let deep = SPLIT_KERNELS_X4_D4.iter().chain(&SPLIT_KERNELS_X4_D1);
+            for (k, y) in deep.zip(&run.ys[at + 7..at + 11]) {
                 assert_eq!(host_cxx::differing(y, &base[rows_of.clone()]), 0, "{k}");
             }
             // Control: the planted split's sums (f32 from x) change the bits.
             assert_ne!(
-                host_cxx::differing(&run.ys[at + 9], &base[rows_of.clone()]),
+                host_cxx::differing(&run.ys[at + 11], &base[rows_of.clone()]),
                 0
             );
             // The compact tiles: every choice and split product the bits of the f32 pairs'.
@@ -346,15 +353,16 @@ fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
                 let d = host_cxx::differing(y, &base[rows_of.clone()]);
                 assert_eq!(d, 0, "{rows}x{cols} {c:?} of the compact tiles");
             }
-            let split = &compact[Choice::ALL.len()..Choice::ALL.len() + 6];
+            let split = &compact[Choice::ALL.len()..Choice::ALL.len() + 8];
             let kernels = SPLIT_KERNELS.iter().chain(&SPLIT_KERNELS_X4);
-            for (k, y) in kernels.chain(&SPLIT_KERNELS_X4_D4).zip(split) {
+            let kernels = kernels.chain(&SPLIT_KERNELS_X4_D4).chain(&SPLIT_KERNELS_X4_D1);
+            for (k, y) in kernels.zip(split) {
                 let d = host_cxx::differing(y, &base[rows_of.clone()]);
                 assert_eq!(d, 0, "{rows}x{cols} {k}_b16");
             }
             // Control: the pairs' halves swapped change the bits.
             assert_ne!(
-                host_cxx::differing(&compact[Choice::ALL.len() + 6], &base[rows_of]),
+                host_cxx::differing(&compact[Choice::ALL.len() + 8], &base[rows_of]),
                 0
             );
         }
