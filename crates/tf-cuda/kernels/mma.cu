@@ -306,14 +306,12 @@ __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
 
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
 // of `rows` rows whose tiles' codes are at wq and scale pairs at sb; KW warps along the groups, two
-// groups' loads in turn so one is in flight while the other is multiplied (DEPTH > 2: DEPTH
-// groups' loads in flight, a ring of DEPTH; the same groups in the same order, so the same
-// sums; DEPTH 2 keeps its own loop, the SASS every product has run). STAGED: the block
+// groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
 // xp and xsum (x unused).
-template <int RT, int KW, int STAGED, int PLANT, int F, class SB, int DEPTH = 2>
+template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const SB* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
@@ -368,28 +366,14 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
         for (int o = 0; o < 2 * F; o++) yacc[r][o] = 0.0f;
     const int steps = w < groups ? (groups - 1 - w) / KW + 1 : 0;
     const u32 mask = tf_mma_mask(rows);
-    if constexpr (DEPTH == 2) {
-        TfMmaGroup<RT, F, SB> a, b;
-        if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
-        for (int i = 0; i < steps; i += 2) {
-            if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
-            tf_mma_step<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
-            if (i + 1 >= steps) break;
-            if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
-            tf_mma_step<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
-        }
-    } else {
-        TfMmaGroup<RT, F, SB> d[DEPTH];
-#pragma unroll
-        for (int j = 0; j < DEPTH; j++)
-            if (j < steps) tf_mma_load<RT, KW, F, STAGED == 2>(d[j], wp, sp, xs);
-        for (int i0 = 0; i0 < steps; i0 += DEPTH)
-#pragma unroll
-            for (int j = 0; j < DEPTH; j++) {
-                if (i0 + j >= steps) break;
-                tf_mma_step<RT, KW, STAGED, PLANT, F>(d[j], xr, mask, n, yacc);
-                if (i0 + j + DEPTH < steps) tf_mma_load<RT, KW, F, STAGED == 2>(d[j], wp, sp, xs);
-            }
+    TfMmaGroup<RT, F, SB> a, b;
+    if (steps > 0) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
+    for (int i = 0; i < steps; i += 2) {
+        if (i + 1 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(b, wp, sp, xs);
+        tf_mma_step<RT, KW, STAGED, PLANT, F>(a, xr, mask, n, yacc);
+        if (i + 1 >= steps) break;
+        if (i + 2 < steps) tf_mma_load<RT, KW, F, STAGED == 2>(a, wp, sp, xs);
+        tf_mma_step<RT, KW, STAGED, PLANT, F>(b, xr, mask, n, yacc);
     }
     // The warps' sums in warp order, a tile at a time.
 #pragma unroll
@@ -449,32 +433,23 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 2)
 // from .. to - 1 (from a multiple of RT; to one too, or the last tile), RT at a time, the
 // block bx taking from + RT bx, then every RT gridDim.x after: a tile's outputs the same
 // whichever block takes it, so a product may run as spans, or on fewer blocks than tiles.
-// DEPTH: a warp's groups' loads in flight (tf_mma_body; to measure, `_d4` and `_d1`:
-// TF_CUDA_MMA_DEPTH, src/mma.rs).
-#define TF_MMA_SPLIT_ENTRY_DEPTH(NAME, RT, F, SB, PLANT, DEPTH)                                \
+#define TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB, PLANT)                                          \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols, int from, int to) {                                                     \
         tf_follow();                                                                           \
         const SB* sb = tf_mma_scales<SB>(W, (rows + 15) >> 4, cols);                           \
         for (int t0 = from + (int)blockIdx.x * RT; t0 < to; t0 += (int)gridDim.x * RT)         \
-            tf_mma_body<RT, MMA_KW, 2, PLANT, F, SB, DEPTH>((const uint4*)W, sb, nullptr, y, n, \
-                                                            blockIdx.y * 4 * F, t0, rows, cols, \
-                                                            xp, xsum);                         \
+            tf_mma_body<RT, MMA_KW, 2, PLANT, F>((const uint4*)W, sb, nullptr, y, n,           \
+                                                 blockIdx.y * 4 * F, t0, rows, cols, xp, xsum); \
     }
-#define TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB, PLANT)                                          \
-    TF_MMA_SPLIT_ENTRY_DEPTH(NAME, RT, F, SB, PLANT, 2)
-#define TF_MMA_SPLIT_ENTRY(NAME, RT, F, DEPTH)                                                 \
-    TF_MMA_SPLIT_ENTRY_DEPTH(NAME, RT, F, float2, 0, DEPTH)                                    \
-    TF_MMA_SPLIT_ENTRY_DEPTH(NAME##_b16, RT, F, u32, 0, DEPTH)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 2, 2)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2, 2)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1, 2)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1, 2)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4_d4, 1, 1, 4)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4_d4, 2, 1, 4)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4_d1, 1, 1, 1)
-TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4_d1, 2, 1, 1)
+#define TF_MMA_SPLIT_ENTRY(NAME, RT, F)                                                        \
+    TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, float2, 0)                                              \
+    TF_MMA_SPLIT_ENTRY_SB(NAME##_b16, RT, F, u32, 0)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 2)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
+TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
 
 // tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), and fewer of them, for
 // tf-cuda-mmbench: launched as it is, their y meaningless.

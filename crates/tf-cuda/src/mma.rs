@@ -21,7 +21,7 @@ use std::ops::Range;
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 25] = [
+pub const KERNEL_NAMES: [&str; 21] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -34,10 +34,6 @@ pub const KERNEL_NAMES: [&str; 25] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
-    SPLIT_KERNELS_X4_D4[0],
-    SPLIT_KERNELS_X4_D4[1],
-    SPLIT_KERNELS_X4_D1[0],
-    SPLIT_KERNELS_X4_D1[1],
     "tf_mma_split",
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
@@ -58,7 +54,7 @@ pub fn probe_kernel_names() -> impl Iterator<Item = &'static str> {
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 21] = [
+pub const TILE_READERS: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -68,10 +64,6 @@ pub const TILE_READERS: [&str; 21] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
-    SPLIT_KERNELS_X4_D4[0],
-    SPLIT_KERNELS_X4_D4[1],
-    SPLIT_KERNELS_X4_D1[0],
-    SPLIT_KERNELS_X4_D1[1],
     "tf_moe_mma_mlx4",
     "tf_moe_mma_mlx4_staged",
     "tf_moe_mma_mlx4_split",
@@ -103,36 +95,6 @@ pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_sp
 /// four rows (the same bits).
 pub const SPLIT_KERNELS_X4: [&str; 2] = ["tf_mma_mlx4_r1_split_x4", "tf_mma_mlx4_r2_split_x4"];
 
-/// [`SPLIT_KERNELS_X4`] with four groups' loads a warp in flight, not two (to measure:
-/// `TF_CUDA_MMA_DEPTH=4`): the same groups in the same order, the same bits.
-pub const SPLIT_KERNELS_X4_D4: [&str; 2] = [
-    "tf_mma_mlx4_r1_split_x4_d4",
-    "tf_mma_mlx4_r2_split_x4_d4",
-];
-
-/// [`SPLIT_KERNELS_X4`] with one group's loads a warp in flight (to measure:
-/// `TF_CUDA_MMA_DEPTH=1`): the same bits.
-pub const SPLIT_KERNELS_X4_D1: [&str; 2] = [
-    "tf_mma_mlx4_r1_split_x4_d1",
-    "tf_mma_mlx4_r2_split_x4_d1",
-];
-
-/// The four-row split products of `rt` tiles a block by `TF_CUDA_MMA_DEPTH=D[rRT]` (D 4 or 1,
-/// for both products or the one of RT tiles a block), or `None`: [`SPLIT_KERNELS_X4`].
-fn depth_kernels(rt: usize) -> Option<[&'static str; 2]> {
-    static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let v = ON.get_or_init(|| std::env::var("TF_CUDA_MMA_DEPTH").unwrap_or_default());
-    let (depth, only) = v.split_at(v.len().min(1));
-    if !(only.is_empty() || only == format!("r{rt}")) {
-        return None;
-    }
-    match depth {
-        "4" => Some(SPLIT_KERNELS_X4_D4),
-        "1" => Some(SPLIT_KERNELS_X4_D1),
-        _ => None,
-    }
-}
-
 /// x rows a block of the split products for a call of `n` rows: 4 ([`SPLIT_KERNELS_X4`]) where
 /// `n` is at most 4, else 8.
 pub(crate) fn split_rows_a_block(n: usize) -> usize {
@@ -146,7 +108,7 @@ pub(crate) fn split_rows_a_block(n: usize) -> usize {
 /// The split product [`matmul_split_with`] launches for `rt` (1 or 2) tiles a block and `n` rows.
 pub fn split_kernel(rt: usize, n: usize) -> &'static str {
     let kernels = match split_rows_a_block(n) {
-        4 => depth_kernels(rt.clamp(1, 2)).unwrap_or(SPLIT_KERNELS_X4),
+        4 => SPLIT_KERNELS_X4,
         _ => SPLIT_KERNELS,
     };
     kernels[rt.clamp(1, 2) - 1]
