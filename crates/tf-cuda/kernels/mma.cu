@@ -451,6 +451,24 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
 
+// tf_mma_mlx4_r1_split_x4[_b16] letting the next kernel launch as each block starts (to
+// measure: TF_CUDA_CONV_EARLY=1, Mamba's in_proj before tf_mamba_conv_early).
+#define TF_MMA_SPLIT_LEAD_ENTRY_SB(NAME, SB)                                                   \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, 2)                               \
+        NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
+             int cols, int from, int to) {                                                     \
+        tf_follow();                                                                           \
+        tf_lead();                                                                             \
+        const SB* sb = tf_mma_scales<SB>(W, (rows + 15) >> 4, cols);                           \
+        for (int t0 = from + (int)blockIdx.x; t0 < to; t0 += (int)gridDim.x)                   \
+            tf_mma_body<1, MMA_KW, 2, 0, 1>((const uint4*)W, sb, nullptr, y, n, blockIdx.y * 4, \
+                                            t0, rows, cols, xp, xsum);                         \
+    }
+#define TF_MMA_SPLIT_LEAD_ENTRY(NAME)                                                          \
+    TF_MMA_SPLIT_LEAD_ENTRY_SB(NAME, float2)                                                   \
+    TF_MMA_SPLIT_LEAD_ENTRY_SB(NAME##_b16, u32)
+TF_MMA_SPLIT_LEAD_ENTRY(tf_mma_mlx4_r1_split_x4_lead)
+
 // tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), and fewer of them, for
 // tf-cuda-mmbench: launched as it is, their y meaningless.
 TF_MMA_SPLIT_ENTRY_SB(tf_probe_mma_loads_b16, 1, 1, u32, 2)

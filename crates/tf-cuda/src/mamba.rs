@@ -19,6 +19,7 @@ use tf_kernels::ops::MambaParams;
 pub const KERNEL_NAMES: &[&str] = &[
     "tf_mamba_conv",
     "tf_plant_mamba_conv_reversed",
+    "tf_mamba_conv_early",
     "tf_mamba_ssm",
     "tf_mamba_ssm_wave",
     "tf_plant_mamba_ssm_unclamped",

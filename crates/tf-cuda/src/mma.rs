@@ -21,7 +21,7 @@ use std::ops::Range;
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 21] = [
+pub const KERNEL_NAMES: [&str; 22] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -34,6 +34,7 @@ pub const KERNEL_NAMES: [&str; 21] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
+    SPLIT_X4_LEAD,
     "tf_mma_split",
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
@@ -54,7 +55,7 @@ pub fn probe_kernel_names() -> impl Iterator<Item = &'static str> {
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 17] = [
+pub const TILE_READERS: [&str; 18] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -64,6 +65,7 @@ pub const TILE_READERS: [&str; 17] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
+    SPLIT_X4_LEAD,
     "tf_moe_mma_mlx4",
     "tf_moe_mma_mlx4_staged",
     "tf_moe_mma_mlx4_split",
@@ -94,6 +96,10 @@ pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_sp
 /// [`SPLIT_KERNELS`] with 4 x rows a block, half the tensor cores' work: for calls of at most
 /// four rows (the same bits).
 pub const SPLIT_KERNELS_X4: [&str; 2] = ["tf_mma_mlx4_r1_split_x4", "tf_mma_mlx4_r2_split_x4"];
+
+/// The one-tile four-row split product letting the next kernel launch as its blocks start (to
+/// measure: `TF_CUDA_CONV_EARLY=1`, [`matmul_split_span_lead`]).
+pub const SPLIT_X4_LEAD: &str = "tf_mma_mlx4_r1_split_x4_lead";
 
 /// x rows a block of the split products for a call of `n` rows: 4 ([`SPLIT_KERNELS_X4`]) where
 /// `n` is at most 4, else 8.
@@ -636,6 +642,31 @@ pub fn matmul_split_span(
     }
     let kernel = entry_for(split_kernel(rt, n), w.layout());
     launch_split(gpu, &kernel, rt, w, s, n, y, span, blocks)
+}
+
+/// [`matmul_split_span`] at one tile a block and at most four rows of x through
+/// [`SPLIT_X4_LEAD`] (the same bits); Err where those do not hold.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_split_span_lead(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    s: &SplitX,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    span: std::ops::Range<usize>,
+    blocks: Blocks,
+) -> Result<()> {
+    const OP: &str = "mma matmul (split x, leading)";
+    if !(1..=4).contains(&n) || !w.layout().is_mma() || span.end > w.rows().div_ceil(16) {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!("{n} rows, tiles {span:?}"),
+        });
+    }
+    s.check(OP, n, w.cols())?;
+    need(OP, "y", y.len(), n * w.rows())?;
+    let kernel = entry_for(SPLIT_X4_LEAD, w.layout());
+    launch_split(gpu, &kernel, 1, w, s, n, y, span, blocks)
 }
 
 /// The one-row split product's loads alone (kernels/mma.cu, for tf-cuda-mmbench only): what its
