@@ -76,7 +76,18 @@ pub(super) fn mamba(
         true => "tf_mamba_conv_early",
         false => "tf_mamba_conv",
     };
-    mamba::conv_step_with(g, conv, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
+    mamba::conv_step_with(
+        g,
+        conv,
+        mx,
+        &ws.proj,
+        width,
+        inner,
+        state,
+        si,
+        rows,
+        &mut ws.xbc,
+    )?;
     mamba::ssm_step(
         g,
         mx,

@@ -362,7 +362,10 @@ fn mamba_kernels_emulated_on_the_host_give_the_cpu_bits() {
         // The conv reading its first window before its wait: the same bits.
         let (early, tail) = tail.split_at(per_variant);
         let bad = differing(early, &step_want);
-        assert_eq!(bad, 0, "case {ci}: the early conv, {bad} of {per_variant} differ");
+        assert_eq!(
+            bad, 0,
+            "case {ci}: the early conv, {bad} of {per_variant} differ"
+        );
         let (yn, tail) = tail.split_at(ny);
         let bad = differing(yn, &want[3]);
         assert_eq!(bad, 0, "case {ci}: gated norm, {bad} of {ny} differ");
