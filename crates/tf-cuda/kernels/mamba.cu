@@ -124,7 +124,7 @@ TF_MAMBA_CONV_ENTRY(tf_mamba_conv, 0)
 TF_MAMBA_CONV_ENTRY(tf_plant_mamba_conv_reversed, 1)
 
 // tf_mamba_conv with its weights and the first row's window read before its wait (to measure:
-// TF_CUDA_CONV_EARLY=1, src/nemotron_h/mixers.rs, where in_proj lets it launch early).
+// TF_CUDA_CONV_EARLY=1, src/mamba.rs; in_proj then lets it launch early).
 extern "C" __global__ void tf_mamba_conv_early(const float* proj, int proj_stride, int x_off,
                                                const float* w, const float* bias, int has_bias,
                                                float* pool, const int* slots, const int* pos,

@@ -72,22 +72,7 @@ pub(super) fn mamba(
         l2::prefetch_whole(g, &[&m.out_proj])?;
     }
     let (mx, si) = (&m.mixer, m.state_index);
-    let conv = match conv_early() {
-        true => "tf_mamba_conv_early",
-        false => "tf_mamba_conv",
-    };
-    mamba::conv_step_with(
-        g,
-        conv,
-        mx,
-        &ws.proj,
-        width,
-        inner,
-        state,
-        si,
-        rows,
-        &mut ws.xbc,
-    )?;
+    mamba::conv_step(g, mx, &ws.proj, width, inner, state, si, rows, &mut ws.xbc)?;
     mamba::ssm_step(
         g,
         mx,
@@ -158,18 +143,11 @@ fn in_proj_z_beside(
         mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, Blocks::OneWave)
     })?;
     let rest = z..w.rows().div_ceil(16);
-    match conv_early() && rt == 1 && n <= 4 {
+    match mamba::conv_early() && rt == 1 && n <= 4 {
         true => mma::matmul_split_span_lead(g, w, s, n, proj, rest, Blocks::Every)?,
         false => mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every)?,
     }
     Ok(true)
-}
-
-/// Whether in_proj's rows past z let the conv launch as its blocks start, the conv reading its
-/// weights and first window before its wait (to measure: `TF_CUDA_CONV_EARLY=1`; the same bits).
-fn conv_early() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_CONV_EARLY").is_ok_and(|v| v == "1"))
 }
 
 /// Attention without RoPE: q/k/v → append k, v at each row's slot and position → attend over

@@ -185,10 +185,11 @@ struct Kernels {
     shared_slot: bool,
 }
 
-/// The production pair: the scan's entry as serving selects it (`mamba::ssm_kernel`).
+/// The production pair: the entries as serving selects them (`mamba::conv_kernel`,
+/// `mamba::ssm_kernel`).
 fn prod() -> Kernels {
     Kernels {
-        conv: "tf_mamba_conv",
+        conv: crate::mamba::conv_kernel(),
         ssm: crate::mamba::ssm_kernel(),
         shared_slot: false,
     }
