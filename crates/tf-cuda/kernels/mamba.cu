@@ -24,6 +24,20 @@
 // changes, stored when it changes again and at the end): the same values as reading and writing
 // the pool at every row.
 // PLANT = 1 is a planted control: the taps are applied newest first (reversed kernel).
+// Slot s's window of channel c (its `taps` state columns) into win; zeros for a fresh row, whose
+// loads are made all the same (then dropped), so they wait on the slot alone.
+__device__ __forceinline__ void tf_mamba_conv_window(const float* __restrict__ pool, int s,
+                                                     int slot_stride, int layer_off, int c,
+                                                     int cd, int taps, bool fresh, float* win) {
+    const float* st = pool + (size_t)s * slot_stride + layer_off + c;
+#pragma unroll
+    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
+        if (t < taps) {
+            const float v = st[(size_t)t * cd];
+            win[t] = fresh ? 0.0f : v;
+        }
+}
+
 template <int PLANT, int EARLY = 0>
 __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, int proj_stride,
                                               int x_off, const float* __restrict__ w,
@@ -52,14 +66,7 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
         // before the round, and only this layer's conv of earlier rounds wrote the pool.
         const int s = n > 0 ? slots[0] : -1;
         if (s >= 0 && s < n_slots) {
-            const bool fresh = pos[0] == 0;
-            const float* st = pool + (size_t)s * slot_stride + layer_off + c;
-#pragma unroll
-            for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-                if (t < taps) {
-                    const float v = st[(size_t)t * cd];
-                    win[t] = fresh ? 0.0f : v;
-                }
+            tf_mamba_conv_window(pool, s, slot_stride, layer_off, c, cd, taps, pos[0] == 0, win);
             held = s;
         }
         tf_follow();
@@ -76,14 +83,7 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
                 for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
                     if (t < taps) st[(size_t)t * cd] = win[t];
             }
-            // Read even for a fresh row (then dropped), so the loads wait on the slot alone.
-            const float* st = pool + (size_t)s * slot_stride + layer_off + c;
-#pragma unroll
-            for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-                if (t < taps) {
-                    const float v = st[(size_t)t * cd];
-                    win[t] = fresh ? 0.0f : v;
-                }
+            tf_mamba_conv_window(pool, s, slot_stride, layer_off, c, cd, taps, fresh, win);
             held = s;
         } else if (fresh) {
 #pragma unroll

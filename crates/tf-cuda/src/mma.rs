@@ -619,6 +619,44 @@ pub fn matmul_split_span(
     span: std::ops::Range<usize>,
     blocks: Blocks,
 ) -> Result<()> {
+    let name = split_kernel(rt, n);
+    split_span_through(gpu, name, rt.clamp(1, 2), w, s, n, y, span, blocks)
+}
+
+/// [`matmul_split_span`] at one tile a block and at most four rows of x through
+/// [`SPLIT_X4_LEAD`] (the same bits).
+pub fn matmul_split_span_lead(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    s: &SplitX,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    span: std::ops::Range<usize>,
+    blocks: Blocks,
+) -> Result<()> {
+    if n > 4 {
+        return Err(CudaError::Shape {
+            op: "mma matmul (split x, leading)",
+            detail: format!("{n} rows of x, the entry takes at most 4"),
+        });
+    }
+    split_span_through(gpu, SPLIT_X4_LEAD, 1, w, s, n, y, span, blocks)
+}
+
+/// [`matmul_split_span`] through the entry `name` (of `rt` tiles a block; its `_b16` twin for
+/// the compact tiles).
+#[allow(clippy::too_many_arguments)]
+fn split_span_through(
+    gpu: &Gpu,
+    name: &str,
+    rt: usize,
+    w: &GpuMatrix,
+    s: &SplitX,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    span: std::ops::Range<usize>,
+    blocks: Blocks,
+) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
@@ -628,7 +666,6 @@ pub fn matmul_split_span(
             detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
         });
     }
-    let rt = rt.clamp(1, 2);
     let tiles = w.rows().div_ceil(16);
     let aligned = |t: usize| t.is_multiple_of(rt) || t == tiles;
     if span.start > span.end || span.end > tiles || !aligned(span.start) || !aligned(span.end) {
@@ -640,33 +677,8 @@ pub fn matmul_split_span(
     if n == 0 || span.is_empty() {
         return Ok(());
     }
-    let kernel = entry_for(split_kernel(rt, n), w.layout());
+    let kernel = entry_for(name, w.layout());
     launch_split(gpu, &kernel, rt, w, s, n, y, span, blocks)
-}
-
-/// [`matmul_split_span`] at one tile a block and at most four rows of x through
-/// [`SPLIT_X4_LEAD`] (the same bits); Err where those do not hold.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_split_span_lead(
-    gpu: &Gpu,
-    w: &GpuMatrix,
-    s: &SplitX,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-    span: std::ops::Range<usize>,
-    blocks: Blocks,
-) -> Result<()> {
-    const OP: &str = "mma matmul (split x, leading)";
-    if !(1..=4).contains(&n) || !w.layout().is_mma() || span.end > w.rows().div_ceil(16) {
-        return Err(CudaError::Shape {
-            op: OP,
-            detail: format!("{n} rows, tiles {span:?}"),
-        });
-    }
-    s.check(OP, n, w.cols())?;
-    need(OP, "y", y.len(), n * w.rows())?;
-    let kernel = entry_for(SPLIT_X4_LEAD, w.layout());
-    launch_split(gpu, &kernel, 1, w, s, n, y, span, blocks)
 }
 
 /// The one-row split product's loads alone (kernels/mma.cu, for tf-cuda-mmbench only): what its
