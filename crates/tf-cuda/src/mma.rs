@@ -98,7 +98,8 @@ pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_sp
 pub const SPLIT_KERNELS_X4: [&str; 2] = ["tf_mma_mlx4_r1_split_x4", "tf_mma_mlx4_r2_split_x4"];
 
 /// The one-tile four-row split product letting the next kernel launch as its blocks start (to
-/// measure: `TF_CUDA_CONV_EARLY=1`, [`matmul_split_span_lead`]).
+/// measure: `TF_CUDA_CONV_EARLY=1`, through [`matmul_split_span_through`] at one tile a block and
+/// at most four rows).
 pub const SPLIT_X4_LEAD: &str = "tf_mma_mlx4_r1_split_x4_lead";
 
 /// x rows a block of the split products for a call of `n` rows: 4 ([`SPLIT_KERNELS_X4`]) where
@@ -620,33 +621,13 @@ pub fn matmul_split_span(
     blocks: Blocks,
 ) -> Result<()> {
     let name = split_kernel(rt, n);
-    split_span_through(gpu, name, rt.clamp(1, 2), w, s, n, y, span, blocks)
+    matmul_split_span_through(gpu, name, rt.clamp(1, 2), w, s, n, y, span, blocks)
 }
 
-/// [`matmul_split_span`] at one tile a block and at most four rows of x through
-/// [`SPLIT_X4_LEAD`] (the same bits).
-pub fn matmul_split_span_lead(
-    gpu: &Gpu,
-    w: &GpuMatrix,
-    s: &SplitX,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-    span: std::ops::Range<usize>,
-    blocks: Blocks,
-) -> Result<()> {
-    if n > 4 {
-        return Err(CudaError::Shape {
-            op: "mma matmul (split x, leading)",
-            detail: format!("{n} rows of x, the entry takes at most 4"),
-        });
-    }
-    split_span_through(gpu, SPLIT_X4_LEAD, 1, w, s, n, y, span, blocks)
-}
-
-/// [`matmul_split_span`] through the entry `name` (of `rt` tiles a block; its `_b16` twin for
-/// the compact tiles).
+/// [`matmul_split_span`] through the entry `name` (of `rt` tiles a block and the x rows a block
+/// [`split_rows_a_block`] gives `n`; its `_b16` twin for the compact tiles).
 #[allow(clippy::too_many_arguments)]
-fn split_span_through(
+pub(crate) fn matmul_split_span_through(
     gpu: &Gpu,
     name: &str,
     rt: usize,

@@ -144,7 +144,10 @@ fn in_proj_z_beside(
     })?;
     let rest = z..w.rows().div_ceil(16);
     match mamba::conv_early() && rt == 1 && n <= 4 {
-        true => mma::matmul_split_span_lead(g, w, s, n, proj, rest, Blocks::Every)?,
+        true => {
+            let lead = mma::SPLIT_X4_LEAD;
+            mma::matmul_split_span_through(g, lead, 1, w, s, n, proj, rest, Blocks::Every)?
+        }
         false => mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every)?,
     }
     Ok(true)
