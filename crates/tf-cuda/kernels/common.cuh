@@ -107,6 +107,15 @@ __device__ __forceinline__ void tf_lead() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+
+#ifdef TF_LEAD_ALL  // opt-in (TF_CUDA_LEAD_ALL=1): every kernel leads right after its wait
+#ifdef TF_TIMELINE
+#undef tf_follow
+#define tf_follow() (tf_follow_stamped(__func__), tf_lead())
+#else
+#define tf_follow() (tf_follow(), tf_lead())
+#endif
+#endif
 #endif
 
 #if !defined(TF_TIMELINE) || defined(TF_HOST_SIMT)

@@ -38,12 +38,20 @@ pub const NVRTC_FLAGS: [&str; 4] = [
     "--std=c++17",
 ];
 
+/// Environment switch (opt-in, to be measured): every kernel calls `tf_lead` right after its
+/// wait, the products too (`TF_LEAD_ALL` in kernels/common.cuh).
+pub const LEAD_ALL_ENV: &str = "TF_CUDA_LEAD_ALL";
+
 /// The whole program: [`COMMON`] followed by every source in [`SOURCES`]; the timeline's
-/// stamps defined first where [`crate::timeline::on`].
+/// stamps defined first where [`crate::timeline::on`], and `TF_LEAD_ALL` where
+/// [`LEAD_ALL_ENV`] is `1`.
 pub fn program_source() -> String {
     let mut s = String::new();
     if crate::timeline::on() {
         s.push_str("#define TF_TIMELINE\n");
+    }
+    if std::env::var(LEAD_ALL_ENV).is_ok_and(|v| v == "1") {
+        s.push_str("#define TF_LEAD_ALL\n");
     }
     s.push_str(COMMON);
     for (name, text) in SOURCES {
