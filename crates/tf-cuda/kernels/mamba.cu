@@ -24,21 +24,7 @@
 // changes, stored when it changes again and at the end): the same values as reading and writing
 // the pool at every row.
 // PLANT = 1 is a planted control: the taps are applied newest first (reversed kernel).
-// Slot s's window of channel c (its `taps` state columns) into win; zeros for a fresh row, whose
-// loads are made all the same (then dropped), so they wait on the slot alone.
-__device__ __forceinline__ void tf_mamba_conv_window(const float* __restrict__ pool, int s,
-                                                     int slot_stride, int layer_off, int c,
-                                                     int cd, int taps, bool fresh, float* win) {
-    const float* st = pool + (size_t)s * slot_stride + layer_off + c;
-#pragma unroll
-    for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
-        if (t < taps) {
-            const float v = st[(size_t)t * cd];
-            win[t] = fresh ? 0.0f : v;
-        }
-}
-
-template <int PLANT, int EARLY = 0>
+template <int PLANT>
 __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, int proj_stride,
                                               int x_off, const float* __restrict__ w,
                                               const float* __restrict__ bias, int has_bias,
@@ -61,16 +47,6 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
     const float wx = wc[PLANT == 1 ? 0 : taps];
     const float bc = has_bias ? bias[c] : 0.0f;
     int held = -1;
-    if (EARLY) {
-        // The first row's window, before the wait: the slots and positions were uploaded
-        // before the round, and only this layer's conv of earlier rounds wrote the pool.
-        const int s = n > 0 ? slots[0] : -1;
-        if (s >= 0 && s < n_slots) {
-            tf_mamba_conv_window(pool, s, slot_stride, layer_off, c, cd, taps, pos[0] == 0, win);
-            held = s;
-        }
-        tf_follow();
-    }
     for (int i = 0; i < n; i++) {
         const int s = slots[i];
         if (s < 0 || s >= n_slots) continue;  // never: the host checks slots
@@ -83,7 +59,14 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
                 for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
                     if (t < taps) st[(size_t)t * cd] = win[t];
             }
-            tf_mamba_conv_window(pool, s, slot_stride, layer_off, c, cd, taps, fresh, win);
+            // Read even for a fresh row (then dropped), so the loads wait on the slot alone.
+            const float* st = pool + (size_t)s * slot_stride + layer_off + c;
+#pragma unroll
+            for (int t = 0; t < MAMBA_MAX_KERNEL - 1; t++)
+                if (t < taps) {
+                    const float v = st[(size_t)t * cd];
+                    win[t] = fresh ? 0.0f : v;
+                }
             held = s;
         } else if (fresh) {
 #pragma unroll
@@ -122,17 +105,6 @@ __device__ __forceinline__ void tf_mamba_conv(const float* __restrict__ proj, in
 
 TF_MAMBA_CONV_ENTRY(tf_mamba_conv, 0)
 TF_MAMBA_CONV_ENTRY(tf_plant_mamba_conv_reversed, 1)
-
-// tf_mamba_conv with its weights and the first row's window read before its wait (to measure:
-// TF_CUDA_CONV_EARLY=1, src/mamba.rs; in_proj then lets it launch early).
-extern "C" __global__ void tf_mamba_conv_early(const float* proj, int proj_stride, int x_off,
-                                               const float* w, const float* bias, int has_bias,
-                                               float* pool, const int* slots, const int* pos,
-                                               int n_slots, int slot_stride, int layer_off,
-                                               int n, int cd, int kernel, float* out) {
-    tf_mamba_conv<0, 1>(proj, proj_stride, x_off, w, bias, has_bias, pool, slots, pos, n_slots,
-                        slot_stride, layer_off, n, cd, kernel, out);
-}
 
 // softplus(v) = max(v, 0) + log1p(exp(-|v|)) in double, rounded once (tf_kernels::ops::softplus).
 __device__ __forceinline__ float tf_softplus(float v) {

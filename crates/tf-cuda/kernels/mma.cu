@@ -433,20 +433,16 @@ TF_MMA_ENTRY(tf_plant_mma_mlx4_rowvar, 1, 0, 1, 2)
 // from .. to - 1 (from a multiple of RT; to one too, or the last tile), RT at a time, the
 // block bx taking from + RT bx, then every RT gridDim.x after: a tile's outputs the same
 // whichever block takes it, so a product may run as spans, or on fewer blocks than tiles.
-// LEAD: the entry lets the next kernel launch as each of its blocks starts (tf_lead).
-#define TF_MMA_SPLIT_ENTRY_LEAD(NAME, RT, F, SB, PLANT, LEAD)                                  \
+#define TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB, PLANT)                                          \
     extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
              int cols, int from, int to) {                                                     \
         tf_follow();                                                                           \
-        if (LEAD) tf_lead();                                                                   \
         const SB* sb = tf_mma_scales<SB>(W, (rows + 15) >> 4, cols);                           \
         for (int t0 = from + (int)blockIdx.x * RT; t0 < to; t0 += (int)gridDim.x * RT)         \
             tf_mma_body<RT, MMA_KW, 2, PLANT, F>((const uint4*)W, sb, nullptr, y, n,           \
                                                  blockIdx.y * 4 * F, t0, rows, cols, xp, xsum); \
     }
-#define TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB, PLANT)                                          \
-    TF_MMA_SPLIT_ENTRY_LEAD(NAME, RT, F, SB, PLANT, 0)
 #define TF_MMA_SPLIT_ENTRY(NAME, RT, F)                                                        \
     TF_MMA_SPLIT_ENTRY_SB(NAME, RT, F, float2, 0)                                              \
     TF_MMA_SPLIT_ENTRY_SB(NAME##_b16, RT, F, u32, 0)
@@ -454,13 +450,6 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split, 1, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
-
-// tf_mma_mlx4_r1_split_x4[_b16] letting the next kernel launch as each block starts (to
-// measure: TF_CUDA_CONV_EARLY=1, Mamba's in_proj before tf_mamba_conv_early).
-#define TF_MMA_SPLIT_LEAD_ENTRY(NAME)                                                          \
-    TF_MMA_SPLIT_ENTRY_LEAD(NAME, 1, 1, float2, 0, 1)                                          \
-    TF_MMA_SPLIT_ENTRY_LEAD(NAME##_b16, 1, 1, u32, 0, 1)
-TF_MMA_SPLIT_LEAD_ENTRY(tf_mma_mlx4_r1_split_x4_lead)
 
 // tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), and fewer of them, for
 // tf-cuda-mmbench: launched as it is, their y meaningless.

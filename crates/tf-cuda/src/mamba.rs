@@ -19,7 +19,6 @@ use tf_kernels::ops::MambaParams;
 pub const KERNEL_NAMES: &[&str] = &[
     "tf_mamba_conv",
     "tf_plant_mamba_conv_reversed",
-    "tf_mamba_conv_early",
     "tf_mamba_ssm",
     "tf_mamba_ssm_wave",
     "tf_plant_mamba_ssm_unclamped",
@@ -321,7 +320,7 @@ pub fn conv_step(
 ) -> Result<()> {
     conv_step_with(
         gpu,
-        conv_kernel(),
+        "tf_mamba_conv",
         m,
         proj,
         proj_stride,
@@ -433,22 +432,6 @@ pub fn ssm_step(
 
 /// The scan's block (kernels/mamba.cu `MAMBA_SSM_THREADS`).
 const SSM_THREADS: usize = 128;
-
-/// Whether the conv reads its weights and its first window before its wait, and Mamba's
-/// in_proj lets it launch as its blocks start (to measure: `TF_CUDA_CONV_EARLY=1`; the same
-/// bits).
-pub(crate) fn conv_early() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_CONV_EARLY").is_ok_and(|v| v == "1"))
-}
-
-/// The conv's entry: `tf_mamba_conv`, or `tf_mamba_conv_early` ([`conv_early`]).
-pub(crate) fn conv_kernel() -> &'static str {
-    match conv_early() {
-        true => "tf_mamba_conv_early",
-        false => "tf_mamba_conv",
-    }
-}
 
 /// The scan's entry: `tf_mamba_ssm_wave` (held to 64 registers, 8 blocks an SM, so Bolt's
 /// 1,024 blocks take one wave), or `tf_mamba_ssm` with `TF_CUDA_SSM_WAVE=0`; the same code, so

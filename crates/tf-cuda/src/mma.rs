@@ -21,7 +21,7 @@ use std::ops::Range;
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 22] = [
+pub const KERNEL_NAMES: [&str; 21] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -34,7 +34,6 @@ pub const KERNEL_NAMES: [&str; 22] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
-    SPLIT_X4_LEAD,
     "tf_mma_split",
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
@@ -55,7 +54,7 @@ pub fn probe_kernel_names() -> impl Iterator<Item = &'static str> {
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 18] = [
+pub const TILE_READERS: [&str; 17] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -65,7 +64,6 @@ pub const TILE_READERS: [&str; 18] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
-    SPLIT_X4_LEAD,
     "tf_moe_mma_mlx4",
     "tf_moe_mma_mlx4_staged",
     "tf_moe_mma_mlx4_split",
@@ -96,11 +94,6 @@ pub const SPLIT_KERNELS: [&str; 2] = ["tf_mma_mlx4_r1_split", "tf_mma_mlx4_r2_sp
 /// [`SPLIT_KERNELS`] with 4 x rows a block, half the tensor cores' work: for calls of at most
 /// four rows (the same bits).
 pub const SPLIT_KERNELS_X4: [&str; 2] = ["tf_mma_mlx4_r1_split_x4", "tf_mma_mlx4_r2_split_x4"];
-
-/// The one-tile four-row split product letting the next kernel launch as its blocks start (to
-/// measure: `TF_CUDA_CONV_EARLY=1`, through [`matmul_split_span_through`] at one tile a block and
-/// at most four rows).
-pub const SPLIT_X4_LEAD: &str = "tf_mma_mlx4_r1_split_x4_lead";
 
 /// x rows a block of the split products for a call of `n` rows: 4 ([`SPLIT_KERNELS_X4`]) where
 /// `n` is at most 4, else 8.
@@ -620,24 +613,6 @@ pub fn matmul_split_span(
     span: std::ops::Range<usize>,
     blocks: Blocks,
 ) -> Result<()> {
-    let name = split_kernel(rt, n);
-    matmul_split_span_through(gpu, name, rt.clamp(1, 2), w, s, n, y, span, blocks)
-}
-
-/// [`matmul_split_span`] through the entry `name` (of `rt` tiles a block and the x rows a block
-/// [`split_rows_a_block`] gives `n`; its `_b16` twin for the compact tiles).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn matmul_split_span_through(
-    gpu: &Gpu,
-    name: &str,
-    rt: usize,
-    w: &GpuMatrix,
-    s: &SplitX,
-    n: usize,
-    y: &mut CudaSlice<f32>,
-    span: std::ops::Range<usize>,
-    blocks: Blocks,
-) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
@@ -647,6 +622,7 @@ pub(crate) fn matmul_split_span_through(
             detail: format!("{:?} {:?}: not in the mma tiles", w.format(), w.layout()),
         });
     }
+    let rt = rt.clamp(1, 2);
     let tiles = w.rows().div_ceil(16);
     let aligned = |t: usize| t.is_multiple_of(rt) || t == tiles;
     if span.start > span.end || span.end > tiles || !aligned(span.start) || !aligned(span.end) {
@@ -658,7 +634,7 @@ pub(crate) fn matmul_split_span_through(
     if n == 0 || span.is_empty() {
         return Ok(());
     }
-    let kernel = entry_for(name, w.layout());
+    let kernel = entry_for(split_kernel(rt, n), w.layout());
     launch_split(gpu, &kernel, rt, w, s, n, y, span, blocks)
 }
 

@@ -19,13 +19,21 @@ fn nvrtc_or_skip() -> bool {
     false
 }
 
+/// The served program's PTX for compute_90, compiled once for the tests that read it.
+fn program_ptx() -> &'static str {
+    static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PTX.get_or_init(|| {
+        compile_to_ptx("tensorfold.cu", &program_source(), "compute_90")
+            .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
 #[test]
 fn every_kernel_compiles_for_compute_90() {
     if !nvrtc_or_skip() {
         return;
     }
-    let ptx = compile_to_ptx("tensorfold.cu", &program_source(), "compute_90")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ptx = program_ptx();
     let names = all_kernel_names();
     assert!(names.len() > 50, "{} kernel names", names.len());
     for name in &names {
@@ -35,9 +43,8 @@ fn every_kernel_compiles_for_compute_90() {
         );
     }
     // The launch wrappers check their argument counts against these signatures.
-    let counts: std::collections::HashMap<String, usize> = tf_cuda::launch::ptx_param_counts(&ptx)
-        .into_iter()
-        .collect();
+    let counts: std::collections::HashMap<String, usize> =
+        tf_cuda::launch::ptx_param_counts(ptx).into_iter().collect();
     assert_eq!(counts.get("tf_attend"), Some(&16));
     assert_eq!(counts.get("tf_mmf_q4_1_norm_store"), Some(&9));
     assert_eq!(counts.get("tf_rope_append"), Some(&14));
@@ -49,11 +56,30 @@ fn every_kernel_compiles_for_compute_90() {
     );
     assert!(ptx.contains(".target sm_90"), "PTX not for sm_90");
     // Every kernel waits for the kernels before it (a round's graph edges are programmatic).
-    let lacking = tf_cuda::launch::entries_lacking(&ptx, FOLLOW);
+    let lacking = tf_cuda::launch::entries_lacking(ptx, FOLLOW);
     assert!(lacking.is_empty(), "kernels without tf_follow: {lacking:?}");
 }
 
 const FOLLOW: &str = "griddepcontrol.wait";
+
+#[test]
+fn every_kernel_leads_in_the_lead_all_program() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    const LEAD: &str = "griddepcontrol.launch_dependents";
+    let lead_all = format!("#define TF_LEAD_ALL\n{}", program_source());
+    let ptx =
+        compile_to_ptx("lead_all.cu", &lead_all, "compute_90").unwrap_or_else(|e| panic!("{e}"));
+    let lacking = tf_cuda::launch::entries_lacking(&ptx, LEAD);
+    assert!(lacking.is_empty(), "kernels without tf_lead: {lacking:?}");
+    // Control: in the served program the products do not lead.
+    let lacking = tf_cuda::launch::entries_lacking(program_ptx(), LEAD);
+    assert!(
+        lacking.iter().any(|k| k == "tf_mma_mlx4_r1_split_x4_b16"),
+        "{lacking:?}"
+    );
+}
 
 #[test]
 fn a_kernel_without_tf_follow_is_named() {

@@ -395,7 +395,6 @@ fn twinned_in_sources() -> Vec<String> {
     let macros = [
         "TF_MMA_ENTRY(",
         "TF_MMA_SPLIT_ENTRY(",
-        "TF_MMA_SPLIT_LEAD_ENTRY(",
         "TF_MOE_MMA_ENTRY(",
         "TF_MOE_MMA_SPLIT_ENTRY(",
         "TF_MOE_MMA_ONE_ENTRY(",

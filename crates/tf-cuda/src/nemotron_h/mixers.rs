@@ -143,13 +143,7 @@ fn in_proj_z_beside(
         mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, Blocks::OneWave)
     })?;
     let rest = z..w.rows().div_ceil(16);
-    match mamba::conv_early() && rt == 1 && n <= 4 {
-        true => {
-            let lead = mma::SPLIT_X4_LEAD;
-            mma::matmul_split_span_through(g, lead, 1, w, s, n, proj, rest, Blocks::Every)?
-        }
-        false => mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every)?,
-    }
+    mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every)?;
     Ok(true)
 }
 

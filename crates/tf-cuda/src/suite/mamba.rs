@@ -185,11 +185,10 @@ struct Kernels {
     shared_slot: bool,
 }
 
-/// The production pair: the entries as serving selects them (`mamba::conv_kernel`,
-/// `mamba::ssm_kernel`).
+/// The production pair: the scan's entry as serving selects it (`mamba::ssm_kernel`).
 fn prod() -> Kernels {
     Kernels {
-        conv: crate::mamba::conv_kernel(),
+        conv: "tf_mamba_conv",
         ssm: crate::mamba::ssm_kernel(),
         shared_slot: false,
     }
