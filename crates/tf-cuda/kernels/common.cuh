@@ -100,8 +100,8 @@ __device__ __forceinline__ void tf_mark(const char* name) {
 // called right after tf_follow by the one-block-a-row kernels a product follows (the norms,
 // the gated norm, attention, the experts' gather, relu² and combine), so the product's blocks
 // are resident when they finish. What the next kernel reads before its wait was written two
-// kernels back or earlier. Letting every kernel do so measured slower (docs/perf.md, sessions
-// 11 and 13).
+// kernels back or earlier. Letting every kernel do so (TF_LEAD_ALL below) measured slower or
+// even (docs/perf.md, sessions 11, 13 and 48).
 __device__ __forceinline__ void tf_lead() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
