@@ -12,10 +12,17 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
   fi
 done
 export TF_CUDA_CACHE="${TF_CUDA_CACHE:-/tmp/tf-cuda-cache}"
-if ls dist/ptx-cache/*.gz >/dev/null 2>&1; then
+# xz (ptx-cache.sh's) or gzip (older builds'); Python's lzma where the machine lacks xz.
+tf_unpack() {
+  case "$1" in
+    *.gz) gunzip -c "$1" ;;
+    *.xz) if command -v xz >/dev/null; then xz -dc "$1"; else
+      python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$1"; fi ;;
+  esac
+}
+for f in dist/ptx-cache/*.gz dist/ptx-cache/*.xz; do
+  [ -e "$f" ] || continue
   mkdir -p "$TF_CUDA_CACHE"
-  for f in dist/ptx-cache/*.gz; do
-    t="$TF_CUDA_CACHE/$(basename "$f" .gz)"
-    [ -e "$t" ] || { gunzip -c "$f" >"$t.$$" && mv "$t.$$" "$t"; }
-  done
-fi
+  t="$TF_CUDA_CACHE/$(basename "${f%.*}")"
+  [ -e "$t" ] || { tf_unpack "$f" >"$t.$$" && mv "$t.$$" "$t"; }
+done

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run here (no GPU needed), before a device call: compiles the kernel program with the NVRTC the
 # GPU machine has and assembles it for sm_90 with ptxas of the same release (both 13.0.88,
-# scripts/cuda-tools.sh), and leaves both gzipped in dist/ptx-cache. On the GPU machine
+# scripts/cuda-tools.sh), and leaves both compressed in dist/ptx-cache. On the GPU machine
 # env.sh puts them into the kernel cache, so a fresh machine's first run neither compiles nor
-# translates the program (src/compile.rs: program_cubin).
+# translates the program (src/compile.rs: program_cubin). xz, not gzip: a program takes some
+# 2.3 MB, not 6.5, so a call can carry several beside the binaries (64 MiB in all).
 #   bash scripts/device/ptx-cache.sh [TREE]
 # TREE: another checkout whose program to add (e.g. a base build's git worktree).
 set -euo pipefail
@@ -19,7 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$dest"
 for f in "$tmp"/*.ptx; do
   "$cuda_bin/ptxas" -arch=sm_90 "$f" -o "${f%.ptx}.sm_90.cubin"
-  gzip -c "$f" >"$dest/$(basename "$f").gz"
-  gzip -c "${f%.ptx}.sm_90.cubin" >"$dest/$(basename "${f%.ptx}").sm_90.cubin.gz"
+  xz -6 -c "$f" >"$dest/$(basename "$f").xz"
+  xz -6 -c "${f%.ptx}.sm_90.cubin" >"$dest/$(basename "${f%.ptx}").sm_90.cubin.xz"
 done
 ls -la "$dest"
