@@ -31,7 +31,9 @@
 // group) the 16 uint4 (h0, h1, l0, l1) at (m, t) of the staging's layout, and the group's X at
 // sums[row * groups + G], from the same fragments times the same ones, in the same order: the
 // bits the products compute in place, which the split products (tf_mma_mlx4_r*_split) read
-// instead.
+// instead. With TF_X_SIDE (opt-in, TF_CUDA_X_SIDE=1) the same values sit (row, group, t,
+// half, m): a lane's four k-steps of one half side by side, so a four-row lane reads its group's
+// parts in two 16-byte loads, not four 8-byte ones (tf_mma_part_at).
 
 #define MMA_KW 16     // warps a block along the groups (fixed: it orders an output's sum)
 #define MMA_MOE_KW 4  // the same for the grouped expert products (moe.cu), whose K is small
@@ -174,34 +176,71 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint
 }
 
 // A lane's x row's parts (h0, h1, l0, l1: the hi and lo parts of the pairs at columns k + 2t
-// and k + 2t + 8) of k-step m of its group, split in the lane from x in global memory (STAGED
-// 0), read from the block's staging in shared memory (1) or from x split once a call in global
-// memory (2), the same values; from the last two, `half` reads only the pair its B column
-// takes in the four-row layout (the high parts for even g, the low for odd).
+// and k + 2t + 8) of its group's four k-steps (`all`), split in the lane from x in global
+// memory (STAGED 0), read from the block's staging in shared memory (1) or from x split once a
+// call in global memory (2), the same values; from the last two, `halves` reads only the pairs
+// its B column takes in the four-row layout (the high parts for even g, the low for odd).
 template <int STAGED, int KW>
 struct TfMmaX;
+
+#ifdef TF_X_SIDE
+// Where lane t's parts of one half (0 high, 1 low) start among a (row, group)'s 16 uint4: two
+// uint4, k-steps 0 and 1, then 2 and 3.
+__device__ __forceinline__ int tf_mma_part_at(int t, int half) { return 2 * (2 * t + half); }
+#endif
 template <int KW>
 struct TfMmaX<0, KW> {
     const float* p;  // the lane's x row at column 64 G + 2t
-    __device__ __forceinline__ uint4 at(int m) const { return tf_mma_parts(p + 16 * m); }
+    __device__ __forceinline__ void all(uint4 (&v)[4]) const {
+#pragma unroll
+        for (int m = 0; m < 4; m++) v[m] = tf_mma_parts(p + 16 * m);
+    }
     __device__ __forceinline__ void next() { p += 64 * KW; }
 };
 template <int KW>
 struct TfMmaX<1, KW> {
     const uint4* p;  // the staging at (the lane's row, G, m = 0, t)
     int odd;         // the lane's column g is odd
-    __device__ __forceinline__ uint4 at(int m) const { return p[4 * m]; }
-    __device__ __forceinline__ uint2 half(int m) const { return ((const uint2*)(p + 4 * m))[odd]; }
+    __device__ __forceinline__ void all(uint4 (&v)[4]) const {
+#pragma unroll
+        for (int m = 0; m < 4; m++) v[m] = p[4 * m];
+    }
+    __device__ __forceinline__ void halves(uint2 (&h)[4]) const {
+#pragma unroll
+        for (int m = 0; m < 4; m++) h[m] = ((const uint2*)(p + 4 * m))[odd];
+    }
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 template <int KW>
 struct TfMmaX<2, KW> {
-    const uint4* p;  // the split at (the lane's row, G, m = 0, t)
-    int odd;         // the lane's column g is odd
-    __device__ __forceinline__ uint4 at(int m) const { return __ldg(p + 4 * m); }
-    __device__ __forceinline__ uint2 half(int m) const {
-        return __ldg((const uint2*)(p + 4 * m) + odd);
+    const uint4* p;  // the split at (the lane's row, G): its 16 uint4
+    int t, odd;      // the lane's t, and whether its column g is odd
+#ifdef TF_X_SIDE
+    // One half's four k-steps: two loads.
+    __device__ __forceinline__ void side(int half, uint2 (&h)[4]) const {
+        const uint4* q = p + tf_mma_part_at(t, half);
+        const uint4 a = __ldg(q), b = __ldg(q + 1);
+        h[0].x = a.x, h[0].y = a.y, h[1].x = a.z, h[1].y = a.w;
+        h[2].x = b.x, h[2].y = b.y, h[3].x = b.z, h[3].y = b.w;
     }
+    __device__ __forceinline__ void halves(uint2 (&h)[4]) const { side(odd, h); }
+    __device__ __forceinline__ void all(uint4 (&v)[4]) const {
+        uint2 h[4], l[4];
+        side(0, h);
+        side(1, l);
+#pragma unroll
+        for (int m = 0; m < 4; m++) v[m] = make_uint4(h[m].x, h[m].y, l[m].x, l[m].y);
+    }
+#else
+    __device__ __forceinline__ void halves(uint2 (&h)[4]) const {
+#pragma unroll
+        for (int m = 0; m < 4; m++) h[m] = __ldg((const uint2*)(p + 4 * m + t) + odd);
+    }
+    __device__ __forceinline__ void all(uint4 (&v)[4]) const {
+#pragma unroll
+        for (int m = 0; m < 4; m++) v[m] = __ldg(p + 4 * m + t);
+    }
+#endif
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
@@ -233,16 +272,22 @@ __device__ __forceinline__ void tf_mma_group(const TfMmaGroup<RT, F, SB>& d, TfM
             for (int r = 0; r < RT; r++) acc[r][c][v] = 0.0f;
         }
     static_assert(F == 2 || STAGED != 0, "four-row products read x staged or split");
+    uint2 bh[4];
+    uint4 bv[4];
+    if constexpr (F == 1)
+        xr.halves(bh);
+    else
+        xr.all(bv);
 #pragma unroll
     for (int m = 0; m < 4; m++) {
         if constexpr (F == 1) {
-            uint2 b = xr.half(m);
+            uint2 b = bh[m];
             if (PLANT == 1 && n > 1 && xr.odd) b.x = 0u, b.y = 0u;
 #pragma unroll
             for (int r = 0; r < RT; r++) tf_mma_16816(acc[r][0], a[r][m], b.x, b.y);
             if (STAGED != 2) tf_mma_16816(X[0], ones, b.x, b.y);
         } else {
-            const uint4 v = xr.at(m);
+            const uint4 v = bv[m];
             const bool drop = PLANT == 1 && n > 1;
             const u32 l0 = drop ? 0u : v.z, l1 = drop ? 0u : v.w;
 #pragma unroll
@@ -291,12 +336,12 @@ __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
             if (PLANT <= 4) f ^= d.lo[r] ^ d.hi[r];
         }
         if (PLANT <= 3) f ^= (u32)__float_as_int(d.X[0]);
-        if (PLANT == 2)
+        if (PLANT == 2) {
+            uint2 h[4];
+            xr.halves(h);
 #pragma unroll
-            for (int m = 0; m < 4; m++) {
-                const uint2 h = xr.half(m);
-                f ^= h.x ^ h.y;
-            }
+            for (int m = 0; m < 4; m++) f ^= h[m].x ^ h[m].y;
+        }
         xr.next();
         yacc[0][0] += (float)(f & 1023u);
     } else {
@@ -337,7 +382,8 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     TfMmaX<STAGED, KW> xr;
     const float* xs[F];
     if constexpr (STAGED == 2) {
-        xr.p = xp + ((size_t)(j0 + row) * groups + w) * 16 + t;
+        xr.p = xp + ((size_t)(j0 + row) * groups + w) * 16;
+        xr.t = t;
         xr.odd = g & 1;
 #pragma unroll
         for (int c = 0; c < F; c++)
@@ -534,15 +580,30 @@ __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, 
     const float* p = x + min(g, live - 1) * stride + 2 * t;
     const u32 ones[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
     float hi[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lo[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    uint4* at = parts + ((size_t)g * groups + G) * 16;
+    uint4 v[4];
 #pragma unroll
     for (int m = 0; m < 4; m++) {
         // Plain loads: a norm's block reads back the row it has just written.
         const float* q = p + 16 * m;
-        const uint4 v = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
-        if (g < live) parts[((size_t)g * groups + G) * 16 + 4 * m + t] = v;
-        tf_mma_16816(hi, ones, v.x, v.y);
-        tf_mma_16816(lo, ones, v.z, v.w);
+        v[m] = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
+#ifndef TF_X_SIDE
+        if (g < live) at[4 * m + t] = v[m];
+#endif
+        tf_mma_16816(hi, ones, v[m].x, v[m].y);
+        tf_mma_16816(lo, ones, v[m].z, v[m].w);
     }
+#ifdef TF_X_SIDE
+    if (g < live)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint4* q = at + tf_mma_part_at(t, h);
+            q[0] = h ? make_uint4(v[0].z, v[0].w, v[1].z, v[1].w)
+                     : make_uint4(v[0].x, v[0].y, v[1].x, v[1].y);
+            q[1] = h ? make_uint4(v[2].z, v[2].w, v[3].z, v[3].w)
+                     : make_uint4(v[2].x, v[2].y, v[3].x, v[3].y);
+        }
+#endif
 #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int row = 2 * t + c;

@@ -42,16 +42,22 @@ pub const NVRTC_FLAGS: [&str; 4] = [
 /// wait, the products too (`TF_LEAD_ALL` in kernels/common.cuh).
 pub const LEAD_ALL_ENV: &str = "TF_CUDA_LEAD_ALL";
 
+/// Environment switch (opt-in, to be measured): x split once a call laid out with a lane's four
+/// k-steps side by side (`TF_X_SIDE` in kernels/mma.cu).
+pub const X_SIDE_ENV: &str = "TF_CUDA_X_SIDE";
+
 /// The whole program: [`COMMON`] followed by every source in [`SOURCES`]; the timeline's
-/// stamps defined first where [`crate::timeline::on`], and `TF_LEAD_ALL` where
-/// [`LEAD_ALL_ENV`] is `1`.
+/// stamps defined first where [`crate::timeline::on`], `TF_LEAD_ALL` where [`LEAD_ALL_ENV`] is
+/// `1` and `TF_X_SIDE` where [`X_SIDE_ENV`] is.
 pub fn program_source() -> String {
     let mut s = String::new();
     if crate::timeline::on() {
         s.push_str("#define TF_TIMELINE\n");
     }
-    if std::env::var(LEAD_ALL_ENV).is_ok_and(|v| v == "1") {
-        s.push_str("#define TF_LEAD_ALL\n");
+    for (env, define) in [(LEAD_ALL_ENV, "TF_LEAD_ALL"), (X_SIDE_ENV, "TF_X_SIDE")] {
+        if std::env::var(env).is_ok_and(|v| v == "1") {
+            s.push_str(&format!("#define {define}\n"));
+        }
     }
     s.push_str(COMMON);
     for (name, text) in SOURCES {

@@ -62,15 +62,19 @@ fn every_kernel_compiles_for_compute_90() {
 
 const FOLLOW: &str = "griddepcontrol.wait";
 
+/// The program with every opt-in define (the lead-all switch, x split side by side) compiles,
+/// and every kernel in it leads.
 #[test]
 fn every_kernel_leads_in_the_lead_all_program() {
     if !nvrtc_or_skip() {
         return;
     }
     const LEAD: &str = "griddepcontrol.launch_dependents";
-    let lead_all = format!("#define TF_LEAD_ALL\n{}", program_source());
-    let ptx =
-        compile_to_ptx("lead_all.cu", &lead_all, "compute_90").unwrap_or_else(|e| panic!("{e}"));
+    let opt_in = format!(
+        "#define TF_LEAD_ALL\n#define TF_X_SIDE\n{}",
+        program_source()
+    );
+    let ptx = compile_to_ptx("opt_in.cu", &opt_in, "compute_90").unwrap_or_else(|e| panic!("{e}"));
     let lacking = tf_cuda::launch::entries_lacking(&ptx, LEAD);
     assert!(lacking.is_empty(), "kernels without tf_lead: {lacking:?}");
     // Control: in the served program the products do not lead.
