@@ -31,9 +31,9 @@
 // group) the 16 uint4 (h0, h1, l0, l1) at (m, t) of the staging's layout, and the group's X at
 // sums[row * groups + G], from the same fragments times the same ones, in the same order: the
 // bits the products compute in place, which the split products (tf_mma_mlx4_r*_split) read
-// instead. With TF_X_SIDE (opt-in, TF_CUDA_X_SIDE=1) the same values sit (row, group, t,
-// half, m): a lane's four k-steps of one half side by side, so a four-row lane reads its group's
-// parts in two 16-byte loads, not four 8-byte ones (tf_mma_part_at).
+// instead. With TF_X_SIDE (opt-in, TF_CUDA_X_SIDE=1) the same values sit (row, group, k-steps
+// 0-1 or 2-3, t, half): a lane's two k-steps of one half side by side, so a four-row lane reads
+// its group's parts in two 16-byte loads, not four 8-byte ones (tf_mma_part_at).
 
 #define MMA_KW 16     // warps a block along the groups (fixed: it orders an output's sum)
 #define MMA_MOE_KW 4  // the same for the grouped expert products (moe.cu), whose K is small
@@ -184,9 +184,10 @@ template <int STAGED, int KW>
 struct TfMmaX;
 
 #ifdef TF_X_SIDE
-// Where lane t's parts of one half (0 high, 1 low) start among a (row, group)'s 16 uint4: two
-// uint4, k-steps 0 and 1, then 2 and 3.
-__device__ __forceinline__ int tf_mma_part_at(int t, int half) { return 2 * (2 * t + half); }
+// Where lane t's parts of one half (0 high, 1 low) are among a (row, group)'s 16 uint4: k-steps
+// 0 and 1 in uint4 2t + half, 2 and 3 eight on, so each of a warp's two loads reads 128
+// contiguous bytes.
+__device__ __forceinline__ int tf_mma_part_at(int t, int half) { return 2 * t + half; }
 #endif
 template <int KW>
 struct TfMmaX<0, KW> {
@@ -219,7 +220,7 @@ struct TfMmaX<2, KW> {
     // One half's four k-steps: two loads.
     __device__ __forceinline__ void side(int half, uint2 (&h)[4]) const {
         const uint4* q = p + tf_mma_part_at(t, half);
-        const uint4 a = __ldg(q), b = __ldg(q + 1);
+        const uint4 a = __ldg(q), b = __ldg(q + 8);
         h[0].x = a.x, h[0].y = a.y, h[1].x = a.z, h[1].y = a.w;
         h[2].x = b.x, h[2].y = b.y, h[3].x = b.z, h[3].y = b.w;
     }
@@ -600,7 +601,7 @@ __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, 
             uint4* q = at + tf_mma_part_at(t, h);
             q[0] = h ? make_uint4(v[0].z, v[0].w, v[1].z, v[1].w)
                      : make_uint4(v[0].x, v[0].y, v[1].x, v[1].y);
-            q[1] = h ? make_uint4(v[2].z, v[2].w, v[3].z, v[3].w)
+            q[8] = h ? make_uint4(v[2].z, v[2].w, v[3].z, v[3].w)
                      : make_uint4(v[2].x, v[2].y, v[3].x, v[3].y);
         }
 #endif
