@@ -99,16 +99,17 @@ __device__ __forceinline__ void tf_mark(const char* name) {
 // Lets the next kernel of the round's graph launch now, its blocks then waiting in tf_follow:
 // called right after tf_follow by the one-block-a-row kernels a product follows (the norms,
 // the gated norm, attention, the experts' gather, relu² and combine), so the product's blocks
-// are resident when they finish. What the next kernel reads before its wait was written two
-// kernels back or earlier. Letting every kernel do so (TF_LEAD_ALL below) measured slower or
-// even (docs/perf.md, sessions 11, 13 and 48).
+// are resident when they finish; in the served program (TF_LEAD_ALL below) by every kernel.
+// What the next kernel reads before its wait was written two kernels back or earlier. Every
+// kernel leading measured slower or even with the tf_slices products (sessions 11 and 13),
+// even in session 48, and 0.6-0.8% shorter with x split side by side (session 49).
 __device__ __forceinline__ void tf_lead() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 
-#ifdef TF_LEAD_ALL  // opt-in (TF_CUDA_LEAD_ALL=1): every kernel leads right after its wait
+#ifdef TF_LEAD_ALL  // every kernel leads right after its wait (unless TF_CUDA_LEAD_ALL=0)
 #ifdef TF_TIMELINE
 #undef tf_follow
 #define tf_follow() (tf_follow_stamped(__func__), tf_lead())

@@ -28,12 +28,12 @@
 // cores sum each D column on its own, so both give the same bits.
 //
 // x split once a call (tf_mma_split, or the norm that writes it: norm_split.cu): for each (row,
-// group) the 16 uint4 (h0, h1, l0, l1) at (m, t) of the staging's layout, and the group's X at
-// sums[row * groups + G], from the same fragments times the same ones, in the same order: the
-// bits the products compute in place, which the split products (tf_mma_mlx4_r*_split) read
-// instead. With TF_X_SIDE (opt-in, TF_CUDA_X_SIDE=1) the same values sit (row, group, k-steps
-// 0-1 or 2-3, t, half): a lane's two k-steps of one half side by side, so a four-row lane reads
-// its group's parts in two 16-byte loads, not four 8-byte ones (tf_mma_part_at).
+// group) 16 uint4 of parts, the high (half 0) or low (half 1) parts of a lane's column pairs k +
+// 2t and k + 2t + 8 of k-steps 0 and 1 in uint4 2t + half, of k-steps 2 and 3 eight on
+// (tf_mma_part_at: a four-row lane reads its half in two 16-byte loads, each of a warp's over
+// 128 contiguous bytes); and the group's X at sums[row * groups + G], from the same fragments
+// times the same ones, in the same order: the bits the products compute in place, which the
+// split products (tf_mma_mlx4_r*_split) read instead.
 
 #define MMA_KW 16     // warps a block along the groups (fixed: it orders an output's sum)
 #define MMA_MOE_KW 4  // the same for the grouped expert products (moe.cu), whose K is small
@@ -183,12 +183,9 @@ __device__ __forceinline__ void tf_mma_load(TfMmaGroup<RT, F, SB>& d, const uint
 template <int STAGED, int KW>
 struct TfMmaX;
 
-#ifdef TF_X_SIDE
-// Where lane t's parts of one half (0 high, 1 low) are among a (row, group)'s 16 uint4: k-steps
-// 0 and 1 in uint4 2t + half, 2 and 3 eight on, so each of a warp's two loads reads 128
-// contiguous bytes.
+// Where lane t's parts of one half (0 high, 1 low) of k-steps 0 and 1 are among a (row,
+// group)'s 16 uint4 of the split; those of k-steps 2 and 3 are eight on.
 __device__ __forceinline__ int tf_mma_part_at(int t, int half) { return 2 * t + half; }
-#endif
 template <int KW>
 struct TfMmaX<0, KW> {
     const float* p;  // the lane's x row at column 64 G + 2t
@@ -216,8 +213,7 @@ template <int KW>
 struct TfMmaX<2, KW> {
     const uint4* p;  // the split at (the lane's row, G): its 16 uint4
     int t, odd;      // the lane's t, and whether its column g is odd
-#ifdef TF_X_SIDE
-    // One half's four k-steps: two loads.
+    // One half's parts of the group's four k-steps: two loads.
     __device__ __forceinline__ void side(int half, uint2 (&h)[4]) const {
         const uint4* q = p + tf_mma_part_at(t, half);
         const uint4 a = __ldg(q), b = __ldg(q + 8);
@@ -232,16 +228,6 @@ struct TfMmaX<2, KW> {
 #pragma unroll
         for (int m = 0; m < 4; m++) v[m] = make_uint4(h[m].x, h[m].y, l[m].x, l[m].y);
     }
-#else
-    __device__ __forceinline__ void halves(uint2 (&h)[4]) const {
-#pragma unroll
-        for (int m = 0; m < 4; m++) h[m] = __ldg((const uint2*)(p + 4 * m + t) + odd);
-    }
-    __device__ __forceinline__ void all(uint4 (&v)[4]) const {
-#pragma unroll
-        for (int m = 0; m < 4; m++) v[m] = __ldg(p + 4 * m + t);
-    }
-#endif
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
@@ -588,13 +574,9 @@ __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, 
         // Plain loads: a norm's block reads back the row it has just written.
         const float* q = p + 16 * m;
         v[m] = tf_mma_parts_of(*(const float2*)q, *(const float2*)(q + 8));
-#ifndef TF_X_SIDE
-        if (g < live) at[4 * m + t] = v[m];
-#endif
         tf_mma_16816(hi, ones, v[m].x, v[m].y);
         tf_mma_16816(lo, ones, v[m].z, v[m].w);
     }
-#ifdef TF_X_SIDE
     if (g < live)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -604,7 +586,6 @@ __device__ __forceinline__ void tf_mma_split_group(const float* __restrict__ x, 
             q[8] = h ? make_uint4(v[2].z, v[2].w, v[3].z, v[3].w)
                      : make_uint4(v[2].x, v[2].y, v[3].x, v[3].y);
         }
-#endif
 #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int row = 2 * t + c;

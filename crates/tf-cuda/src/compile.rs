@@ -38,26 +38,25 @@ pub const NVRTC_FLAGS: [&str; 4] = [
     "--std=c++17",
 ];
 
-/// Environment switch (opt-in, to be measured): every kernel calls `tf_lead` right after its
-/// wait, the products too (`TF_LEAD_ALL` in kernels/common.cuh).
+/// Environment switch: every kernel calls `tf_lead` right after its wait, the products too
+/// (`TF_LEAD_ALL` in kernels/common.cuh), unless it is `0`.
 pub const LEAD_ALL_ENV: &str = "TF_CUDA_LEAD_ALL";
 
-/// Environment switch (opt-in, to be measured): x split once a call laid out with a lane's four
-/// k-steps side by side (`TF_X_SIDE` in kernels/mma.cu).
-pub const X_SIDE_ENV: &str = "TF_CUDA_X_SIDE";
-
 /// The whole program: [`COMMON`] followed by every source in [`SOURCES`]; the timeline's
-/// stamps defined first where [`crate::timeline::on`], `TF_LEAD_ALL` where [`LEAD_ALL_ENV`] is
-/// `1` and `TF_X_SIDE` where [`X_SIDE_ENV`] is.
+/// stamps defined first where [`crate::timeline::on`], and `TF_LEAD_ALL` unless
+/// [`LEAD_ALL_ENV`] is `0`.
 pub fn program_source() -> String {
+    program_source_with(std::env::var(LEAD_ALL_ENV).map_or(true, |v| v != "0"))
+}
+
+/// [`program_source`] with every kernel leading or not.
+pub fn program_source_with(lead_all: bool) -> String {
     let mut s = String::new();
     if crate::timeline::on() {
         s.push_str("#define TF_TIMELINE\n");
     }
-    for (env, define) in [(LEAD_ALL_ENV, "TF_LEAD_ALL"), (X_SIDE_ENV, "TF_X_SIDE")] {
-        if std::env::var(env).is_ok_and(|v| v == "1") {
-            s.push_str(&format!("#define {define}\n"));
-        }
+    if lead_all {
+        s.push_str("#define TF_LEAD_ALL\n");
     }
     s.push_str(COMMON);
     for (name, text) in SOURCES {

@@ -4,6 +4,7 @@
 
 use tf_cuda::compile::{
     cache_key, compile_to_ptx, nvrtc_present, nvrtc_version, program_cubin, program_source,
+    program_source_with,
 };
 use tf_cuda::device::all_kernel_names;
 use tf_cuda::CudaError;
@@ -62,23 +63,19 @@ fn every_kernel_compiles_for_compute_90() {
 
 const FOLLOW: &str = "griddepcontrol.wait";
 
-/// The program with every opt-in define (the lead-all switch, x split side by side) compiles,
-/// and every kernel in it leads.
+/// In the served program every kernel leads right after its wait (`TF_LEAD_ALL`).
 #[test]
-fn every_kernel_leads_in_the_lead_all_program() {
+fn every_kernel_leads_in_the_served_program() {
     if !nvrtc_or_skip() {
         return;
     }
     const LEAD: &str = "griddepcontrol.launch_dependents";
-    let opt_in = format!(
-        "#define TF_LEAD_ALL\n#define TF_X_SIDE\n{}",
-        program_source()
-    );
-    let ptx = compile_to_ptx("opt_in.cu", &opt_in, "compute_90").unwrap_or_else(|e| panic!("{e}"));
-    let lacking = tf_cuda::launch::entries_lacking(&ptx, LEAD);
-    assert!(lacking.is_empty(), "kernels without tf_lead: {lacking:?}");
-    // Control: in the served program the products do not lead.
     let lacking = tf_cuda::launch::entries_lacking(program_ptx(), LEAD);
+    assert!(lacking.is_empty(), "kernels without tf_lead: {lacking:?}");
+    // Control: without the define the products do not lead.
+    let ptx = compile_to_ptx("no_lead.cu", &program_source_with(false), "compute_90")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lacking = tf_cuda::launch::entries_lacking(&ptx, LEAD);
     assert!(
         lacking.iter().any(|k| k == "tf_mma_mlx4_r1_split_x4_b16"),
         "{lacking:?}"

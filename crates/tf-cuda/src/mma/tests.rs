@@ -253,33 +253,12 @@ fn max_rel_err(y: &[f32], wf: &[f64], cols: usize, x: &[f32], n: usize) -> f64 {
     worst
 }
 
-/// x split once in the layout `TF_X_SIDE` selects (opt-in, kernels/mma.cu), else the plain one.
-fn x_side_define(side: bool) -> &'static str {
-    if side {
-        "#define TF_X_SIDE\n"
-    } else {
-        ""
-    }
-}
-
 #[test]
 fn tiles_and_products_match_the_reference_and_rows_keep_their_bits() {
-    products_match_the_reference(false);
-}
-
-/// The same with x split once in the side-by-side layout: the split products read it where
-/// tf_mma_split wrote it, so they keep the in-place products' bits.
-#[test]
-fn products_of_x_split_side_by_side_keep_the_bits() {
-    products_match_the_reference(true);
-}
-
-fn products_match_the_reference(side: bool) {
     let Some(cxx) = host_cxx::compiler() else {
         return;
     };
-    let source = format!("{}{}", x_side_define(side), harness());
-    let (dir, exe) = host_cxx::build(&cxx, if side { "mma_side" } else { "mma" }, &source);
+    let (dir, exe) = host_cxx::build(&cxx, "mma", &harness());
     let mut rng = Rng::new(0x3a3a_0001);
     // 40 rows: a partial tile; 256 columns: 4 groups, fewer than the block's warps.
     for (rows, cols, group) in [(40, 256, 64), (32, 2048, 128)] {
@@ -578,23 +557,10 @@ const LAST_ENTRY: &str = "TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2)"
 
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
-    grouped_products_match_the_reference(false);
-}
-
-/// The same with x split once in the side-by-side layout (the gather, relu² and tf_mma_split
-/// write it, the grouped products read it).
-#[test]
-fn grouped_products_of_x_split_side_by_side_keep_the_bits() {
-    grouped_products_match_the_reference(true);
-}
-
-fn grouped_products_match_the_reference(side: bool) {
     let Some(cxx) = host_cxx::compiler() else {
         return;
     };
-    let source = format!("{}{}", x_side_define(side), moe_harness());
-    let name = if side { "moe_mma_side" } else { "moe_mma" };
-    let (dir, exe) = host_cxx::build(&cxx, name, &source);
+    let (dir, exe) = host_cxx::build(&cxx, "moe_mma", &moe_harness());
     let mut rng = Rng::new(0x3a3a_0002);
     let (ne, rows, cols) = (4usize, 32usize, 256usize);
     let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, ne * rows, cols, &mut rng);
