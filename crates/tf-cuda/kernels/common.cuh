@@ -102,7 +102,8 @@ __device__ __forceinline__ void tf_mark(const char* name) {
 // are resident when they finish; in the served program (TF_LEAD_ALL below) by every kernel.
 // What the next kernel reads before its wait was written two kernels back or earlier. Every
 // kernel leading measured slower or even with the tf_slices products (sessions 11 and 13),
-// even in session 48, and 0.6-0.8% shorter with x split side by side (session 49).
+// even in session 48, and 0.7% shorter alone and 0.1-0.7% beside x split side by side on an
+// H100 (session 49).
 __device__ __forceinline__ void tf_lead() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
