@@ -231,8 +231,13 @@ struct TfMmaX<2, KW> {
     __device__ __forceinline__ void next() { p += 16 * KW; }
 };
 
+// x split once a call whose sums were not made (an epilogue's split, tf_mma_relu2_out): the
+// same parts, X summed in place from them (STAGED 3, the _xin entries).
+template <int KW>
+struct TfMmaX<3, KW> : TfMmaX<2, KW> {};
+
 // One group of this lane's x (which then moves KW groups on) into yacc; X from the split
-// (STAGED 2) or summed here. F = 1, four x rows: B column g is row g / 2's high (g even) or
+// (STAGED 2) or summed here (3 too). F = 1, four x rows: B column g is row g / 2's high (g even) or
 // low (g odd) parts, so one mma a k-step; F = 2, eight x rows: column g is row g, its high and
 // low parts in two mmas with sums of their own. Either way an output's high and low sums are
 // carried through the group's four k-steps and added once. PLANT (a planted control): the low
@@ -336,20 +341,46 @@ __device__ __forceinline__ void tf_mma_step(const TfMmaGroup<RT, F, SB>& d,
     }
 }
 
+// Where value c (0 .. 63) of a (row, group)'s split has its part `half` (0 high, 1 low): a
+// 16-bit index among the group's 128, as tf_mma_split_group stores it (c = 16 m + 8 s + 2 t +
+// e: k-step m, pair s of lane t, element e).
+__device__ __forceinline__ int tf_mma_part_u16(int c, int half) {
+    const int m = c >> 4, s = (c >> 3) & 1, t = (c >> 1) & 3, e = c & 1;
+    return 2 * (4 * (tf_mma_part_at(t, half) + 8 * (m >> 1)) + 2 * (m & 1) + s) + e;
+}
+
+// Output `out` of a row whose value is v: relu²'d into act[out] (tf_moe_relu2's r * r) and its
+// parts into the row's split (parts: its group 0), the values tf_moe_relu2_split stores; not
+// its group's X, which the products reading it sum in place (STAGED 3).
+__device__ __forceinline__ void tf_mma_relu2_out(float v, int out, float* __restrict__ act,
+                                                 uint4* __restrict__ parts) {
+    const float r = v > 0.0f ? v : 0.0f, q = r * r;
+    act[out] = q;
+    const u32 hi = tf_mma_bf16x2(q, 0.0f) & 0xffffu;
+    const u32 lo = tf_mma_bf16x2(q - tf_mma_lo(hi), 0.0f) & 0xffffu;
+    unsigned short* at = (unsigned short*)(parts + (size_t)(out >> 6) * 16);
+    at[tf_mma_part_u16(out & 63, 0)] = (unsigned short)hi;
+    at[tf_mma_part_u16(out & 63, 1)] = (unsigned short)lo;
+}
+
 // y[j, row] for x rows j0 .. j0 + 4F - 1 (< n) and tiles tile0 .. tile0 + RT - 1 of a matrix
 // of `rows` rows whose tiles' codes are at wq and scale pairs at sb; KW warps along the groups, two
 // groups' loads in turn so one is in flight while the other is multiplied. STAGED: the block
 // first splits its x rows (at most 4F) into shared memory, a uint4 (h0, h1, l0, l1) for each
 // (row, group, k-step m, t), so that a lane reads them once instead of all 32 lanes splitting
 // copies (dynamic shared memory: rows x groups x 256 bytes); STAGED 2: x split once a call, at
-// xp and xsum (x unused).
-template <int RT, int KW, int STAGED, int PLANT, int F, class SB>
+// xp and xsum (x unused); STAGED 3: split at xp, X summed in place (xsum unused). RELU2: each
+// output also relu²'d into act and split into aparts as it is stored (tf_mma_relu2_out; rows a
+// multiple of 64), at the rows y's are.
+template <int RT, int KW, int STAGED, int PLANT, int F, class SB, int RELU2 = 0>
 __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                                             const SB* __restrict__ sb,
                                             const float* __restrict__ x, float* __restrict__ y,
                                             int n, int j0, int tile0, int rows, int cols,
                                             const uint4* __restrict__ xp = nullptr,
-                                            const float* __restrict__ xsum = nullptr) {
+                                            const float* __restrict__ xsum = nullptr,
+                                            float* __restrict__ act = nullptr,
+                                            uint4* __restrict__ aparts = nullptr) {
     __shared__ float red[KW][32][2 * F];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -368,13 +399,14 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
     const int row = min(F == 1 ? g >> 1 : g, live - 1);
     TfMmaX<STAGED, KW> xr;
     const float* xs[F];
-    if constexpr (STAGED == 2) {
+    if constexpr (STAGED >= 2) {
         xr.p = xp + ((size_t)(j0 + row) * groups + w) * 16;
         xr.t = t;
         xr.odd = g & 1;
+        if constexpr (STAGED == 2)
 #pragma unroll
-        for (int c = 0; c < F; c++)
-            xs[c] = xsum + (size_t)(j0 + min(F == 1 ? t : 2 * t + c, live - 1)) * groups + w;
+            for (int c = 0; c < F; c++)
+                xs[c] = xsum + (size_t)(j0 + min(F == 1 ? t : 2 * t + c, live - 1)) * groups + w;
     } else if constexpr (STAGED == 1) {
 #ifdef TF_HOST_SIMT
         uint4* st = (uint4*)tf_dyn_smem;
@@ -421,7 +453,12 @@ __device__ __forceinline__ void tf_mma_body(const uint4* __restrict__ wq,
                 for (int k = 1; k < KW; k++) sum = sum + red[k][lane][o];
                 const int out = 16 * (tile0 + r) + g + 8 * (F == 1 ? o : o >> 1);
                 const int j = j0 + (F == 1 ? t : 2 * t + (o & 1));
-                if (out < rows && j < n) y[(size_t)j * rows + out] = sum;
+                if (out < rows && j < n) {
+                    y[(size_t)j * rows + out] = sum;
+                    if constexpr (RELU2)
+                        tf_mma_relu2_out(sum, out, act + (size_t)j * rows,
+                                         aparts + (size_t)j * (rows >> 6) * 16);
+                }
             }
         __syncthreads();
     }

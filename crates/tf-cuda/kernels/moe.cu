@@ -676,21 +676,24 @@ extern "C" __global__ void tf_muse_softcap(float* x, float mult, float cap, int 
 // block): block row y takes the y-th non-empty expert e, its tiles RT x .. of rows / 16 (the
 // stacked matrix's tiles of expert e: `rows` a multiple of 16) against its group's rows, 4F at
 // a time. STAGED: x staged in shared memory (one-row rounds: every group one row). SB: the tiles'
-// scale pairs (mma.cu: float2, or u32 in the compact tiles of the NAME_b16 entries).
-template <int RT, int STAGED, int F, class SB>
+// scale pairs (mma.cu: float2, or u32 in the compact tiles of the NAME_b16 entries). RELU2: the
+// outputs also relu²'d and split into act and aparts (tf_mma_body), at yg's rows.
+template <int RT, int STAGED, int F, class SB, int RELU2 = 0>
 __device__ __forceinline__ void tf_moe_mma_group(const u8* __restrict__ W, int e, int cnt,
                                                  int rows, int cols, int n_experts,
                                                  const float* __restrict__ xg,
                                                  float* __restrict__ yg,
                                                  const uint4* __restrict__ xp,
-                                                 const float* __restrict__ xsum) {
+                                                 const float* __restrict__ xsum,
+                                                 float* __restrict__ act = nullptr,
+                                                 uint4* __restrict__ aparts = nullptr) {
     const int tiles = rows >> 4;
     const size_t first = (size_t)e * tiles * (cols >> 6);  // expert e's first (tile, group)
     const uint4* wq = (const uint4*)W + first * 32;
     const SB* sb = tf_mma_scales<SB>(W, (size_t)n_experts * tiles, cols) + first * 16;
     for (int j0 = 0; j0 < cnt; j0 += 4 * F)
-        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F>(wq, sb, xg, yg, cnt, j0, blockIdx.x * RT, rows,
-                                                  cols, xp, xsum);
+        tf_mma_body<RT, MMA_MOE_KW, STAGED, 0, F, SB, RELU2>(
+            wq, sb, xg, yg, cnt, j0, blockIdx.x * RT, rows, cols, xp, xsum, act, aparts);
 }
 
 // The group's rows (x at xg, or split at xp, xsum; y at yg) from the first at offsets[e].
@@ -709,7 +712,7 @@ __device__ __forceinline__ void tf_moe_mma(const u8* __restrict__ W, const float
     const size_t groups = cols >> 6;
     tf_moe_mma_group<RT, STAGED, F, SB>(
         W, e, cnt, rows, cols, n_experts, xg + (size_t)off * cols, yg + (size_t)off * rows,
-        STAGED == 2 ? xp + off * groups * 16 : nullptr, STAGED == 2 ? xsum + off * groups : nullptr);
+        STAGED >= 2 ? xp + off * groups * 16 : nullptr, STAGED == 2 ? xsum + off * groups : nullptr);
 }
 
 #define TF_MOE_MMA_ENTRY_SB(NAME, RT, STAGED, F, SB)                                           \
@@ -727,19 +730,27 @@ TF_MOE_MMA_ENTRY(tf_moe_mma_mlx4_staged, 2, 1, 1)
 // The same products of the gathered rows split once (parts xp, sums xsum: tf_moe_gather_split,
 // tf_moe_relu2_split), two tiles a block and (_r1) one; a group's rows 8 at a time, or (_x4,
 // for rounds of at most four tokens) 4.
-#define TF_MOE_MMA_SPLIT_ENTRY_SB(NAME, RT, F, SB)                                             \
+#define TF_MOE_MMA_SPLIT_ENTRY_ST(NAME, RT, F, SB, ST)                                         \
     extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
         NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* offsets,    \
              int rows, int cols, int n_experts) {                                              \
-        tf_moe_mma<RT, 2, F, SB>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);    \
+        tf_moe_mma<RT, ST, F, SB>(W, nullptr, yg, offsets, rows, cols, n_experts, xp, xsum);   \
     }
 #define TF_MOE_MMA_SPLIT_ENTRY(NAME, RT, F)                                                    \
-    TF_MOE_MMA_SPLIT_ENTRY_SB(NAME, RT, F, float2)                                             \
-    TF_MOE_MMA_SPLIT_ENTRY_SB(NAME##_b16, RT, F, u32)
+    TF_MOE_MMA_SPLIT_ENTRY_ST(NAME, RT, F, float2, 2)                                          \
+    TF_MOE_MMA_SPLIT_ENTRY_ST(NAME##_b16, RT, F, u32, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split, 2, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1, 1, 2)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_x4, 2, 1)
 TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
+
+// The same of a split whose sums were not made (the _one_relu2 entries' outputs): X summed in
+// place from the parts (mma.cu's STAGED 3), the same bits; xsum unused.
+#define TF_MOE_MMA_XIN_ENTRY(NAME, RT, F)                                                      \
+    TF_MOE_MMA_SPLIT_ENTRY_ST(NAME, RT, F, float2, 3)                                          \
+    TF_MOE_MMA_SPLIT_ENTRY_ST(NAME##_b16, RT, F, u32, 3)
+TF_MOE_MMA_XIN_ENTRY(tf_moe_mma_mlx4_split_x4_xin, 2, 1)
+TF_MOE_MMA_XIN_ENTRY(tf_moe_mma_mlx4_split_r1_x4_xin, 1, 1)
 
 // tf_moe_mma_mlx4_split[_r1]_x4 of a one-token round whose row is split once at xp, xsum (the
 // norm's split, or the latent's): block row y takes pick y (its expert picks[y], its one row at
@@ -760,6 +771,27 @@ TF_MOE_MMA_SPLIT_ENTRY(tf_moe_mma_mlx4_split_r1_x4, 1, 1)
     TF_MOE_MMA_ONE_ENTRY_SB(NAME##_b16, RT, u32)
 TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one, 1)
 TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2)
+
+// The same, each output also relu²'d and split as it is stored (act, aparts: the picks' rows
+// where yg's are, `rows` a multiple of 64): tf_moe_relu2_split's act and parts, without its
+// sums, so the down product reads them through the _xin entries.
+#define TF_MOE_MMA_ONE_RELU2_ENTRY_SB(NAME, RT, SB)                                            \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_MOE_KW)                              \
+        NAME(const u8* W, const uint4* xp, const float* xsum, float* yg, const int* picks,      \
+             const int* where_, int rows, int cols, int n_experts, float* act, uint4* aparts) { \
+        tf_follow();                                                                           \
+        const int e = picks[blockIdx.y], p = where_[blockIdx.y];                               \
+        if (e < 0) return; /* the whole block */                                               \
+        tf_moe_mma_group<RT, 2, 1, SB, 1>(W, e, 1, rows, cols, n_experts, nullptr,             \
+                                          yg + (size_t)p * rows, xp, xsum,                     \
+                                          act + (size_t)p * rows,                              \
+                                          aparts + (size_t)p * (rows >> 6) * 16);              \
+    }
+#define TF_MOE_MMA_ONE_RELU2_ENTRY(NAME, RT)                                                   \
+    TF_MOE_MMA_ONE_RELU2_ENTRY_SB(NAME, RT, float2)                                            \
+    TF_MOE_MMA_ONE_RELU2_ENTRY_SB(NAME##_b16, RT, u32)
+TF_MOE_MMA_ONE_RELU2_ENTRY(tf_moe_mma_mlx4_split_r1_x4_one_relu2, 1)
+TF_MOE_MMA_ONE_RELU2_ENTRY(tf_moe_mma_mlx4_split_x4_one_relu2, 2)
 
 // The split kernels below: block (row, gb) takes groups 4 gb .. 4 gb + 3 of its row, a warp
 // each (blockDim 128); the group of this warp, or -1.

@@ -54,7 +54,7 @@ pub fn probe_kernel_names() -> impl Iterator<Item = &'static str> {
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 17] = [
+pub const TILE_READERS: [&str; 21] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -72,6 +72,10 @@ pub const TILE_READERS: [&str; 17] = [
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
+    "tf_moe_mma_mlx4_split_x4_xin",
+    "tf_moe_mma_mlx4_split_r1_x4_xin",
+    "tf_moe_mma_mlx4_split_x4_one_relu2",
+    "tf_moe_mma_mlx4_split_r1_x4_one_relu2",
 ];
 
 /// The `_b16` twins' names.

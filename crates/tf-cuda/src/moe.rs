@@ -40,6 +40,10 @@ pub const KERNEL_NAMES: &[&str] = &[
     "tf_moe_mma_mlx4_split_r1_x4",
     "tf_moe_mma_mlx4_split_x4_one",
     "tf_moe_mma_mlx4_split_r1_x4_one",
+    "tf_moe_mma_mlx4_split_x4_xin",
+    "tf_moe_mma_mlx4_split_r1_x4_xin",
+    "tf_moe_mma_mlx4_split_x4_one_relu2",
+    "tf_moe_mma_mlx4_split_r1_x4_one_relu2",
     "tf_moe_gather_split",
     "tf_moe_relu2_split",
     "tf_moe_route_grouped",
@@ -477,11 +481,31 @@ pub fn experts_with(
     if let Some((xs, acts)) = split {
         let (up1, down1) = crate::mma::one_tile_experts();
         let (up1, down1) = (n == 1 && up1, n == 1 && down1);
+        let gathered = Groups::Gathered(&buf.offsets);
         match x_row.filter(|r| reads_one_row(mlp, n) && r.holds(1, dim)) {
+            // One token, relu² made by the up product (opt-in): no relu² kernel between.
+            Some(row) if relu2_fold() => {
+                let picks = Groups::Picks(&buf.experts, &buf.where_);
+                let tail = Tail::Relu2(&mut buf.act, &mut *acts);
+                expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1, tail)?;
+                let (down, tail) = (&mlp.down, Tail::SumsInPlace);
+                return expert_matmul_split(
+                    gpu,
+                    down,
+                    acts,
+                    &mut buf.yg,
+                    gathered,
+                    n,
+                    k,
+                    down1,
+                    tail,
+                );
+            }
             // One token: its row split once serves every pick; no gather.
             Some(row) => {
                 let picks = Groups::Picks(&buf.experts, &buf.where_);
-                expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1)?;
+                let tail = Tail::Plain;
+                expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1, tail)?;
             }
             None => {
                 let mut b = gpu.launcher("tf_moe_gather_split")?;
@@ -491,13 +515,13 @@ pub fn experts_with(
                 // SAFETY: (f32*, i32*, i32*, f32*, uint4*, f32*, i32 x3); positions <
                 // offsets[e] <= n * k rows of xg and of the split (checked above).
                 unsafe { b.go(split_config(slots, dim), "launching moe gather (split)") }?;
-                let gathered = Groups::Gathered(&buf.offsets);
-                expert_matmul_split(gpu, &mlp.up, xs, &mut buf.up, gathered, n, k, up1)?;
+                let (up, tail) = (&mlp.up, Tail::Plain);
+                expert_matmul_split(gpu, up, xs, &mut buf.up, gathered, n, k, up1, tail)?;
             }
         }
         relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
-        let gathered = Groups::Gathered(&buf.offsets);
-        return expert_matmul_split(gpu, &mlp.down, acts, &mut buf.yg, gathered, n, k, down1);
+        let (down, tail) = (&mlp.down, Tail::Plain);
+        return expert_matmul_split(gpu, down, acts, &mut buf.yg, gathered, n, k, down1, tail);
     }
     let mut b = gpu.launcher("tf_moe_gather")?;
     b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);
@@ -615,6 +639,7 @@ fn gather_config(slots: usize) -> LaunchConfig {
 }
 
 /// Where a split expert product finds each block row's expert and rows.
+#[derive(Clone, Copy)]
 pub(crate) enum Groups<'a> {
     /// Each non-empty expert's group of gathered rows, from the offsets (the split's rows are
     /// the gathered ones).
@@ -622,6 +647,25 @@ pub(crate) enum Groups<'a> {
     /// A one-token round: block row j takes pick j (the routing's experts and where_), and every
     /// pick reads the split's row 0, the token's.
     Picks(&'a CudaSlice<i32>, &'a CudaSlice<i32>),
+}
+
+/// What a split expert product does besides storing y, and whether its split has sums.
+pub(crate) enum Tail<'a> {
+    /// Nothing more; its split's sums were made.
+    Plain,
+    /// A one-token round's up product also makes relu² of its outputs (`act`) and their split
+    /// (`acts`, without sums) as it stores them: [`relu2_split`]'s values, one kernel fewer.
+    Relu2(&'a mut CudaSlice<f32>, &'a mut SplitX),
+    /// Its split's sums were not made (a [`Tail::Relu2`]'s): X summed in place, the same bits.
+    SumsInPlace,
+}
+
+/// Whether a one-token round's up product makes relu² and its split (`TF_CUDA_RELU2_FOLD=1`;
+/// off by default until timed on a GPU): [`Tail::Relu2`], then the down product's
+/// [`Tail::SumsInPlace`].
+pub(crate) fn relu2_fold() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_RELU2_FOLD").is_ok_and(|v| v == "1"))
 }
 
 /// [`expert_matmul`] of rows split once (`x`: their [`SplitX`]), `w` in the mma tiles, two
@@ -636,12 +680,28 @@ pub(crate) fn expert_matmul_split(
     n: usize,
     k: usize,
     one_tile: bool,
+    tail: Tail,
 ) -> Result<()> {
     const OP: &str = "moe expert matmul (split x)";
     let slots = n * k;
     let one = matches!(groups, Groups::Picks(..));
     x.check(OP, if one { 1 } else { slots }, w.cols())?;
     need(OP, "y", y.len(), slots * w.rows())?;
+    let four = crate::mma::split_rows_a_block(n) == 4;
+    match &tail {
+        Tail::Relu2(act, acts) if one && w.rows().is_multiple_of(GROUP) => {
+            acts.check(OP, slots, w.rows())?;
+            need(OP, "act", act.len(), slots * w.rows())?;
+        }
+        Tail::SumsInPlace if !one && four => {}
+        Tail::Plain => {}
+        _ => {
+            return Err(CudaError::Shape {
+                op: OP,
+                detail: format!("no entry folds relu² or sums in place for {n} rows here"),
+            })
+        }
+    }
     match groups {
         Groups::Gathered(offsets) => need(OP, "offsets", offsets.len(), w.n_experts() + 1)?,
         Groups::Picks(experts, where_) => need(OP, "picks", experts.len().min(where_.len()), k)?,
@@ -654,25 +714,34 @@ pub(crate) fn expert_matmul_split(
     let (_, mut cfg) = crate::mma::experts_launch(w.rows(), w.cols(), n, block_rows, tiles)?;
     cfg.shared_mem_bytes = 0;
     // An expert takes at most n rows of a round: its rows 4 at a time where n is at most 4.
-    let kernel = match (one, one_tile, crate::mma::split_rows_a_block(n)) {
+    let kernel = match (one, one_tile, four) {
         (true, true, _) => "tf_moe_mma_mlx4_split_r1_x4_one",
         (true, false, _) => "tf_moe_mma_mlx4_split_x4_one",
-        (false, true, 4) => "tf_moe_mma_mlx4_split_r1_x4",
-        (false, true, _) => "tf_moe_mma_mlx4_split_r1",
-        (false, false, 4) => "tf_moe_mma_mlx4_split_x4",
-        (false, false, _) => "tf_moe_mma_mlx4_split",
+        (false, true, true) => "tf_moe_mma_mlx4_split_r1_x4",
+        (false, true, false) => "tf_moe_mma_mlx4_split_r1",
+        (false, false, true) => "tf_moe_mma_mlx4_split_x4",
+        (false, false, false) => "tf_moe_mma_mlx4_split",
     };
-    let mut b = gpu.launcher(&crate::mma::entry_for(kernel, w.matrix.layout()))?;
+    let kernel = match tail {
+        Tail::Plain => kernel.to_string(),
+        Tail::Relu2(..) => format!("{kernel}_relu2"),
+        Tail::SumsInPlace => format!("{kernel}_xin"),
+    };
+    let mut b = gpu.launcher(&crate::mma::entry_for(&kernel, w.matrix.layout()))?;
     b.arg(w.matrix.bytes()).arg(&x.parts).arg(&x.sums).arg(y);
     match groups {
         Groups::Gathered(offsets) => b.arg(offsets),
         Groups::Picks(experts, where_) => b.arg(experts).arg(where_),
     };
     b.arg(&rows).arg(&cols).arg(&n_experts);
+    if let Tail::Relu2(act, acts) = tail {
+        b.arg(act).arg(&mut acts.parts);
+    }
     // SAFETY: (u8*, uint4*, f32*, f32*, i32*, i32, i32, i32), or with the picks (i32*, i32*) in
-    // place of the offsets (the `_one` entries, n = 1); the tiles hold n_experts * rows / 16
-    // tiles made for this shape; every group lies within the `slots` rows of the split (its
-    // row 0 for the picks) and of y checked above, and a pick's expert is < n_experts or -1.
+    // place of the offsets (the `_one` entries, n = 1), and (f32*, uint4*) after (`_relu2`);
+    // the tiles hold n_experts * rows / 16 tiles made for this shape; every group lies within
+    // the `slots` rows of the split (its row 0 for the picks), of y and of act and its split
+    // (rows a multiple of 64) checked above, and a pick's expert is < n_experts or -1.
     unsafe { b.go(cfg, "launching moe mma matmul (split x)") }
 }
 

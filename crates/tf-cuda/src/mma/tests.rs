@@ -398,6 +398,8 @@ fn twinned_in_sources() -> Vec<String> {
         "TF_MOE_MMA_ENTRY(",
         "TF_MOE_MMA_SPLIT_ENTRY(",
         "TF_MOE_MMA_ONE_ENTRY(",
+        "TF_MOE_MMA_XIN_ENTRY(",
+        "TF_MOE_MMA_ONE_RELU2_ENTRY(",
     ];
     let mut names: Vec<String> = src
         .iter()
@@ -476,7 +478,7 @@ fn moe_harness() -> String {
     let moe = include_str!("../../kernels/moe.cu");
     let block_expert = host_cxx::extract(moe, "__device__ __forceinline__ int tf_moe_block_expert");
     let body = [
-        "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma_group(",
+        "template <int RT, int STAGED, int F, class SB, int RELU2 = 0>\n__device__ __forceinline__ void tf_moe_mma_group(",
         "template <int RT, int STAGED, int F, class SB>\n__device__ __forceinline__ void tf_moe_mma(",
     ]
     .map(|head| host_cxx::extract(moe, head))
@@ -500,8 +502,8 @@ fn moe_harness() -> String {
          int main(int argc, char** argv) {{\n\
          \x20   FILE *fi, *fo;\n\
          \x20   if (!tf_open_io(argc, argv, &fi, &fo)) return 1;\n\
-         \x20   int head[5];\n\
-         \x20   if (fread(head, 4, 5, fi) != 5) return 1;\n\
+         \x20   int head[6];\n\
+         \x20   if (fread(head, 4, 6, fi) != 6) return 1;\n\
          \x20   const int ne = head[0], rows = head[1], cols = head[2], slots = head[3], compact = head[4] >= 10, staged = head[4] % 10;\n\
          \x20   const size_t nt = (size_t)ne * rows / 16 * (cols / 64);\n\
          \x20   std::vector<u8> src((size_t)ne * rows * cols / 32 * 24), tiles(nt * 640);\n\
@@ -523,6 +525,29 @@ fn moe_harness() -> String {
          \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((slots + 7) / 8), 1}}, 128, 0, [&] {{ tf_mma_split(xg.data(), parts2.data(), sums2.data(), slots, cols); }});\n\
          \x20       for (auto* v : {{&act, &xg, &sums, &sums2}}) fwrite(v->data(), 4, v->size(), fo);\n\
          \x20       fwrite(parts.data(), 16, parts.size(), fo); fwrite(parts2.data(), 16, parts2.size(), fo);\n\
+         \x20       fclose(fo);\n\
+         \x20       return 0;\n\
+         \x20   }}\n\
+         \x20   if (head[5]) {{\n\
+         \x20       if (rows != cols) return 1;\n\
+         \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), 1, 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), 1, cols); }});\n\
+         \x20       std::vector<int> picks(slots), where(slots);\n\
+         \x20       for (int e = 0; e < ne; e++) for (int p = offsets[e]; p < offsets[e + 1]; p++) picks[p] = e, where[p] = p;\n\
+         \x20       std::vector<float> up(y.size()), act2(y.size()), down(y.size()), asums(y.size() / 64, NAN);\n\
+         \x20       std::vector<uint4> aparts(y.size() / 4);\n\
+         \x20       const bool r1 = staged == 9;\n\
+         \x20       const D3 g1{{r1 ? (unsigned)((rows + 15) / 16) : grid.x, (unsigned)slots, 1}}, g2{{r1 ? (unsigned)((rows + 15) / 16) : grid.x, grid.y, 1}};\n\
+         \x20       if (head[5] == 1) {{\n\
+         \x20           tf_launch(g1, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_one_b16 : tf_moe_mma_mlx4_split_r1_x4_one) : (compact ? tf_moe_mma_mlx4_split_x4_one_b16 : tf_moe_mma_mlx4_split_x4_one))(W, parts.data(), sums.data(), up.data(), picks.data(), where.data(), rows, cols, ne); }});\n\
+         \x20           tf_launch(D3{{(unsigned)slots, (unsigned)((rows / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_relu2_split(up.data(), act2.data(), aparts.data(), asums.data(), rows); }});\n\
+         \x20           tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_b16 : tf_moe_mma_mlx4_split_r1_x4) : (compact ? tf_moe_mma_mlx4_split_x4_b16 : tf_moe_mma_mlx4_split_x4))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       }} else {{\n\
+         \x20           tf_launch(g1, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_one_relu2_b16 : tf_moe_mma_mlx4_split_r1_x4_one_relu2) : (compact ? tf_moe_mma_mlx4_split_x4_one_relu2_b16 : tf_moe_mma_mlx4_split_x4_one_relu2))(W, parts.data(), sums.data(), up.data(), picks.data(), where.data(), rows, cols, ne, act2.data(), aparts.data()); }});\n\
+         \x20           if (head[5] == 3) tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_b16 : tf_moe_mma_mlx4_split_r1_x4) : (compact ? tf_moe_mma_mlx4_split_x4_b16 : tf_moe_mma_mlx4_split_x4))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20           else tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_xin_b16 : tf_moe_mma_mlx4_split_r1_x4_xin) : (compact ? tf_moe_mma_mlx4_split_x4_xin_b16 : tf_moe_mma_mlx4_split_x4_xin))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       }}\n\
+         \x20       for (auto* v : {{&up, &act2, &down}}) fwrite(v->data(), 4, v->size(), fo);\n\
+         \x20       fwrite(aparts.data(), 16, aparts.size(), fo);\n\
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
@@ -553,7 +578,7 @@ fn moe_harness() -> String {
 }
 
 /// moe.cu's last grouped product entry (the harness takes the entries up to it).
-const LAST_ENTRY: &str = "TF_MOE_MMA_ONE_ENTRY(tf_moe_mma_mlx4_split_x4_one, 2)";
+const LAST_ENTRY: &str = "TF_MOE_MMA_ONE_RELU2_ENTRY(tf_moe_mma_mlx4_split_x4_one_relu2, 2)";
 
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
@@ -577,7 +602,7 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
     let run = |offsets: &[i32], x: &[f32], mode: usize| {
         let slots = x.len() / cols;
         let mut input = Vec::new();
-        for v in [ne, rows, cols, slots, mode] {
+        for v in [ne, rows, cols, slots, mode, 0] {
             input.extend((v as i32).to_le_bytes());
         }
         input.extend_from_slice(&src);
@@ -678,6 +703,67 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
         host_cxx::differing(&run(&[0, 1, 1, 2, 3], &other, 8), &gathered),
         0
     );
+}
+
+/// A one-token round's up product with relu² and its split made as it stores (the `_one_relu2`
+/// entries), then the down product summing X in place (`_xin`), against the up product,
+/// `tf_moe_relu2_split` and the down product reading its sums: the same up, act, parts and
+/// down, bit for bit, both tile forms, one tile a block and two. Planted: the sums-reading down
+/// product after the fold (whose sums are NaN) must differ.
+#[test]
+fn relu2_made_by_the_up_product_gives_the_split_and_the_down_products_bits() {
+    let Some(cxx) = host_cxx::compiler() else {
+        return;
+    };
+    let (dir, exe) = host_cxx::build(&cxx, "moe_relu2_fold", &moe_harness());
+    let mut rng = Rng::new(0x3a3a_0003);
+    let (ne, dim, slots) = (4usize, 128usize, 3usize);
+    let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, ne * dim, dim, &mut rng);
+    let src = device_bytes(&hw.packed())
+        .expect("rows layout")
+        .into_owned();
+    // Three picks of one token (expert 1 not picked); only row 0, the token's, is read.
+    let offsets = [0i32, 1, 1, 2, 3];
+    let x: Vec<f32> = (0..slots * dim).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    // fold 1: up, relu² split, down; 2: up with relu² folded, down in place; 3: the fold, then
+    // the down product that reads the (unmade) sums.
+    let run = |mode: usize, fold: usize| {
+        let mut input = Vec::new();
+        for v in [ne, dim, dim, slots, mode, fold] {
+            input.extend((v as i32).to_le_bytes());
+        }
+        input.extend_from_slice(&src);
+        input.extend(offsets.iter().flat_map(|v| v.to_le_bytes()));
+        input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+        let out = host_cxx::floats(&host_cxx::run(
+            &dir,
+            &exe,
+            &format!("fold-{mode}-{fold}"),
+            &input,
+        ));
+        assert_eq!(out.len(), 4 * slots * dim, "up, act, down, parts");
+        out
+    };
+    let len = slots * dim;
+    for mode in [8, 9, 18, 19] {
+        let (want, got) = (run(mode, 1), run(mode, 2));
+        for (i, what) in ["up", "act", "down", "parts"].iter().enumerate() {
+            let part = i * len..(i + 1) * len;
+            let d = host_cxx::differing(&got[part.clone()], &want[part]);
+            assert_eq!(d, 0, "mode {mode}: {what}");
+        }
+        let act = &want[len..2 * len];
+        assert!(
+            act.iter().any(|&v| v > 0.0) && act.contains(&0.0),
+            "relu² both ways"
+        );
+        let planted = run(mode, 3);
+        let d = host_cxx::differing(&planted[2 * len..3 * len], &want[2 * len..3 * len]);
+        assert_ne!(
+            d, 0,
+            "mode {mode}: the down product read the sums the fold left unmade"
+        );
+    }
 }
 
 /// The host emulation's source of the split norms (kernels/norm_split.cu) and what they use:

@@ -344,7 +344,17 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
                     // Odd row counts take one tile a block, even two.
                     let one_tile = n % 2 == 1;
                     let groups = crate::moe::Groups::Gathered(&offs);
-                    crate::moe::expert_matmul_split(gpu, &experts, &s, y, groups, n, 1, one_tile)?;
+                    crate::moe::expert_matmul_split(
+                        gpu,
+                        &experts,
+                        &s,
+                        y,
+                        groups,
+                        n,
+                        1,
+                        one_tile,
+                        crate::moe::Tail::Plain,
+                    )?;
                 }
                 false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
             }
