@@ -414,3 +414,87 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
     out.controls.push(control(what, &op, &broken, &cfg, &errs));
     Ok(())
 }
+
+/// A one-token round's experts with relu² made by the up product as it stores
+/// ([`crate::moe::Tail::Relu2`], the `_one_relu2` entries) and the down product summing X in
+/// place ([`crate::moe::Tail::SumsInPlace`], `_xin`), against the up product, relu² split and
+/// the down product reading its sums: the same up, act and down bits, one tile a block and two.
+/// Planted: the sums-reading down product after the fold (which leaves the sums NaN) must differ.
+pub(super) fn relu2_fold(gpu: &Gpu, out: &mut SuiteResult) -> Result<()> {
+    use crate::moe::{expert_matmul_split, relu2_split, GpuExperts, Groups, Tail};
+    let (dim, inter, k) = (1024, 384, 3);
+    let mut rng = Rng::new(0x3a3a_00f0);
+    let mut stack = |rows: usize, cols: usize| -> Result<GpuExperts> {
+        let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, EXPERTS * rows, cols, &mut rng);
+        GpuExperts::stacked(GpuMatrix::upload(gpu, &hw.packed())?, EXPERTS)?.for_products(gpu, 64)
+    };
+    let (up, down) = (stack(inter, dim)?, stack(dim, inter)?);
+    let x = rng.vec_uniform(dim, -1.0, 1.0);
+    // Picks 4, 0, 2 in that order; their rows in expert order at where_.
+    let experts = gpu.upload(&[4i32, 0, 2])?;
+    let where_ = gpu.upload(&[2i32, 0, 1])?;
+    let offsets = gpu.upload(&[0i32, 1, 1, 2, 2, 3])?;
+    let mut xs = mma::SplitX::new(gpu, 1, dim)?;
+    mma::split(gpu, &gpu.upload(&x)?, 1, &mut xs)?;
+    let mut acts = mma::SplitX::new(gpu, k, inter)?;
+    let (mut y_up, mut act) = (gpu.zeros::<f32>(k * inter)?, gpu.zeros::<f32>(k * inter)?);
+    let mut y = gpu.zeros::<f32>(k * dim)?;
+    // fold 0: unfolded; 1: folded; 2: folded, then the down product that reads the sums.
+    let mut chain = |fold: usize, one_tile: bool| -> Result<Vec<f32>> {
+        gpu.write(&vec![f32::NAN; k * inter], &mut act)?;
+        gpu.write(&vec![f32::NAN; k * inter / 64], &mut acts.sums)?;
+        let picks = Groups::Picks(&experts, &where_);
+        let gathered = Groups::Gathered(&offsets);
+        let tail = match fold {
+            0 => Tail::Plain,
+            _ => Tail::Relu2(&mut act, &mut acts),
+        };
+        expert_matmul_split(gpu, &up, &xs, &mut y_up, picks, 1, k, one_tile, tail)?;
+        if fold == 0 {
+            relu2_split(gpu, &y_up, &mut act, &mut acts, k, inter)?;
+        }
+        let tail = match fold {
+            1 => Tail::SumsInPlace,
+            _ => Tail::Plain,
+        };
+        expert_matmul_split(gpu, &down, &acts, &mut y, gathered, 1, k, one_tile, tail)?;
+        let mut got = gpu.download(&y_up, k * inter)?;
+        got.extend(gpu.download(&act, k * inter)?);
+        got.extend(gpu.download(&y, k * dim)?);
+        Ok(got)
+    };
+    let mut bits = compare_bits(&[], &[]);
+    let mut caught = 0;
+    for one_tile in [true, false] {
+        let want = chain(0, one_tile)?;
+        bits.add(compare_bits(&chain(1, one_tile)?, &want));
+        caught += compare_bits(&chain(2, one_tile)?, &want).differing;
+    }
+    let name = "experts mma: relu² made by the up product";
+    out.cases.push(CaseResult {
+        op: name.into(),
+        case: format!(
+            "one token, {k} picks of {EXPERTS} experts {dim} -> {inter} -> {dim}: up, act and \
+             down against the up product, relu² split and the sums-reading down, one and two \
+             tiles a block"
+        ),
+        verdict: match bits.differing {
+            0 => Ok(tf_kernels::contract::Report {
+                max_abs_err: 0.0,
+                max_tol_ratio: 0.0,
+                rows_compared: 2 * k,
+                calls: 12,
+            }),
+            d => Err(format!("{d} of {} values differ", bits.compared)),
+        },
+        cpu_bits: Some(bits),
+    });
+    out.controls.push(super::ControlResult {
+        control: format!("{name}: the down product reading the sums the fold leaves unmade"),
+        caught: match caught {
+            0 => Err("every value matched".into()),
+            c => Ok(format!("{c} values differ")),
+        },
+    });
+    Ok(())
+}

@@ -164,6 +164,7 @@ pub fn run_all(gpu: &Gpu, depth: Depth) -> Result<SuiteResult, CudaError> {
     slices::run(gpu, depth, &mut out)?;
     mma::run(gpu, depth, &mut out)?;
     mma::grouped(gpu, depth, &mut out)?;
+    mma::relu2_fold(gpu, &mut out)?;
     Ok(out)
 }
 
