@@ -521,6 +521,48 @@ TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split, 2, 2)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r1_split_x4, 1, 1)
 TF_MMA_SPLIT_ENTRY(tf_mma_mlx4_r2_split_x4, 2, 1)
 
+// tf_mma_mlx4_r{RT}_split_x4 whose outputs are also relu²'d and split as they are stored (act,
+// aparts: at y's rows, `rows` a multiple of 64; tf_mma_relu2_out), and (_xin) the products of
+// such a split, its X summed in place: the bits of the split products and tf_moe_relu2_split.
+template <int RT, int STAGED, int RELU2, class SB>
+__device__ __forceinline__ void tf_mma_split_tiles(const u8* __restrict__ W,
+                                                   const uint4* __restrict__ xp,
+                                                   const float* __restrict__ xsum,
+                                                   float* __restrict__ y, int n, int rows,
+                                                   int cols, int from, int to,
+                                                   float* __restrict__ act = nullptr,
+                                                   uint4* __restrict__ aparts = nullptr) {
+    const SB* sb = tf_mma_scales<SB>(W, (rows + 15) >> 4, cols);
+    for (int t0 = from + (int)blockIdx.x * RT; t0 < to; t0 += (int)gridDim.x * RT)
+        tf_mma_body<RT, MMA_KW, STAGED, 0, 1, SB, RELU2>((const uint4*)W, sb, nullptr, y, n,
+                                                         blockIdx.y * 4, t0, rows, cols, xp,
+                                                         xsum, act, aparts);
+}
+#define TF_MMA_RELU2_ENTRY_SB(NAME, RT, SB)                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
+        NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
+             int cols, int from, int to, float* act, uint4* aparts) {                          \
+        tf_follow();                                                                           \
+        tf_mma_split_tiles<RT, 2, 1, SB>(W, xp, xsum, y, n, rows, cols, from, to, act, aparts); \
+    }
+#define TF_MMA_XIN_ENTRY_SB(NAME, RT, SB)                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_KW, RT == 1 ? 2 : 1)                 \
+        NAME(const u8* W, const uint4* xp, const float* xsum, float* y, int n, int rows,       \
+             int cols, int from, int to) {                                                     \
+        tf_follow();                                                                           \
+        tf_mma_split_tiles<RT, 3, 0, SB>(W, xp, xsum, y, n, rows, cols, from, to);             \
+    }
+#define TF_MMA_RELU2_ENTRY(NAME, RT)                                                           \
+    TF_MMA_RELU2_ENTRY_SB(NAME, RT, float2)                                                    \
+    TF_MMA_RELU2_ENTRY_SB(NAME##_b16, RT, u32)
+#define TF_MMA_XIN_ENTRY(NAME, RT)                                                             \
+    TF_MMA_XIN_ENTRY_SB(NAME, RT, float2)                                                      \
+    TF_MMA_XIN_ENTRY_SB(NAME##_b16, RT, u32)
+TF_MMA_RELU2_ENTRY(tf_mma_mlx4_r1_split_x4_relu2, 1)
+TF_MMA_RELU2_ENTRY(tf_mma_mlx4_r2_split_x4_relu2, 2)
+TF_MMA_XIN_ENTRY(tf_mma_mlx4_r1_split_x4_xin, 1)
+TF_MMA_XIN_ENTRY(tf_mma_mlx4_r2_split_x4_xin, 2)
+
 // tf_mma_mlx4_r1_split_x4_b16's loads alone (tf_mma_step), and fewer of them, for
 // tf-cuda-mmbench: launched as it is, their y meaningless.
 TF_MMA_SPLIT_ENTRY_SB(tf_probe_mma_loads_b16, 1, 1, u32, 2)

@@ -21,7 +21,7 @@ use std::ops::Range;
 
 /// Kernel entry points defined in kernels/mma.cu and kernels/norm_split.cu (the `_b16` twins
 /// of [`TILE_READERS`] aside: [`compact_kernel_names`]).
-pub const KERNEL_NAMES: [&str; 21] = [
+pub const KERNEL_NAMES: [&str; 25] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -34,6 +34,10 @@ pub const KERNEL_NAMES: [&str; 21] = [
     SPLIT_KERNELS[1],
     SPLIT_KERNELS_X4[0],
     SPLIT_KERNELS_X4[1],
+    "tf_mma_mlx4_r1_split_x4_relu2",
+    "tf_mma_mlx4_r2_split_x4_relu2",
+    "tf_mma_mlx4_r1_split_x4_xin",
+    "tf_mma_mlx4_r2_split_x4_xin",
     "tf_mma_split",
     PLANT_SPLIT_SUMS,
     "tf_rms_norm_split",
@@ -54,7 +58,7 @@ pub fn probe_kernel_names() -> impl Iterator<Item = &'static str> {
 
 /// The entries that read the tiles, each with a twin `NAME_b16` for [`Layout::MmaTilesB16`]
 /// (kernels/mma.cu and kernels/moe.cu).
-pub const TILE_READERS: [&str; 21] = [
+pub const TILE_READERS: [&str; 25] = [
     "tf_mma_mlx4_r1",
     "tf_mma_mlx4_r2",
     "tf_mma_mlx4_r1_staged",
@@ -76,6 +80,10 @@ pub const TILE_READERS: [&str; 21] = [
     "tf_moe_mma_mlx4_split_r1_x4_xin",
     "tf_moe_mma_mlx4_split_x4_one_relu2",
     "tf_moe_mma_mlx4_split_r1_x4_one_relu2",
+    "tf_mma_mlx4_r1_split_x4_relu2",
+    "tf_mma_mlx4_r2_split_x4_relu2",
+    "tf_mma_mlx4_r1_split_x4_xin",
+    "tf_mma_mlx4_r2_split_x4_xin",
 ];
 
 /// The `_b16` twins' names.
@@ -588,7 +596,60 @@ pub fn matmul_split_with(
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let tiles = w.rows().div_ceil(16);
-    matmul_split_span(gpu, rt, w, s, n, y, 0..tiles, Blocks::Every)
+    matmul_split_span(gpu, rt, w, s, n, y, 0..tiles, Blocks::Every, Tail::Plain)
+}
+
+/// What a split product does besides storing y, and whether its split has sums.
+pub enum Tail<'a> {
+    /// Nothing more; its split's sums were made.
+    Plain,
+    /// A product of at most four rows also makes relu² of its outputs (`act`) and their split
+    /// (without sums) as it stores them: `tf_moe_relu2_split`'s values, one kernel fewer.
+    Relu2(&'a mut CudaSlice<f32>, &'a mut SplitX),
+    /// Its split's sums were not made (a [`Tail::Relu2`]'s): X summed in place, the same bits.
+    SumsInPlace,
+}
+
+impl Tail<'_> {
+    /// `kernel`'s entry for this tail (`_relu2`, `_xin`).
+    pub(crate) fn entry(&self, kernel: &str) -> String {
+        match self {
+            Tail::Plain => kernel.to_string(),
+            Tail::Relu2(..) => format!("{kernel}_relu2"),
+            Tail::SumsInPlace => format!("{kernel}_xin"),
+        }
+    }
+
+    /// An error unless a product of `n` rows of x (`four`: four rows a block) into `rows`
+    /// outputs, `slots` rows of them, may take this tail.
+    pub(crate) fn check(
+        &self,
+        op: &'static str,
+        four: bool,
+        rows: usize,
+        slots: usize,
+    ) -> Result<()> {
+        match self {
+            Tail::Plain => Ok(()),
+            Tail::SumsInPlace if four => Ok(()),
+            Tail::Relu2(act, acts) if four && rows.is_multiple_of(GROUP) => {
+                acts.check(op, slots, rows)?;
+                need(op, "act", act.len(), slots * rows)
+            }
+            _ => Err(CudaError::Shape {
+                op,
+                detail: format!("no entry takes this tail at {slots} rows of {rows}"),
+            }),
+        }
+    }
+}
+
+/// Whether one-row products followed by relu² make it themselves (`TF_CUDA_RELU2_FOLD=1`; off by
+/// default until timed on a GPU): the routed experts' and the shared expert's up products take
+/// [`Tail::Relu2`], their down products [`Tail::SumsInPlace`].
+pub fn relu2_fold() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TF_CUDA_RELU2_FOLD").is_ok_and(|v| v == "1"))
 }
 
 /// How many blocks a split product launches; where fewer than its tile groups, each takes
@@ -605,7 +666,7 @@ pub enum Blocks {
 
 /// [`matmul_split_with`] of only the row tiles `span` (16 rows each; y's other rows are left
 /// as they are): the same bits as the whole product's. The span starts at a multiple of `rt`
-/// and ends at one or at the last tile.
+/// and ends at one or at the last tile. `tail`: what else it does as it stores.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_split_span(
     gpu: &Gpu,
@@ -616,10 +677,12 @@ pub fn matmul_split_span(
     y: &mut CudaSlice<f32>,
     span: std::ops::Range<usize>,
     blocks: Blocks,
+    tail: Tail,
 ) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     s.check(OP, n, w.cols())?;
     need(OP, "y", y.len(), n * w.rows())?;
+    tail.check(OP, split_rows_a_block(n) == 4, w.rows(), n)?;
     if !w.layout().is_mma() {
         return Err(CudaError::Shape {
             op: OP,
@@ -638,8 +701,19 @@ pub fn matmul_split_span(
     if n == 0 || span.is_empty() {
         return Ok(());
     }
-    let kernel = entry_for(split_kernel(rt, n), w.layout());
-    launch_split(gpu, &kernel, rt, w, s, n, y, span, blocks)
+    let kernel = tail.entry(split_kernel(rt, n));
+    launch_split(
+        gpu,
+        &entry_for(&kernel, w.layout()),
+        rt,
+        w,
+        s,
+        n,
+        y,
+        span,
+        blocks,
+        tail,
+    )
 }
 
 /// The one-row split product's loads alone (kernels/mma.cu, for tf-cuda-mmbench only): what its
@@ -681,6 +755,7 @@ pub fn loads_probe(
         y,
         0..tiles,
         Blocks::Every,
+        Tail::Plain,
     )
 }
 
@@ -765,6 +840,7 @@ fn launch_split(
     y: &mut CudaSlice<f32>,
     span: std::ops::Range<usize>,
     blocks: Blocks,
+    tail: Tail,
 ) -> Result<()> {
     const OP: &str = "mma matmul (split x)";
     let c = Choice { rt, staged: false };
@@ -791,9 +867,13 @@ fn launch_split(
         .arg(&cols)
         .arg(&from)
         .arg(&to);
-    // SAFETY: (u8*, uint4*, f32*, f32*, i32 x 5); the split holds n rows of the matrix's
-    // columns and y n rows of its rows (checked above; the tiles were made for this shape), and
-    // the span lies within its tiles.
+    if let Tail::Relu2(act, acts) = tail {
+        b.arg(act).arg(&mut acts.parts);
+    }
+    // SAFETY: (u8*, uint4*, f32*, f32*, i32 x 5), and (f32*, uint4*) after (`_relu2`); the
+    // split holds n rows of the matrix's columns, y n rows of its rows and act and its split
+    // too (checked above, Tail::check; the tiles were made for this shape), and the span lies
+    // within its tiles.
     unsafe { b.go(cfg, "launching mma matmul (split x)") }
 }
 

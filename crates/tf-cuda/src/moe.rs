@@ -18,7 +18,7 @@
 
 use crate::device::Gpu;
 use crate::error::{CudaError, Result};
-use crate::mma::{SplitX, GROUP};
+use crate::mma::{SplitX, Tail, GROUP};
 use crate::ops::{grid, i32_of, need};
 use crate::weights::geometry_kernel;
 use cudarc::driver::{CudaSlice, LaunchConfig};
@@ -484,7 +484,7 @@ pub fn experts_with(
         let gathered = Groups::Gathered(&buf.offsets);
         match x_row.filter(|r| reads_one_row(mlp, n) && r.holds(1, dim)) {
             // One token, relu² made by the up product (opt-in): no relu² kernel between.
-            Some(row) if relu2_fold() => {
+            Some(row) if crate::mma::relu2_fold() => {
                 let picks = Groups::Picks(&buf.experts, &buf.where_);
                 let tail = Tail::Relu2(&mut buf.act, &mut *acts);
                 expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1, tail)?;
@@ -649,25 +649,6 @@ pub(crate) enum Groups<'a> {
     Picks(&'a CudaSlice<i32>, &'a CudaSlice<i32>),
 }
 
-/// What a split expert product does besides storing y, and whether its split has sums.
-pub(crate) enum Tail<'a> {
-    /// Nothing more; its split's sums were made.
-    Plain,
-    /// A one-token round's up product also makes relu² of its outputs (`act`) and their split
-    /// (`acts`, without sums) as it stores them: [`relu2_split`]'s values, one kernel fewer.
-    Relu2(&'a mut CudaSlice<f32>, &'a mut SplitX),
-    /// Its split's sums were not made (a [`Tail::Relu2`]'s): X summed in place, the same bits.
-    SumsInPlace,
-}
-
-/// Whether a one-token round's up product makes relu² and its split (`TF_CUDA_RELU2_FOLD=1`;
-/// off by default until timed on a GPU): [`Tail::Relu2`], then the down product's
-/// [`Tail::SumsInPlace`].
-pub(crate) fn relu2_fold() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_RELU2_FOLD").is_ok_and(|v| v == "1"))
-}
-
 /// [`expert_matmul`] of rows split once (`x`: their [`SplitX`]), `w` in the mma tiles, two
 /// tiles a block or (`one_tile`: more blocks for few rows an expert) one: the same bits.
 #[allow(clippy::too_many_arguments)]
@@ -688,20 +669,22 @@ pub(crate) fn expert_matmul_split(
     x.check(OP, if one { 1 } else { slots }, w.cols())?;
     need(OP, "y", y.len(), slots * w.rows())?;
     let four = crate::mma::split_rows_a_block(n) == 4;
-    match &tail {
-        Tail::Relu2(act, acts) if one && w.rows().is_multiple_of(GROUP) => {
-            acts.check(OP, slots, w.rows())?;
-            need(OP, "act", act.len(), slots * w.rows())?;
-        }
-        Tail::SumsInPlace if !one && four => {}
-        Tail::Plain => {}
-        _ => {
-            return Err(CudaError::Shape {
-                op: OP,
-                detail: format!("no entry folds relu² or sums in place for {n} rows here"),
-            })
-        }
+    // The relu² entries are the one-token ones, the in-place sums the gathered ones.
+    let fits = match tail {
+        Tail::Plain => true,
+        Tail::Relu2(..) => one,
+        Tail::SumsInPlace => !one,
+    };
+    if !fits {
+        return Err(CudaError::Shape {
+            op: OP,
+            detail: format!(
+                "no entry takes this tail {}",
+                if one { "for picks" } else { "gathered" }
+            ),
+        });
     }
+    tail.check(OP, four, w.rows(), slots)?;
     match groups {
         Groups::Gathered(offsets) => need(OP, "offsets", offsets.len(), w.n_experts() + 1)?,
         Groups::Picks(experts, where_) => need(OP, "picks", experts.len().min(where_.len()), k)?,
@@ -722,11 +705,7 @@ pub(crate) fn expert_matmul_split(
         (false, false, true) => "tf_moe_mma_mlx4_split_x4",
         (false, false, false) => "tf_moe_mma_mlx4_split",
     };
-    let kernel = match tail {
-        Tail::Plain => kernel.to_string(),
-        Tail::Relu2(..) => format!("{kernel}_relu2"),
-        Tail::SumsInPlace => format!("{kernel}_xin"),
-    };
+    let kernel = tail.entry(kernel);
     let mut b = gpu.launcher(&crate::mma::entry_for(&kernel, w.matrix.layout()))?;
     b.arg(w.matrix.bytes()).arg(&x.parts).arg(&x.sums).arg(y);
     match groups {

@@ -528,6 +528,30 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
+         \x20   if (head[5] >= 4) {{\n\
+         \x20       if (rows != cols) return 1;\n\
+         \x20       const int n = slots, tl = rows / 16, dt = tl * (cols / 64), rt = staged == 9 ? 1 : 2;\n\
+         \x20       std::vector<u8> dtiles((size_t)dt * (compact ? 576 : 640));\n\
+         \x20       tf_launch(D3{{(unsigned)((dt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ (compact ? tf_mma_tile_mlx4_b16 : tf_mma_tile_mlx4)(src.data(), dtiles.data(), rows, cols); }});\n\
+         \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), n, cols); }});\n\
+         \x20       std::vector<float> up(y.size()), act2(y.size()), down(y.size()), asums(y.size() / 64, NAN);\n\
+         \x20       std::vector<uint4> aparts(y.size() / 4);\n\
+         \x20       const D3 g{{(unsigned)((tl + rt - 1) / rt), 1, 1}};\n\
+         \x20       auto plain = [&](const uint4* xp, const float* xs, float* out) {{ tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_b16 : tf_mma_mlx4_r1_split_x4) : (compact ? tf_mma_mlx4_r2_split_x4_b16 : tf_mma_mlx4_r2_split_x4))(dtiles.data(), xp, xs, out, n, rows, cols, 0, tl); }}); }};\n\
+         \x20       if (head[5] == 4) {{\n\
+         \x20           plain(parts.data(), sums.data(), up.data());\n\
+         \x20           tf_launch(D3{{(unsigned)n, (unsigned)((rows / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_relu2_split(up.data(), act2.data(), aparts.data(), asums.data(), rows); }});\n\
+         \x20           plain(aparts.data(), asums.data(), down.data());\n\
+         \x20       }} else {{\n\
+         \x20           tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_relu2_b16 : tf_mma_mlx4_r1_split_x4_relu2) : (compact ? tf_mma_mlx4_r2_split_x4_relu2_b16 : tf_mma_mlx4_r2_split_x4_relu2))(dtiles.data(), parts.data(), sums.data(), up.data(), n, rows, cols, 0, tl, act2.data(), aparts.data()); }});\n\
+         \x20           if (head[5] == 6) plain(aparts.data(), asums.data(), down.data());\n\
+         \x20           else tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_xin_b16 : tf_mma_mlx4_r1_split_x4_xin) : (compact ? tf_mma_mlx4_r2_split_x4_xin_b16 : tf_mma_mlx4_r2_split_x4_xin))(dtiles.data(), aparts.data(), asums.data(), down.data(), n, rows, cols, 0, tl); }});\n\
+         \x20       }}\n\
+         \x20       for (auto* v : {{&up, &act2, &down}}) fwrite(v->data(), 4, v->size(), fo);\n\
+         \x20       fwrite(aparts.data(), 16, aparts.size(), fo);\n\
+         \x20       fclose(fo);\n\
+         \x20       return 0;\n\
+         \x20   }}\n\
          \x20   if (head[5]) {{\n\
          \x20       if (rows != cols) return 1;\n\
          \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), 1, 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), 1, cols); }});\n\
@@ -574,6 +598,7 @@ fn moe_harness() -> String {
         prelude = host_cxx::SIMT_PRELUDE,
         source = include_str!("../../kernels/mma.cu"),
         threads = 32 * MOE_WARPS,
+        dense = 32 * WARPS,
     )
 }
 
@@ -708,8 +733,9 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
 /// A one-token round's up product with relu² and its split made as it stores (the `_one_relu2`
 /// entries), then the down product summing X in place (`_xin`), against the up product,
 /// `tf_moe_relu2_split` and the down product reading its sums: the same up, act, parts and
-/// down, bit for bit, both tile forms, one tile a block and two. Planted: the sums-reading down
-/// product after the fold (whose sums are NaN) must differ.
+/// down, bit for bit, both tile forms, one tile a block and two; and the same of the dense
+/// products (`_relu2`, `_xin`) at three rows. Planted: the sums-reading down product after the
+/// fold (whose sums are NaN) must differ.
 #[test]
 fn relu2_made_by_the_up_product_gives_the_split_and_the_down_products_bits() {
     let Some(cxx) = host_cxx::compiler() else {
@@ -762,6 +788,23 @@ fn relu2_made_by_the_up_product_gives_the_split_and_the_down_products_bits() {
         assert_ne!(
             d, 0,
             "mode {mode}: the down product read the sums the fold left unmade"
+        );
+    }
+    // The dense products of the three rows (one and two tiles a block, both tile forms) of
+    // expert 0's matrix: fold 4, the split product, relu² split and the split product; 5, the
+    // `_relu2` and `_xin` entries; 6, the `_relu2` entry, then the sums-reading product.
+    for mode in [8, 9, 18, 19] {
+        let (want, got) = (run(mode, 4), run(mode, 5));
+        for (i, what) in ["up", "act", "down", "parts"].iter().enumerate() {
+            let part = i * len..(i + 1) * len;
+            let d = host_cxx::differing(&got[part.clone()], &want[part]);
+            assert_eq!(d, 0, "dense, mode {mode}: {what}");
+        }
+        let planted = run(mode, 6);
+        let d = host_cxx::differing(&planted[2 * len..3 * len], &want[2 * len..3 * len]);
+        assert_ne!(
+            d, 0,
+            "dense, mode {mode}: the sums the fold left unmade were read"
         );
     }
 }

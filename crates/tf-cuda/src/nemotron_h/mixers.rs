@@ -9,7 +9,7 @@ use crate::error::{CudaError, Result};
 use crate::kv::GpuKv;
 use crate::l2;
 use crate::mamba::{self, GpuMambaState};
-use crate::mma::{self, Blocks, SplitX};
+use crate::mma::{self, Blocks, SplitX, Tail};
 use crate::moe::{self, MoeBuffers};
 use crate::ops::{self, GpuRows};
 use crate::weights::GpuMatrix;
@@ -140,10 +140,10 @@ fn in_proj_z_beside(
         return Ok(false);
     }
     g.beside(Z_SIDE, || {
-        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, Blocks::OneWave)
+        mma::matmul_split_span(g, rt, w, s, n, proj, 0..z, Blocks::OneWave, Tail::Plain)
     })?;
     let rest = z..w.rows().div_ceil(16);
-    mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every)?;
+    mma::matmul_split_span(g, rt, w, s, n, proj, rest, Blocks::Every, Tail::Plain)?;
     Ok(true)
 }
 
@@ -289,7 +289,8 @@ fn shared_capped(m: &MlpLayer, s: &SplitX, acts: &SplitX, n: usize) -> bool {
 }
 
 /// The one-row shared expert as split products on at most `cap` blocks each: up from x's split,
-/// relu² split into `acts`, down from it (the bits of [`mlp_rows`]).
+/// relu² split into `acts` (by the up product itself where [`mma::relu2_fold`]), down from it
+/// (the bits of [`mlp_rows`]).
 #[allow(clippy::too_many_arguments)]
 fn shared_split(
     g: &Gpu,
@@ -301,11 +302,15 @@ fn shared_split(
     act: &mut CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let product = |w: &GpuMatrix, x: &SplitX, y: &mut CudaSlice<f32>| {
+    let product = |w: &GpuMatrix, x: &SplitX, y: &mut CudaSlice<f32>, tail: Tail| {
         let (rt, tiles) = (mma::tiles_a_block(w.rows(), 1), w.rows().div_ceil(16));
-        mma::matmul_split_span(g, rt, w, x, 1, y, 0..tiles, Blocks::AtMost(cap))
+        mma::matmul_split_span(g, rt, w, x, 1, y, 0..tiles, Blocks::AtMost(cap), tail)
     };
-    product(&m.up, s, up)?;
+    if mma::relu2_fold() {
+        product(&m.up, s, up, Tail::Relu2(act, acts))?;
+        return product(&m.down, acts, out, Tail::SumsInPlace);
+    }
+    product(&m.up, s, up, Tail::Plain)?;
     moe::relu2_split(g, up, act, acts, 1, m.up.rows())?;
-    product(&m.down, acts, out)
+    product(&m.down, acts, out, Tail::Plain)
 }

@@ -174,7 +174,7 @@ fn case(
             Splitter::Kernel(_) => {
                 gpu.write(&vec![f32::NAN; n * rows], y)?;
                 let (tiles, three) = (rows.div_ceil(16), mma::Blocks::AtMost(3));
-                mma::matmul_split_span(gpu, rt, &w, &sx, n, y, 0..tiles, three)?;
+                mma::matmul_split_span(gpu, rt, &w, &sx, n, y, 0..tiles, three, mma::Tail::Plain)?;
             }
             _ => {
                 ops::rms_norm(gpu, x, &gain, 1e-5, n, &mut h)?;
@@ -353,7 +353,7 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
                         n,
                         1,
                         one_tile,
-                        crate::moe::Tail::Plain,
+                        crate::mma::Tail::Plain,
                     )?;
                 }
                 false => crate::moe::expert_matmul(gpu, k, false, &experts, x, y, &offs, n, 1)?,
@@ -416,12 +416,13 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
 }
 
 /// A one-token round's experts with relu² made by the up product as it stores
-/// ([`crate::moe::Tail::Relu2`], the `_one_relu2` entries) and the down product summing X in
-/// place ([`crate::moe::Tail::SumsInPlace`], `_xin`), against the up product, relu² split and
+/// ([`crate::mma::Tail::Relu2`], the `_one_relu2` entries) and the down product summing X in
+/// place ([`crate::mma::Tail::SumsInPlace`], `_xin`), against the up product, relu² split and
 /// the down product reading its sums: the same up, act and down bits, one tile a block and two.
 /// Planted: the sums-reading down product after the fold (which leaves the sums NaN) must differ.
 pub(super) fn relu2_fold(gpu: &Gpu, out: &mut SuiteResult) -> Result<()> {
-    use crate::moe::{expert_matmul_split, relu2_split, GpuExperts, Groups, Tail};
+    use crate::mma::Tail;
+    use crate::moe::{expert_matmul_split, relu2_split, GpuExperts, Groups};
     let (dim, inter, k) = (1024, 384, 3);
     let mut rng = Rng::new(0x3a3a_00f0);
     let mut stack = |rows: usize, cols: usize| -> Result<GpuExperts> {
