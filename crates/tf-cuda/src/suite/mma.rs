@@ -418,8 +418,9 @@ pub(super) fn grouped(gpu: &Gpu, depth: Depth, out: &mut SuiteResult) -> Result<
 /// A one-token round's experts with relu² made by the up product as it stores
 /// ([`crate::mma::Tail::Relu2`], the `_one_relu2` entries) and the down product summing X in
 /// place ([`crate::mma::Tail::SumsInPlace`], `_xin`), against the up product, relu² split and
-/// the down product reading its sums: the same up, act and down bits, one tile a block and two.
-/// Planted: the sums-reading down product after the fold (which leaves the sums NaN) must differ.
+/// the down product reading its sums: the same up, act and down bits, one tile a block and two;
+/// and the same of the dense products (the shared expert's). Planted: the sums-reading down
+/// product after the fold (which leaves the sums NaN) must differ.
 pub(super) fn relu2_fold(gpu: &Gpu, out: &mut SuiteResult) -> Result<()> {
     use crate::mma::Tail;
     use crate::moe::{expert_matmul_split, relu2_split, GpuExperts, Groups};
@@ -471,20 +472,61 @@ pub(super) fn relu2_fold(gpu: &Gpu, out: &mut SuiteResult) -> Result<()> {
         bits.add(compare_bits(&chain(1, one_tile)?, &want));
         caught += compare_bits(&chain(2, one_tile)?, &want).differing;
     }
+    // The dense products of up to four rows (a one-token round's shared expert: the `_relu2`
+    // and `_xin` entries), one and two tiles a block, on three blocks (each taking its tiles in
+    // turn, as the shared expert's capped blocks do).
+    let mut dense = |rows: usize, cols: usize| {
+        let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, rows, cols, &mut rng);
+        tiles(gpu, &hw, None)
+    };
+    let (up, down) = (dense(inter, dim)?, dense(dim, inter)?);
+    let n = 3;
+    let xn: Vec<f32> = (0..n * dim).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let mut xs = mma::SplitX::new(gpu, n, dim)?;
+    mma::split(gpu, &gpu.upload(&xn)?, n, &mut xs)?;
+    let mut dense_chain = |fold: usize, rt: usize| -> Result<Vec<f32>> {
+        gpu.write(&vec![f32::NAN; n * inter], &mut act)?;
+        gpu.write(&vec![f32::NAN; n * inter / 64], &mut acts.sums)?;
+        let three = mma::Blocks::AtMost(3);
+        let tail = match fold {
+            0 => Tail::Plain,
+            _ => Tail::Relu2(&mut act, &mut acts),
+        };
+        let tiles = inter.div_ceil(16);
+        mma::matmul_split_span(gpu, rt, &up, &xs, n, &mut y_up, 0..tiles, three, tail)?;
+        if fold == 0 {
+            relu2_split(gpu, &y_up, &mut act, &mut acts, n, inter)?;
+        }
+        let tail = match fold {
+            1 => Tail::SumsInPlace,
+            _ => Tail::Plain,
+        };
+        let tiles = dim.div_ceil(16);
+        mma::matmul_split_span(gpu, rt, &down, &acts, n, &mut y, 0..tiles, three, tail)?;
+        let mut got = gpu.download(&y_up, n * inter)?;
+        got.extend(gpu.download(&act, n * inter)?);
+        got.extend(gpu.download(&y, n * dim)?);
+        Ok(got)
+    };
+    for rt in [1, 2] {
+        let want = dense_chain(0, rt)?;
+        bits.add(compare_bits(&dense_chain(1, rt)?, &want));
+        caught += compare_bits(&dense_chain(2, rt)?, &want).differing;
+    }
     let name = "experts mma: relu² made by the up product";
     out.cases.push(CaseResult {
         op: name.into(),
         case: format!(
-            "one token, {k} picks of {EXPERTS} experts {dim} -> {inter} -> {dim}: up, act and \
-             down against the up product, relu² split and the sums-reading down, one and two \
-             tiles a block"
+            "one token, {k} picks of {EXPERTS} experts {dim} -> {inter} -> {dim}, and the dense \
+             products of {n} rows: up, act and down against the up product, relu² split and the \
+             sums-reading down, one and two tiles a block"
         ),
         verdict: match bits.differing {
             0 => Ok(tf_kernels::contract::Report {
                 max_abs_err: 0.0,
                 max_tol_ratio: 0.0,
-                rows_compared: 2 * k,
-                calls: 12,
+                rows_compared: 2 * (k + n),
+                calls: 24,
             }),
             d => Err(format!("{d} of {} values differ", bits.compared)),
         },
