@@ -644,12 +644,18 @@ impl Tail<'_> {
     }
 }
 
-/// Whether one-row products followed by relu² make it themselves (`TF_CUDA_RELU2_FOLD=1`; off by
-/// default until timed on a GPU): the routed experts' and the shared expert's up products take
-/// [`Tail::Relu2`], their down products [`Tail::SumsInPlace`].
-pub fn relu2_fold() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TF_CUDA_RELU2_FOLD").is_ok_and(|v| v == "1"))
+/// Whether one-row products followed by relu² make it themselves, for the routed experts and
+/// for the shared expert (off by default until timed on a GPU; `TF_CUDA_RELU2_FOLD=1` both,
+/// `=experts` or `=shared` one): their up products take [`Tail::Relu2`], their down products
+/// [`Tail::SumsInPlace`].
+pub fn relu2_fold() -> (bool, bool) {
+    static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("TF_CUDA_RELU2_FOLD").as_deref() {
+        Ok("1") => (true, true),
+        Ok("experts") => (true, false),
+        Ok("shared") => (false, true),
+        _ => (false, false),
+    })
 }
 
 /// How many blocks a split product launches; where fewer than its tile groups, each takes

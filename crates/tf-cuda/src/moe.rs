@@ -484,7 +484,7 @@ pub fn experts_with(
         let gathered = Groups::Gathered(&buf.offsets);
         match x_row.filter(|r| reads_one_row(mlp, n) && r.holds(1, dim)) {
             // One token, relu² made by the up product (opt-in): no relu² kernel between.
-            Some(row) if crate::mma::relu2_fold() => {
+            Some(row) if crate::mma::relu2_fold().0 => {
                 let picks = Groups::Picks(&buf.experts, &buf.where_);
                 let tail = Tail::Relu2(&mut buf.act, &mut *acts);
                 expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1, tail)?;

@@ -306,7 +306,7 @@ fn shared_split(
         let (rt, tiles) = (mma::tiles_a_block(w.rows(), 1), w.rows().div_ceil(16));
         mma::matmul_split_span(g, rt, w, x, 1, y, 0..tiles, Blocks::AtMost(cap), tail)
     };
-    if mma::relu2_fold() {
+    if mma::relu2_fold().1 {
         product(&m.up, s, up, Tail::Relu2(act, acts))?;
         return product(&m.down, acts, out, Tail::SumsInPlace);
     }
