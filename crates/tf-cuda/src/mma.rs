@@ -645,16 +645,17 @@ impl Tail<'_> {
 }
 
 /// Whether one-row products followed by relu² make it themselves, for the routed experts and
-/// for the shared expert (off by default until timed on a GPU; `TF_CUDA_RELU2_FOLD=1` both,
-/// `=experts` or `=shared` one): their up products take [`Tail::Relu2`], their down products
-/// [`Tail::SumsInPlace`].
+/// for the shared expert: their up products take [`Tail::Relu2`], their down products
+/// [`Tail::SumsInPlace`]. The routed experts' by default (docs/perf.md, session 50: -2.4% a
+/// Bolt step on an H100; the shared expert's lost 5%); `TF_CUDA_RELU2_FOLD=0` neither, `=1`
+/// both, `=shared` the shared expert's alone.
 pub fn relu2_fold() -> (bool, bool) {
     static ON: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
     *ON.get_or_init(|| match std::env::var("TF_CUDA_RELU2_FOLD").as_deref() {
+        Ok("0") => (false, false),
         Ok("1") => (true, true),
-        Ok("experts") => (true, false),
         Ok("shared") => (false, true),
-        _ => (false, false),
+        _ => (true, false),
     })
 }
 
