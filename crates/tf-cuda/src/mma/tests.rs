@@ -400,6 +400,8 @@ fn twinned_in_sources() -> Vec<String> {
         "TF_MOE_MMA_ONE_ENTRY(",
         "TF_MOE_MMA_XIN_ENTRY(",
         "TF_MOE_MMA_ONE_RELU2_ENTRY(",
+        "TF_MMA_RELU2_ENTRY(",
+        "TF_MMA_XIN_ENTRY(",
     ];
     let mut names: Vec<String> = src
         .iter()
