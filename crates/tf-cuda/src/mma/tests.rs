@@ -607,37 +607,71 @@ fn moe_harness() -> String {
 /// moe.cu's last grouped product entry (the harness takes the entries up to it).
 const LAST_ENTRY: &str = "TF_MOE_MMA_ONE_RELU2_ENTRY(tf_moe_mma_mlx4_split_x4_one_relu2, 2)";
 
+/// [`moe_harness`] built, with `ne` random MLX 4-bit experts of `rows` x `cols` stacked.
+struct MoeRig {
+    dir: std::path::PathBuf,
+    exe: std::path::PathBuf,
+    src: Vec<u8>,
+    head: [usize; 3],
+}
+
+impl MoeRig {
+    /// None without a C++ compiler; `wf`: the stacked rows in f64.
+    fn new(
+        name: &str,
+        rng: &mut Rng,
+        ne: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Option<(MoeRig, Vec<f64>)> {
+        let cxx = host_cxx::compiler()?;
+        let (dir, exe) = host_cxx::build(&cxx, name, &moe_harness());
+        let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, ne * rows, cols, rng);
+        let src = device_bytes(&hw.packed())
+            .expect("rows layout")
+            .into_owned();
+        let wf = (0..ne * rows).flat_map(|j| hw.row_f64(j)).collect();
+        Some((
+            MoeRig {
+                dir,
+                exe,
+                src,
+                head: [ne, rows, cols],
+            },
+            wf,
+        ))
+    }
+
+    /// The harness's output for x (rows of `cols`) routed by `offsets`, in `mode` and `fold`.
+    fn run(&self, offsets: &[i32], x: &[f32], mode: usize, fold: usize) -> Vec<f32> {
+        let [ne, rows, cols] = self.head;
+        let slots = x.len() / cols;
+        let mut input = Vec::new();
+        for v in [ne, rows, cols, slots, mode, fold] {
+            input.extend((v as i32).to_le_bytes());
+        }
+        input.extend_from_slice(&self.src);
+        input.extend(offsets.iter().flat_map(|v| v.to_le_bytes()));
+        input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+        let label = format!("moe-{slots}-{mode}-{fold}");
+        host_cxx::floats(&host_cxx::run(&self.dir, &self.exe, &label, &input))
+    }
+}
+
 #[test]
 fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
-    let Some(cxx) = host_cxx::compiler() else {
-        return;
-    };
-    let (dir, exe) = host_cxx::build(&cxx, "moe_mma", &moe_harness());
     let mut rng = Rng::new(0x3a3a_0002);
     let (ne, rows, cols) = (4usize, 32usize, 256usize);
-    let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, ne * rows, cols, &mut rng);
-    let src = device_bytes(&hw.packed())
-        .expect("rows layout")
-        .into_owned();
-    let wf: Vec<f64> = (0..ne * rows).flat_map(|j| hw.row_f64(j)).collect();
+    let Some((rig, wf)) = MoeRig::new("moe_mma", &mut rng, ne, rows, cols) else {
+        return;
+    };
     // mode 0: x as it is; 1: staged; 2: gathered and split (tf_moe_gather_split); 3: relu²
     // split against relu² then tf_mma_split (act, act, sums, sums, parts, parts); 4: 2 with
     // one tile a block; 5: 2 with the planted split's sums (f32 from the gathered rows); 6 and
     // 7: 2 and 4 with 4 x rows at a time (_x4); 8 and 9: row 0 alone split (tf_mma_split),
     // read by every pick, a block row a pick, two tiles a block and one (_x4_one,
     // _r1_x4_one); 10 and up: that mode of the compact tiles.
-    let run = |offsets: &[i32], x: &[f32], mode: usize| {
-        let slots = x.len() / cols;
-        let mut input = Vec::new();
-        for v in [ne, rows, cols, slots, mode, 0] {
-            input.extend((v as i32).to_le_bytes());
-        }
-        input.extend_from_slice(&src);
-        input.extend(offsets.iter().flat_map(|v| v.to_le_bytes()));
-        input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
-        let label = format!("moe-{slots}-{mode}");
-        host_cxx::floats(&host_cxx::run(&dir, &exe, &label, &input))
-    };
+    let run = |offsets: &[i32], x: &[f32], mode: usize| rig.run(offsets, x, mode, 0);
     // Expert 1 empty, expert 3 with 9 rows (two blocks of x rows).
     let offsets = [0, 2, 2, 5, 14];
     let x: Vec<f32> = (0..14 * cols).map(|_| rng.uniform(-1.0, 1.0)).collect();
@@ -740,35 +774,18 @@ fn grouped_expert_products_match_the_reference_and_a_row_keeps_its_bits() {
 /// fold (whose sums are NaN) must differ.
 #[test]
 fn relu2_made_by_the_up_product_gives_the_split_and_the_down_products_bits() {
-    let Some(cxx) = host_cxx::compiler() else {
-        return;
-    };
-    let (dir, exe) = host_cxx::build(&cxx, "moe_relu2_fold", &moe_harness());
     let mut rng = Rng::new(0x3a3a_0003);
     let (ne, dim, slots) = (4usize, 128usize, 3usize);
-    let hw = HostWeights::random_mlx(4, 64, FloatType::BF16, ne * dim, dim, &mut rng);
-    let src = device_bytes(&hw.packed())
-        .expect("rows layout")
-        .into_owned();
+    let Some((rig, _)) = MoeRig::new("moe_relu2_fold", &mut rng, ne, dim, dim) else {
+        return;
+    };
     // Three picks of one token (expert 1 not picked); only row 0, the token's, is read.
     let offsets = [0i32, 1, 1, 2, 3];
     let x: Vec<f32> = (0..slots * dim).map(|_| rng.uniform(-1.0, 1.0)).collect();
     // fold 1: up, relu² split, down; 2: up with relu² folded, down in place; 3: the fold, then
     // the down product that reads the (unmade) sums.
     let run = |mode: usize, fold: usize| {
-        let mut input = Vec::new();
-        for v in [ne, dim, dim, slots, mode, fold] {
-            input.extend((v as i32).to_le_bytes());
-        }
-        input.extend_from_slice(&src);
-        input.extend(offsets.iter().flat_map(|v| v.to_le_bytes()));
-        input.extend(x.iter().flat_map(|v| v.to_le_bytes()));
-        let out = host_cxx::floats(&host_cxx::run(
-            &dir,
-            &exe,
-            &format!("fold-{mode}-{fold}"),
-            &input,
-        ));
+        let out = rig.run(&offsets, &x, mode, fold);
         assert_eq!(out.len(), 4 * slots * dim, "up, act, down, parts");
         out
     };
