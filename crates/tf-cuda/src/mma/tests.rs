@@ -530,47 +530,41 @@ fn moe_harness() -> String {
          \x20       fclose(fo);\n\
          \x20       return 0;\n\
          \x20   }}\n\
-         \x20   if (head[5] >= 4) {{\n\
-         \x20       if (rows != cols) return 1;\n\
-         \x20       const int n = slots, tl = rows / 16, dt = tl * (cols / 64), rt = staged == 9 ? 1 : 2;\n\
-         \x20       std::vector<u8> dtiles((size_t)dt * (compact ? 576 : 640));\n\
-         \x20       tf_launch(D3{{(unsigned)((dt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ (compact ? tf_mma_tile_mlx4_b16 : tf_mma_tile_mlx4)(src.data(), dtiles.data(), rows, cols); }});\n\
-         \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), n, cols); }});\n\
-         \x20       std::vector<float> up(y.size()), act2(y.size()), down(y.size()), asums(y.size() / 64, NAN);\n\
-         \x20       std::vector<uint4> aparts(y.size() / 4);\n\
-         \x20       const D3 g{{(unsigned)((tl + rt - 1) / rt), 1, 1}};\n\
-         \x20       auto plain = [&](const uint4* xp, const float* xs, float* out) {{ tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_b16 : tf_mma_mlx4_r1_split_x4) : (compact ? tf_mma_mlx4_r2_split_x4_b16 : tf_mma_mlx4_r2_split_x4))(dtiles.data(), xp, xs, out, n, rows, cols, 0, tl); }}); }};\n\
-         \x20       if (head[5] == 4) {{\n\
-         \x20           plain(parts.data(), sums.data(), up.data());\n\
-         \x20           tf_launch(D3{{(unsigned)n, (unsigned)((rows / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_relu2_split(up.data(), act2.data(), aparts.data(), asums.data(), rows); }});\n\
-         \x20           plain(aparts.data(), asums.data(), down.data());\n\
-         \x20       }} else {{\n\
-         \x20           tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_relu2_b16 : tf_mma_mlx4_r1_split_x4_relu2) : (compact ? tf_mma_mlx4_r2_split_x4_relu2_b16 : tf_mma_mlx4_r2_split_x4_relu2))(dtiles.data(), parts.data(), sums.data(), up.data(), n, rows, cols, 0, tl, act2.data(), aparts.data()); }});\n\
-         \x20           if (head[5] == 6) plain(aparts.data(), asums.data(), down.data());\n\
-         \x20           else tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_xin_b16 : tf_mma_mlx4_r1_split_x4_xin) : (compact ? tf_mma_mlx4_r2_split_x4_xin_b16 : tf_mma_mlx4_r2_split_x4_xin))(dtiles.data(), aparts.data(), asums.data(), down.data(), n, rows, cols, 0, tl); }});\n\
-         \x20       }}\n\
-         \x20       for (auto* v : {{&up, &act2, &down}}) fwrite(v->data(), 4, v->size(), fo);\n\
-         \x20       fwrite(aparts.data(), 16, aparts.size(), fo);\n\
-         \x20       fclose(fo);\n\
-         \x20       return 0;\n\
-         \x20   }}\n\
          \x20   if (head[5]) {{\n\
          \x20       if (rows != cols) return 1;\n\
-         \x20       tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), 1, 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), 1, cols); }});\n\
-         \x20       std::vector<int> picks(slots), where(slots);\n\
-         \x20       for (int e = 0; e < ne; e++) for (int p = offsets[e]; p < offsets[e + 1]; p++) picks[p] = e, where[p] = p;\n\
          \x20       std::vector<float> up(y.size()), act2(y.size()), down(y.size()), asums(y.size() / 64, NAN);\n\
          \x20       std::vector<uint4> aparts(y.size() / 4);\n\
          \x20       const bool r1 = staged == 9;\n\
-         \x20       const D3 g1{{r1 ? (unsigned)((rows + 15) / 16) : grid.x, (unsigned)slots, 1}}, g2{{r1 ? (unsigned)((rows + 15) / 16) : grid.x, grid.y, 1}};\n\
-         \x20       if (head[5] == 1) {{\n\
-         \x20           tf_launch(g1, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_one_b16 : tf_moe_mma_mlx4_split_r1_x4_one) : (compact ? tf_moe_mma_mlx4_split_x4_one_b16 : tf_moe_mma_mlx4_split_x4_one))(W, parts.data(), sums.data(), up.data(), picks.data(), where.data(), rows, cols, ne); }});\n\
-         \x20           tf_launch(D3{{(unsigned)slots, (unsigned)((rows / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_relu2_split(up.data(), act2.data(), aparts.data(), asums.data(), rows); }});\n\
-         \x20           tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_b16 : tf_moe_mma_mlx4_split_r1_x4) : (compact ? tf_moe_mma_mlx4_split_x4_b16 : tf_moe_mma_mlx4_split_x4))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20       if (head[5] >= 4) {{\n\
+         \x20           const int n = slots, tl = rows / 16, dt = tl * (cols / 64), rt = r1 ? 1 : 2;\n\
+         \x20           std::vector<u8> dtiles((size_t)dt * (compact ? 576 : 640));\n\
+         \x20           tf_launch(D3{{(unsigned)((dt * 32 + 255) / 256), 1, 1}}, 256, 0, [&] {{ (compact ? tf_mma_tile_mlx4_b16 : tf_mma_tile_mlx4)(src.data(), dtiles.data(), rows, cols); }});\n\
+         \x20           tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), (unsigned)((n + 7) / 8), 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), n, cols); }});\n\
+         \x20           const D3 g{{(unsigned)((tl + rt - 1) / rt), 1, 1}};\n\
+         \x20           auto plain = [&](const uint4* xp, const float* xs, float* out) {{ tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_b16 : tf_mma_mlx4_r1_split_x4) : (compact ? tf_mma_mlx4_r2_split_x4_b16 : tf_mma_mlx4_r2_split_x4))(dtiles.data(), xp, xs, out, n, rows, cols, 0, tl); }}); }};\n\
+         \x20           if (head[5] == 4) {{\n\
+         \x20               plain(parts.data(), sums.data(), up.data());\n\
+         \x20               tf_launch(D3{{(unsigned)n, (unsigned)((rows / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_relu2_split(up.data(), act2.data(), aparts.data(), asums.data(), rows); }});\n\
+         \x20               plain(aparts.data(), asums.data(), down.data());\n\
+         \x20           }} else {{\n\
+         \x20               tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_relu2_b16 : tf_mma_mlx4_r1_split_x4_relu2) : (compact ? tf_mma_mlx4_r2_split_x4_relu2_b16 : tf_mma_mlx4_r2_split_x4_relu2))(dtiles.data(), parts.data(), sums.data(), up.data(), n, rows, cols, 0, tl, act2.data(), aparts.data()); }});\n\
+         \x20               if (head[5] == 6) plain(aparts.data(), asums.data(), down.data());\n\
+         \x20               else tf_launch(g, {dense}, 0, [&] {{ (rt == 1 ? (compact ? tf_mma_mlx4_r1_split_x4_xin_b16 : tf_mma_mlx4_r1_split_x4_xin) : (compact ? tf_mma_mlx4_r2_split_x4_xin_b16 : tf_mma_mlx4_r2_split_x4_xin))(dtiles.data(), aparts.data(), asums.data(), down.data(), n, rows, cols, 0, tl); }});\n\
+         \x20           }}\n\
          \x20       }} else {{\n\
-         \x20           tf_launch(g1, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_one_relu2_b16 : tf_moe_mma_mlx4_split_r1_x4_one_relu2) : (compact ? tf_moe_mma_mlx4_split_x4_one_relu2_b16 : tf_moe_mma_mlx4_split_x4_one_relu2))(W, parts.data(), sums.data(), up.data(), picks.data(), where.data(), rows, cols, ne, act2.data(), aparts.data()); }});\n\
-         \x20           if (head[5] == 3) tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_b16 : tf_moe_mma_mlx4_split_r1_x4) : (compact ? tf_moe_mma_mlx4_split_x4_b16 : tf_moe_mma_mlx4_split_x4))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
-         \x20           else tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_xin_b16 : tf_moe_mma_mlx4_split_r1_x4_xin) : (compact ? tf_moe_mma_mlx4_split_x4_xin_b16 : tf_moe_mma_mlx4_split_x4_xin))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20           tf_launch(D3{{(unsigned)((cols / 64 + 3) / 4), 1, 1}}, 128, 0, [&] {{ tf_mma_split(x.data(), parts.data(), sums.data(), 1, cols); }});\n\
+         \x20           std::vector<int> picks(slots), where(slots);\n\
+         \x20           for (int e = 0; e < ne; e++) for (int p = offsets[e]; p < offsets[e + 1]; p++) picks[p] = e, where[p] = p;\n\
+         \x20           const D3 g1{{r1 ? (unsigned)((rows + 15) / 16) : grid.x, (unsigned)slots, 1}}, g2{{r1 ? (unsigned)((rows + 15) / 16) : grid.x, grid.y, 1}};\n\
+         \x20           if (head[5] == 1) {{\n\
+         \x20               tf_launch(g1, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_one_b16 : tf_moe_mma_mlx4_split_r1_x4_one) : (compact ? tf_moe_mma_mlx4_split_x4_one_b16 : tf_moe_mma_mlx4_split_x4_one))(W, parts.data(), sums.data(), up.data(), picks.data(), where.data(), rows, cols, ne); }});\n\
+         \x20               tf_launch(D3{{(unsigned)slots, (unsigned)((rows / 64 + 3) / 4), 1}}, 128, 0, [&] {{ tf_moe_relu2_split(up.data(), act2.data(), aparts.data(), asums.data(), rows); }});\n\
+         \x20               tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_b16 : tf_moe_mma_mlx4_split_r1_x4) : (compact ? tf_moe_mma_mlx4_split_x4_b16 : tf_moe_mma_mlx4_split_x4))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20           }} else {{\n\
+         \x20               tf_launch(g1, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_one_relu2_b16 : tf_moe_mma_mlx4_split_r1_x4_one_relu2) : (compact ? tf_moe_mma_mlx4_split_x4_one_relu2_b16 : tf_moe_mma_mlx4_split_x4_one_relu2))(W, parts.data(), sums.data(), up.data(), picks.data(), where.data(), rows, cols, ne, act2.data(), aparts.data()); }});\n\
+         \x20               if (head[5] == 3) tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_b16 : tf_moe_mma_mlx4_split_r1_x4) : (compact ? tf_moe_mma_mlx4_split_x4_b16 : tf_moe_mma_mlx4_split_x4))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20               else tf_launch(g2, {threads}, 0, [&] {{ (r1 ? (compact ? tf_moe_mma_mlx4_split_r1_x4_xin_b16 : tf_moe_mma_mlx4_split_r1_x4_xin) : (compact ? tf_moe_mma_mlx4_split_x4_xin_b16 : tf_moe_mma_mlx4_split_x4_xin))(W, aparts.data(), asums.data(), down.data(), offsets.data(), rows, cols, ne); }});\n\
+         \x20           }}\n\
          \x20       }}\n\
          \x20       for (auto* v : {{&up, &act2, &down}}) fwrite(v->data(), 4, v->size(), fo);\n\
          \x20       fwrite(aparts.data(), 16, aparts.size(), fo);\n\
