@@ -237,9 +237,9 @@ template <int KW>
 struct TfMmaX<3, KW> : TfMmaX<2, KW> {};
 
 // One group of this lane's x (which then moves KW groups on) into yacc; X from the split
-// (STAGED 2) or summed here (3 too). F = 1, four x rows: B column g is row g / 2's high (g even) or
-// low (g odd) parts, so one mma a k-step; F = 2, eight x rows: column g is row g, its high and
-// low parts in two mmas with sums of their own. Either way an output's high and low sums are
+// (STAGED 2) or summed here (0, 1 and 3). F = 1, four x rows: B column g is row g / 2's high (g
+// even) or low (g odd) parts, so one mma a k-step; F = 2, eight x rows: column g is row g, its
+// high and low parts in two mmas with sums of their own. Either way an output's high and low sums are
 // carried through the group's four k-steps and added once. PLANT (a planted control): the low
 // parts dropped when the call has several rows.
 template <int RT, int KW, int STAGED, int PLANT, int F, class SB>

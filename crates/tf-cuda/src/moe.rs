@@ -483,7 +483,8 @@ pub fn experts_with(
         let (up1, down1) = (n == 1 && up1, n == 1 && down1);
         let gathered = Groups::Gathered(&buf.offsets);
         match x_row.filter(|r| reads_one_row(mlp, n) && r.holds(1, dim)) {
-            // One token, relu² made by the up product (opt-in): no relu² kernel between.
+            // One token, relu² made by the up product (the default, `mma::relu2_fold`): no
+            // relu² kernel between.
             Some(row) if crate::mma::relu2_fold().0 => {
                 let picks = Groups::Picks(&buf.experts, &buf.where_);
                 let tail = Tail::Relu2(&mut buf.act, &mut *acts);
