@@ -482,30 +482,18 @@ pub fn experts_with(
         let (up1, down1) = crate::mma::one_tile_experts();
         let (up1, down1) = (n == 1 && up1, n == 1 && down1);
         let gathered = Groups::Gathered(&buf.offsets);
-        match x_row.filter(|r| reads_one_row(mlp, n) && r.holds(1, dim)) {
-            // One token, relu² made by the up product (the default, `mma::relu2_fold`): no
-            // relu² kernel between.
-            Some(row) if crate::mma::relu2_fold().0 => {
-                let picks = Groups::Picks(&buf.experts, &buf.where_);
-                let tail = Tail::Relu2(&mut buf.act, &mut *acts);
-                expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1, tail)?;
-                let (down, tail) = (&mlp.down, Tail::SumsInPlace);
-                return expert_matmul_split(
-                    gpu,
-                    down,
-                    acts,
-                    &mut buf.yg,
-                    gathered,
-                    n,
-                    k,
-                    down1,
-                    tail,
-                );
-            }
+        let row = x_row.filter(|r| reads_one_row(mlp, n) && r.holds(1, dim));
+        // One token: relu² made by the up product (the default, `mma::relu2_fold`), no relu²
+        // kernel between.
+        let fold = row.is_some() && crate::mma::relu2_fold().0;
+        match row {
             // One token: its row split once serves every pick; no gather.
             Some(row) => {
                 let picks = Groups::Picks(&buf.experts, &buf.where_);
-                let tail = Tail::Plain;
+                let tail = match fold {
+                    true => Tail::Relu2(&mut buf.act, &mut *acts),
+                    false => Tail::Plain,
+                };
                 expert_matmul_split(gpu, &mlp.up, row, &mut buf.up, picks, n, k, up1, tail)?;
             }
             None => {
@@ -520,9 +508,24 @@ pub fn experts_with(
                 expert_matmul_split(gpu, up, xs, &mut buf.up, gathered, n, k, up1, tail)?;
             }
         }
-        relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
-        let (down, tail) = (&mlp.down, Tail::Plain);
-        return expert_matmul_split(gpu, down, acts, &mut buf.yg, gathered, n, k, down1, tail);
+        let tail = match fold {
+            true => Tail::SumsInPlace,
+            false => {
+                relu2_split(gpu, &buf.up, &mut buf.act, acts, slots, inter)?;
+                Tail::Plain
+            }
+        };
+        return expert_matmul_split(
+            gpu,
+            &mlp.down,
+            acts,
+            &mut buf.yg,
+            gathered,
+            n,
+            k,
+            down1,
+            tail,
+        );
     }
     let mut b = gpu.launcher("tf_moe_gather")?;
     b.arg(x).arg(&buf.order).arg(&buf.offsets).arg(&mut buf.xg);

@@ -306,11 +306,14 @@ fn shared_split(
         let (rt, tiles) = (mma::tiles_a_block(w.rows(), 1), w.rows().div_ceil(16));
         mma::matmul_split_span(g, rt, w, x, 1, y, 0..tiles, Blocks::AtMost(cap), tail)
     };
-    if mma::relu2_fold().1 {
-        product(&m.up, s, up, Tail::Relu2(act, acts))?;
-        return product(&m.down, acts, out, Tail::SumsInPlace);
+    let fold = mma::relu2_fold().1;
+    match fold {
+        true => product(&m.up, s, up, Tail::Relu2(act, &mut *acts))?,
+        false => {
+            product(&m.up, s, up, Tail::Plain)?;
+            moe::relu2_split(g, up, act, acts, 1, m.up.rows())?;
+        }
     }
-    product(&m.up, s, up, Tail::Plain)?;
-    moe::relu2_split(g, up, act, acts, 1, m.up.rows())?;
-    product(&m.down, acts, out, Tail::Plain)
+    let tail = if fold { Tail::SumsInPlace } else { Tail::Plain };
+    product(&m.down, acts, out, tail)
 }
